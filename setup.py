@@ -1,0 +1,30 @@
+"""simclr_tf: SimCLR v1/v2 in Keras 3 / TensorFlow 2."""
+import setuptools
+
+setuptools.setup(
+    name="simclr_tf",
+    version="0.1.0",
+    description="SimCLR v1/v2 (contrastive self-supervised learning) in Keras 3 / TF 2",
+    packages=setuptools.find_packages(include=["simclr_tf", "simclr_tf.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        # The CPU wheel; GPU hosts install `tensorflow[and-cuda]==2.21.0` instead
+        # (README, "Installing on GPU and TPU hosts").
+        "tensorflow-cpu==2.21.0",
+        "keras==3.15.1",
+        "tensorflow-datasets==4.9.10",
+        "absl-py>=2.1",
+        "tensorboard>=2.21,<2.22",
+        "scikit-learn>=1.4",
+        "numpy>=1.26",
+        "pillow>=10",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+        ],
+    },
+)

@@ -1,0 +1,18 @@
+"""Test session set-up shared by every test module.
+
+The CPU is split into four logical devices before TensorFlow runs any op, so that
+MirroredStrategy tests can run 1, 2 and 4 replicas in one process. Code that uses the
+default strategy only ever touches /CPU:0.
+"""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+NUM_LOGICAL_CPUS = 4
+
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(
+    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS
+)
