@@ -1,0 +1,222 @@
+"""Building blocks of the SimCLR ResNet: fixed-padding conv, BN(+ReLU), SK conv, SE.
+
+Every layer stores its constructor arguments and returns them from `get_config()`,
+so models round-trip through `.keras` files.
+"""
+import keras
+from keras import ops
+
+PACKAGE = "simclr_tf"
+
+# The reference's BN epsilon; Keras' default (1e-3) would change every activation.
+BATCH_NORM_EPSILON = 1e-5
+
+
+def conv_initializer():
+    """Variance scaling (scale 1, fan-in, truncated normal), as the reference."""
+    return keras.initializers.VarianceScaling(
+        scale=1.0, mode="fan_in", distribution="truncated_normal")
+
+
+def build_by_tracing(layer, input_shape):
+    """Creates every variable of a composite layer by tracing its `call` once.
+
+    Composite layers create their sub-layers' variables when first called; Keras'
+    `.keras` loader and `model.build(shape)` instead call `build(input_shape)`, so
+    composite layers implement `build` with this symbolic run.
+    """
+    layer.compute_output_spec(keras.KerasTensor(tuple(input_shape)))
+
+
+def fixed_padding(inputs, kernel_size):
+    """Pads H and W by kernel_size - 1 in total, independent of the input size."""
+    pad_total = kernel_size - 1
+    pad_begin = pad_total // 2
+    pad_end = pad_total - pad_begin
+    return ops.pad(inputs, [[0, 0], [pad_begin, pad_end], [pad_begin, pad_end], [0, 0]])
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Conv2DFixedPadding(keras.layers.Layer):
+    """Bias-free conv; explicit padding when strided so output size is input-size
+    independent of TF's 'SAME' asymmetry (the reference's `conv2d_fixed_padding`).
+
+    Args:
+        filters: output channels.
+        kernel_size: square kernel size.
+        strides: square stride.
+    """
+
+    def __init__(self, filters, kernel_size, strides, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = int(filters)
+        self.kernel_size = int(kernel_size)
+        self.strides = int(strides)
+        self.conv = keras.layers.Conv2D(
+            self.filters, self.kernel_size, strides=self.strides,
+            padding="same" if self.strides == 1 else "valid", use_bias=False,
+            kernel_initializer=conv_initializer(), dtype=self.dtype_policy,
+            name="conv2d")
+
+    def build(self, input_shape):
+        shape = list(input_shape)
+        if self.strides > 1:
+            pad = self.kernel_size - 1
+            shape = [shape[0]] + [None if s is None else s + pad for s in shape[1:3]] + [shape[3]]
+        self.conv.build(tuple(shape))
+
+    def call(self, inputs):
+        if self.strides > 1:
+            inputs = fixed_padding(inputs, self.kernel_size)
+        return self.conv(inputs)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(filters=self.filters, kernel_size=self.kernel_size,
+                      strides=self.strides)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class BatchNormRelu(keras.layers.Layer):
+    """Batch norm (epsilon 1e-5) optionally followed by ReLU.
+
+    Args:
+        relu: apply ReLU after the normalisation.
+        init_zero: start gamma at 0 (the last BN of each residual block), so every
+            block starts as the identity.
+        center: learn beta.
+        scale: learn gamma.
+        batch_norm_decay: moving-average momentum of the statistics.
+        global_bn: synchronise statistics across replicas (cross-replica BN).
+    """
+
+    def __init__(self, relu=True, init_zero=False, center=True, scale=True,
+                 batch_norm_decay=0.9, global_bn=True, **kwargs):
+        super().__init__(**kwargs)
+        self.relu = bool(relu)
+        self.init_zero = bool(init_zero)
+        self.center = bool(center)
+        self.scale = bool(scale)
+        self.batch_norm_decay = float(batch_norm_decay)
+        self.global_bn = bool(global_bn)
+        self.bn = keras.layers.BatchNormalization(
+            axis=-1, momentum=self.batch_norm_decay, epsilon=BATCH_NORM_EPSILON,
+            center=self.center, scale=self.scale,
+            gamma_initializer="zeros" if self.init_zero else "ones",
+            synchronized=self.global_bn, dtype=self.dtype_policy,
+            name="batch_normalization")
+
+    def build(self, input_shape):
+        self.bn.build(input_shape)
+
+    def call(self, inputs, training=None):
+        outputs = self.bn(inputs, training=training)
+        return ops.relu(outputs) if self.relu else outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(relu=self.relu, init_zero=self.init_zero, center=self.center,
+                      scale=self.scale, batch_norm_decay=self.batch_norm_decay,
+                      global_bn=self.global_bn)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SelectiveKernelConv(keras.layers.Layer):
+    """Selective-kernel 3x3 conv (Li et al. 2019) as used by SimCLRv2.
+
+    One conv makes 2 x filters channels, read as two paths; a squeeze of their sum
+    (global mean -> 1x1 conv to max(filters * sk_ratio, min_dim) -> BN-ReLU -> 1x1
+    conv to 2 x filters) gives per-channel softmax weights over the two paths.
+
+    Args:
+        filters: output channels.
+        strides: stride of the 3x3 conv.
+        sk_ratio: squeeze ratio (0.0625 in SimCLRv2).
+        min_dim: lower bound on the squeeze width.
+        batch_norm_decay, global_bn: as in `BatchNormRelu`.
+    """
+
+    def __init__(self, filters, strides, sk_ratio, min_dim=32, batch_norm_decay=0.9,
+                 global_bn=True, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = int(filters)
+        self.strides = int(strides)
+        self.sk_ratio = float(sk_ratio)
+        self.min_dim = int(min_dim)
+        self.batch_norm_decay = float(batch_norm_decay)
+        self.global_bn = bool(global_bn)
+        bn_args = dict(batch_norm_decay=self.batch_norm_decay, global_bn=self.global_bn,
+                       dtype=self.dtype_policy)
+        self.conv = Conv2DFixedPadding(2 * self.filters, 3, self.strides,
+                                       dtype=self.dtype_policy, name="conv")
+        self.conv_bn = BatchNormRelu(name="conv_bn", **bn_args)
+        mid_dim = max(int(self.filters * self.sk_ratio), self.min_dim)
+        self.squeeze = keras.layers.Conv2D(
+            mid_dim, 1, use_bias=False, kernel_initializer=conv_initializer(),
+            dtype=self.dtype_policy, name="squeeze")
+        self.squeeze_bn = BatchNormRelu(name="squeeze_bn", **bn_args)
+        self.mixing = keras.layers.Conv2D(
+            2 * self.filters, 1, use_bias=False, kernel_initializer=conv_initializer(),
+            dtype=self.dtype_policy, name="mixing")
+
+    def build(self, input_shape):
+        build_by_tracing(self, input_shape)
+
+    def call(self, inputs, training=None):
+        paths = self.conv_bn(self.conv(inputs), training=training)
+        paths = ops.stack(ops.split(paths, 2, axis=-1))  # [2, B, H, W, filters]
+        squeezed = ops.mean(ops.sum(paths, axis=0), axis=(1, 2), keepdims=True)
+        squeezed = self.squeeze_bn(self.squeeze(squeezed), training=training)
+        weights = ops.stack(ops.split(self.mixing(squeezed), 2, axis=-1))
+        weights = ops.softmax(weights, axis=0)  # [2, B, 1, 1, filters]
+        return ops.sum(paths * weights, axis=0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(filters=self.filters, strides=self.strides, sk_ratio=self.sk_ratio,
+                      min_dim=self.min_dim, batch_norm_decay=self.batch_norm_decay,
+                      global_bn=self.global_bn)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SqueezeExcitation(keras.layers.Layer):
+    """Squeeze-and-excitation gate (Hu et al. 2018).
+
+    The squeeze width is max(1, int(filters * se_ratio)) where `filters` is the
+    block's base width (as the reference), and the gate has as many channels as
+    the input.
+
+    Args:
+        filters: base width the squeeze ratio applies to.
+        se_ratio: squeeze ratio.
+    """
+
+    def __init__(self, filters, se_ratio, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = int(filters)
+        self.se_ratio = float(se_ratio)
+        self.reduce = keras.layers.Conv2D(
+            max(1, int(self.filters * self.se_ratio)), 1, padding="same",
+            use_bias=True, kernel_initializer=conv_initializer(),
+            dtype=self.dtype_policy, name="reduce")
+        self.expand = None
+
+    def build(self, input_shape):
+        self.expand = keras.layers.Conv2D(
+            int(input_shape[-1]), 1, padding="same", use_bias=True,
+            kernel_initializer=conv_initializer(), dtype=self.dtype_policy,
+            name="expand")
+        build_by_tracing(self, input_shape)
+
+    def call(self, inputs):
+        gate = ops.mean(inputs, axis=(1, 2), keepdims=True)
+        gate = self.expand(ops.relu(self.reduce(gate)))
+        return ops.sigmoid(gate) * inputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(filters=self.filters, se_ratio=self.se_ratio)
+        return config

@@ -1,0 +1,112 @@
+"""SimCLRModel: encoder f + projection head g + supervised head; fine-tuning freeze."""
+import keras
+from keras import ops
+
+from simclr_tf.models.heads import ProjectionHead, SupervisedHead
+from simclr_tf.models.layers import PACKAGE, build_by_tracing
+from simclr_tf.models.resnet import ResNet
+
+FINE_TUNE_AFTER_BLOCK_CHOICES = (-1, 0, 1, 2, 3, 4)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SimCLRModel(keras.Model):
+    """The SimCLR network: ResNet encoder, projection head and supervised head.
+
+    Calling it on images [B, H, W, 3] (RGB floats in [0, 1]) returns a dict with the
+    encoder's named features (`initial_conv` ... `final_avg_pool` = h), the head's
+    `proj_head_input`, `proj_head_output` (z) and `supervised_head_input`, and, when
+    `num_classes` is set, `logits_sup`. h, z and the logits are float32.
+
+    Args:
+        depth, width_multiplier, sk_ratio, se_ratio, stem: the encoder (`ResNet`).
+        proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector: the
+            projection head (`ProjectionHead`).
+        num_classes: classes of the supervised head; None for no supervised head.
+        supervised_head_stop_gradient: feed the supervised head
+            `stop_gradient(supervised_head_input)`, so labels never reach the encoder
+            (pretraining with online linear evaluation). False when fine-tuning.
+        zero_init_logits_layer: start the supervised head's kernel at 0.
+        batch_norm_decay: BN moving-average momentum everywhere.
+        global_bn: cross-replica BN in the encoder and the projection head.
+
+    Example:
+    >>> model = SimCLRModel(depth=18, stem="cifar", num_classes=10)
+    >>> outputs = model(images, training=True)
+    >>> z, logits = outputs["proj_head_output"], outputs["logits_sup"]
+    """
+
+    def __init__(self, depth=50, width_multiplier=1, sk_ratio=0.0, se_ratio=0.0,
+                 stem="imagenet", proj_head_mode="nonlinear", num_proj_layers=3,
+                 proj_out_dim=128, ft_proj_selector=0, num_classes=None,
+                 supervised_head_stop_gradient=True, zero_init_logits_layer=False,
+                 batch_norm_decay=0.9, global_bn=True, **kwargs):
+        kwargs.setdefault("name", "simclr")
+        super().__init__(**kwargs)
+        self._arguments = dict(
+            depth=depth, width_multiplier=width_multiplier, sk_ratio=sk_ratio,
+            se_ratio=se_ratio, stem=stem, proj_head_mode=proj_head_mode,
+            num_proj_layers=num_proj_layers, proj_out_dim=proj_out_dim,
+            ft_proj_selector=ft_proj_selector, num_classes=num_classes,
+            supervised_head_stop_gradient=bool(supervised_head_stop_gradient),
+            zero_init_logits_layer=bool(zero_init_logits_layer),
+            batch_norm_decay=batch_norm_decay, global_bn=bool(global_bn))
+        self.supervised_head_stop_gradient = bool(supervised_head_stop_gradient)
+        self.encoder = ResNet(depth=depth, width_multiplier=width_multiplier,
+                              sk_ratio=sk_ratio, se_ratio=se_ratio, stem=stem,
+                              batch_norm_decay=batch_norm_decay, global_bn=global_bn,
+                              dtype=self.dtype_policy, name="resnet")
+        self.projection_head = ProjectionHead(
+            proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector,
+            batch_norm_decay=batch_norm_decay, global_bn=global_bn,
+            dtype=self.dtype_policy, name="projection_head")
+        self.supervised_head = None
+        if num_classes is not None:
+            self.supervised_head = SupervisedHead(
+                num_classes, zero_init=zero_init_logits_layer, dtype=self.dtype_policy,
+                name="head_supervised")
+
+    def build(self, input_shape):
+        build_by_tracing(self, input_shape)
+
+    def call(self, inputs, training=None):
+        outputs = dict(self.encoder(inputs, training=training))
+        outputs.update(self.projection_head(outputs["final_avg_pool"], training=training))
+        outputs["proj_head_output"] = ops.cast(outputs["proj_head_output"], "float32")
+        if self.supervised_head is not None:
+            head_input = outputs["supervised_head_input"]
+            if self.supervised_head_stop_gradient:
+                head_input = ops.stop_gradient(head_input)
+            outputs["logits_sup"] = ops.cast(self.supervised_head(head_input), "float32")
+        return outputs
+
+    def get_config(self):
+        return dict(name=self.name, **self._arguments)
+
+
+def freeze_for_finetuning(model, fine_tune_after_block):
+    """Freezes the encoder up to a block group, BN statistics included.
+
+    Frozen layers get `trainable = False`, which in Keras 3 also runs their batch
+    norm in inference mode, so neither weights nor moving statistics change.
+
+    Args:
+        model: a `SimCLRModel`.
+        fine_tune_after_block: -1 trains everything; 0 freezes the stem; k in 1..3
+            also freezes block groups 1..k; 4 freezes the whole encoder (linear
+            evaluation: only the heads train).
+
+    Returns:
+        The list of frozen layers.
+    """
+    if fine_tune_after_block not in FINE_TUNE_AFTER_BLOCK_CHOICES:
+        raise ValueError(
+            f"fine_tune_after_block must be one of {FINE_TUNE_AFTER_BLOCK_CHOICES}. "
+            f"Received: fine_tune_after_block={fine_tune_after_block!r}")
+    encoder = model.encoder
+    frozen = []
+    if fine_tune_after_block >= 0:
+        frozen = [encoder.stem] + list(encoder.block_groups[:fine_tune_after_block])
+    for layer in frozen:
+        layer.trainable = False
+    return frozen
