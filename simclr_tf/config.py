@@ -1,0 +1,321 @@
+"""The frozen, validated run configuration.
+
+`Config` has one field per command-line flag: the authors' 48 flags with their names,
+meanings and defaults (except `use_tpu`, False here), then ours. `run.py` defines its
+absl flags from these fields (type, default, choices and help all live here), builds
+one `Config`, validates it and passes it down; library modules take plain keyword
+arguments (`Config.model_kwargs()` for the model), never the flags.
+"""
+import dataclasses
+import json
+import math
+from typing import Optional
+
+from simclr_tf import variants
+
+AUTHORS_FLAGS = (
+    "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
+    "batch_norm_decay", "train_batch_size", "train_split", "train_epochs", "train_steps",
+    "eval_steps", "eval_batch_size", "checkpoint_epochs", "checkpoint_steps",
+    "eval_split", "dataset", "cache_dataset", "mode", "train_mode",
+    "lineareval_while_pretraining", "checkpoint", "zero_init_logits_layer",
+    "fine_tune_after_block", "master", "model_dir", "data_dir", "use_tpu", "tpu_name",
+    "tpu_zone", "gcp_project", "optimizer", "momentum", "eval_name",
+    "keep_checkpoint_max", "keep_hub_module_max", "temperature", "hidden_norm",
+    "proj_head_mode", "proj_out_dim", "num_proj_layers", "ft_proj_selector", "global_bn",
+    "width_multiplier", "resnet_depth", "sk_ratio", "se_ratio", "image_size",
+    "color_jitter_strength", "use_blur",
+)
+
+
+class ConfigError(ValueError):
+    """An invalid flag value or combination; names the flag and the fix."""
+
+    def __init__(self, flag, message):
+        self.flag = flag
+        super().__init__(f"--{flag}: {message}")
+
+
+def _field(default, help, choices=None):  # pylint: disable=redefined-builtin
+    metadata = {"help": help}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every setting of a run. Field metadata carries each flag's help and choices."""
+
+    # --- The authors' flags (same names, meanings and defaults) ---
+    learning_rate: float = _field(0.3, "Initial learning rate per batch size of 256.")
+    learning_rate_scaling: str = _field(
+        "linear", "How to scale the learning rate as a function of batch size: "
+        "lr * batch / 256 (linear) or lr * sqrt(batch) (sqrt).", ("linear", "sqrt"))
+    warmup_epochs: float = _field(10.0, "Number of epochs of linear warmup.")
+    weight_decay: float = _field(1e-6, "Amount of weight decay to use.")
+    batch_norm_decay: float = _field(0.9, "Batch norm moving-average decay (momentum).")
+    train_batch_size: int = _field(512, "Global batch size for training (all replicas).")
+    train_split: str = _field("train", "Split for training (TFDS slicing allowed, "
+                              "e.g. 'train[:10%]').")
+    train_epochs: int = _field(100, "Number of epochs to train for.")
+    train_steps: int = _field(0, "Number of steps to train for. If > 0, overrides "
+                              "train_epochs.")
+    eval_steps: int = _field(0, "Number of steps to eval for. 0 = the whole split.")
+    eval_batch_size: int = _field(256, "Global batch size for evaluation.")
+    checkpoint_epochs: int = _field(1, "Number of epochs between checkpoints/summaries.")
+    checkpoint_steps: int = _field(0, "Number of steps between checkpoints/summaries. "
+                                   "If > 0, overrides checkpoint_epochs.")
+    eval_split: str = _field("validation", "Split for evaluation.")
+    dataset: str = _field("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
+                          "image folder, or 'digits' (offline, ships with scikit-learn).")
+    cache_dataset: bool = _field(False, "Whether to cache the entire dataset in memory.")
+    mode: str = _field("train", "Whether to perform training or evaluation.",
+                       ("train", "eval", "train_then_eval"))
+    train_mode: str = _field("pretrain", "The train mode controls different objectives "
+                             "and trainable components.", ("pretrain", "finetune"))
+    lineareval_while_pretraining: bool = _field(
+        True, "Whether to finetune a linear head on stop_gradient(h) while pretraining.")
+    checkpoint: Optional[str] = _field(
+        None, "Weights to start from when model_dir has no checkpoint: a checkpoint "
+        "prefix, a directory of checkpoints, or a SavedModel directory.")
+    zero_init_logits_layer: bool = _field(
+        False, "If True, zero initialize the layer after the supervised head input.")
+    fine_tune_after_block: int = _field(
+        -1, "The layers after which block that we will fine-tune. -1 means fine-tuning "
+        "everything. 0 means fine-tuning after the stem block. 4 means fine-tuning just "
+        "the linear head.")
+    master: Optional[str] = _field(None, "Address/name of the TensorFlow master to use.")
+    model_dir: Optional[str] = _field(None, "Model directory for training.")
+    data_dir: Optional[str] = _field(None, "Directory where dataset is stored.")
+    use_tpu: bool = _field(False, "Whether to run on TPU (the authors' default is True; "
+                           "ours is False so GPU and CPU users need no flag).")
+    tpu_name: Optional[str] = _field(None, "The Cloud TPU to use for training.")
+    tpu_zone: Optional[str] = _field(None, "GCE zone where the Cloud TPU is located.")
+    gcp_project: Optional[str] = _field(None, "Project name for the Cloud TPU.")
+    optimizer: str = _field("lars", "Optimizer to use.", ("momentum", "adam", "lars"))
+    momentum: float = _field(0.9, "Momentum parameter.")
+    eval_name: Optional[str] = _field(None, "Name for eval.")
+    keep_checkpoint_max: int = _field(5, "Maximum number of checkpoints to keep.")
+    keep_hub_module_max: int = _field(1, "Maximum number of exported SavedModels to keep.")
+    temperature: float = _field(0.1, "Temperature parameter for contrastive loss.")
+    hidden_norm: bool = _field(True, "Temperature parameter for contrastive loss "
+                               "(L2-normalise z before the dot products).")
+    proj_head_mode: str = _field("nonlinear", "How the head projection is done.",
+                                 ("none", "linear", "nonlinear"))
+    proj_out_dim: int = _field(128, "Number of head projection dimension.")
+    num_proj_layers: int = _field(3, "Number of non-linear head layers.")
+    ft_proj_selector: int = _field(
+        0, "Which layer of the projection head to use during fine-tuning. 0 means no "
+        "projection head, and -1 means the final layer.")
+    global_bn: bool = _field(True, "Whether to aggregate BN statistics across "
+                             "distributed cores.")
+    width_multiplier: float = _field(1, "Multiplier to change width of network.")
+    resnet_depth: int = _field(50, "Depth of ResNet.")
+    sk_ratio: float = _field(0.0, "If it is bigger than 0, it will enable SK. "
+                             "Recommendation: 0.0625.")
+    se_ratio: float = _field(0.0, "If it is bigger than 0, it will enable SE.")
+    image_size: int = _field(224, "Input image size.")
+    color_jitter_strength: float = _field(1.0, "The strength of color jittering.")
+    use_blur: bool = _field(True, "Whether or not to use Gaussian blur for augmentation "
+                            "during pretraining.")
+
+    # --- Ours ---
+    variant: Optional[str] = _field(
+        None, "Model variant name such as r50_1x_sk0 or r152_3x_sk1; sets resnet_depth, "
+        "width_multiplier and sk_ratio (which must then not contradict it).")
+    stem: str = _field(
+        "auto", "Encoder stem: 'imagenet' (7x7/2 conv + max-pool), 'cifar' (3x3/1 conv, "
+        "no pool) or 'auto' = cifar when image_size <= 32 (the authors' rule), logged.",
+        ("auto", "imagenet", "cifar"))
+    strategy: str = _field(
+        "auto", "Distribution: 'auto' (tpu with --use_tpu, else mirrored over all GPUs "
+        "if more than one, else default), 'default', 'mirrored', 'multiworker' "
+        "(TF_CONFIG), 'tpu'.", ("auto", "default", "mirrored", "multiworker", "tpu"))
+    mixed_precision: str = _field(
+        "none", "Compute dtype policy; losses and BN statistics stay float32.",
+        ("none", "bfloat16", "float16"))
+    jit_compile: bool = _field(
+        False, "Compile the train step with XLA. Off by default: on CPU it is slower "
+        "and it fails under MirroredStrategy on CPU.")
+    seed: int = _field(0, "Seed of weights, data order and augmentations.")
+    label_fraction: float = _field(
+        1.0, "Use a deterministic stratified subset of this fraction of the labelled "
+        "training split (e.g. 0.01 or 0.1) for fine-tuning; ids written to model_dir.")
+    final_linear_probe: bool = _field(
+        False, "After training, fit an L-BFGS logistic-regression probe on frozen h "
+        "(train split) and report its eval-split accuracy next to the same probe on a "
+        "randomly initialised encoder.")
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def resolved_stem(self):
+        """The stem actually used ('auto' resolved by the authors' image-size rule)."""
+        if self.stem != "auto":
+            return self.stem
+        return "cifar" if self.image_size <= 32 else "imagenet"
+
+    def model_kwargs(self, num_classes=None):
+        """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run.
+
+        Args:
+            num_classes: classes of the supervised head, or None for none.
+        """
+        has_head = num_classes is not None and (
+            self.train_mode == "finetune" or self.lineareval_while_pretraining)
+        width = self.width_multiplier
+        return dict(
+            depth=self.resnet_depth,
+            width_multiplier=int(width) if float(width).is_integer() else width,
+            sk_ratio=self.sk_ratio, se_ratio=self.se_ratio, stem=self.resolved_stem,
+            proj_head_mode=self.proj_head_mode, num_proj_layers=self.num_proj_layers,
+            proj_out_dim=self.proj_out_dim, ft_proj_selector=self.ft_proj_selector,
+            num_classes=num_classes if has_head else None,
+            supervised_head_stop_gradient=self.train_mode == "pretrain",
+            zero_init_logits_layer=self.zero_init_logits_layer,
+            batch_norm_decay=self.batch_norm_decay, global_bn=self.global_bn)
+
+    # ----------------------------------------------------------- validation
+    def validate(self):
+        """Checks every value and combination; returns self or raises ConfigError.
+
+        Only what the flags alone decide is checked here; checks that need the
+        dataset or the strategy (split names, labels, replica count) run in
+        `simclr_tf.experiment` before any model is built.
+        """
+        for name in self.choice_fields():
+            value = getattr(self, name)
+            choices = self.field_choices(name)
+            if value not in choices:
+                raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
+        _positive = (
+            ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
+            ("train_batch_size", "e.g. 512 or 4096"),
+            ("eval_batch_size", "e.g. 256"),
+            ("temperature", "e.g. 0.1 (ImageNet) or 0.5 (CIFAR-10)"),
+            ("width_multiplier", "e.g. 1, 2, 4 or 0.25 for a small model"),
+            ("image_size", "e.g. 224 (ImageNet) or 32 (CIFAR)"),
+            ("proj_out_dim", "e.g. 128"),
+            ("keep_checkpoint_max", "e.g. 5"),
+            ("keep_hub_module_max", "e.g. 1"),
+        )
+        for name, example in _positive:
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
+        _non_negative = ("warmup_epochs", "weight_decay", "train_steps", "eval_steps",
+                         "checkpoint_steps", "sk_ratio", "se_ratio", "color_jitter_strength",
+                         "train_epochs", "checkpoint_epochs")
+        for name in _non_negative:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(name, f"must be >= 0; got {value!r}.")
+        if self.train_steps == 0 and self.train_epochs == 0 and self.mode != "eval":
+            raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
+                              "them to say how long to train.")
+        if self.checkpoint_steps == 0 and self.checkpoint_epochs == 0:
+            raise ConfigError("checkpoint_epochs", "and --checkpoint_steps are both 0: set "
+                              "one of them (e.g. --checkpoint_epochs=1).")
+        if not 0.0 < self.batch_norm_decay < 1.0:
+            raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
+                              f"{self.batch_norm_decay!r}.")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError("momentum", f"must be in [0, 1), e.g. 0.9; got {self.momentum!r}.")
+        if self.resnet_depth not in variants.SUPPORTED_DEPTHS:
+            raise ConfigError("resnet_depth", f"must be one of {variants.SUPPORTED_DEPTHS}; "
+                              f"got {self.resnet_depth!r}.")
+        if self.variant is not None:
+            self._check_variant()
+        if self.fine_tune_after_block not in (-1, 0, 1, 2, 3, 4):
+            raise ConfigError("fine_tune_after_block", "must be -1 (train everything), 0 "
+                              "(freeze the stem), 1-3 (also freeze block groups up to it) "
+                              f"or 4 (only the head); got {self.fine_tune_after_block!r}.")
+        if self.proj_head_mode == "nonlinear" and self.num_proj_layers < 1:
+            raise ConfigError("num_proj_layers", "must be >= 1 with "
+                              f"--proj_head_mode=nonlinear; got {self.num_proj_layers!r}.")
+        num_outputs = {"none": 0, "linear": 1,
+                       "nonlinear": self.num_proj_layers}[self.proj_head_mode] + 1
+        if not -num_outputs <= self.ft_proj_selector < num_outputs:
+            raise ConfigError(
+                "ft_proj_selector", f"must be in [{-num_outputs}, {num_outputs - 1}] for a "
+                f"'{self.proj_head_mode}' head with {num_outputs - 1} layer(s) (0 = h, -1 = "
+                f"the last layer); got {self.ft_proj_selector!r}.")
+        if not 0.0 < self.label_fraction <= 1.0:
+            raise ConfigError("label_fraction", "must be in (0, 1], e.g. 0.01 or 0.1; got "
+                              f"{self.label_fraction!r}.")
+        if self.label_fraction < 1.0 and self.train_mode != "finetune":
+            raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
+                              "(pretraining uses no labels).")
+        if self.mode != "eval" and self.model_dir in (None, ""):
+            raise ConfigError("model_dir", "is required: the directory for checkpoints, "
+                              "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
+        if self.mode == "eval" and self.model_dir in (None, "") and not self.checkpoint:
+            raise ConfigError("model_dir", "or --checkpoint is required with --mode=eval: "
+                              "the run to evaluate.")
+        if self.use_tpu and self.strategy not in ("auto", "tpu"):
+            raise ConfigError("strategy", f"--use_tpu conflicts with --strategy={self.strategy}; "
+                              "drop one of them.")
+        if self.mixed_precision == "float16" and (self.use_tpu or self.strategy == "tpu"):
+            raise ConfigError("mixed_precision", "TPUs do not support float16; use "
+                              "--mixed_precision=bfloat16.")
+        if self.jit_compile and self.strategy == "mirrored":
+            raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
+                              "TensorFlow 2.21 (XLA cannot reach the other replicas' "
+                              "variables); drop --jit_compile.")
+        return self
+
+    def _check_variant(self):
+        try:
+            parsed = variants.parse_variant(self.variant)
+        except ValueError as error:
+            raise ConfigError("variant", str(error)) from None
+        defaults = Config()
+        for name, flag in (("depth", "resnet_depth"), ("width_multiplier", "width_multiplier"),
+                           ("sk_ratio", "sk_ratio")):
+            value = getattr(self, flag)
+            if value != getattr(defaults, flag) and value != parsed[name]:
+                raise ConfigError("variant", f"{self.variant} means --{flag}={parsed[name]}, "
+                                  f"but --{flag}={value} was also given; drop one.")
+
+    # -------------------------------------------------------- construction
+    @classmethod
+    def choice_fields(cls):
+        return [f.name for f in dataclasses.fields(cls) if "choices" in f.metadata]
+
+    @classmethod
+    def field_choices(cls, name):
+        return {f.name: f.metadata.get("choices") for f in dataclasses.fields(cls)}[name]
+
+    @classmethod
+    def from_dict(cls, values):
+        """Builds a Config from a mapping of flag values, applying `variant`.
+
+        Unknown keys raise ConfigError. The variant, when given, fills resnet_depth,
+        width_multiplier and sk_ratio.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(unknown[0], "is not a known setting.")
+        config = cls(**values)
+        if config.variant is not None:
+            config._check_variant()
+            parsed = variants.parse_variant(config.variant)
+            config = dataclasses.replace(
+                config, resnet_depth=parsed["depth"],
+                width_multiplier=parsed["width_multiplier"], sk_ratio=parsed["sk_ratio"])
+        return config
+
+    def to_dict(self):
+        values = dataclasses.asdict(self)
+        values["resolved_stem"] = self.resolved_stem
+        return values
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        values = json.loads(text)
+        values.pop("resolved_stem", None)
+        return cls.from_dict(values)
