@@ -1,0 +1,126 @@
+"""Distribution strategies and the cross-replica collectives the loss needs.
+
+SimCLR's negatives are the whole global batch, so every replica gathers the
+projections of all replicas (with gradient). The helpers below are identities
+outside a multi-replica replica context, so the same loss code runs on one device,
+under MirroredStrategy, MultiWorkerMirroredStrategy and TPUStrategy.
+"""
+import tensorflow as tf
+
+STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
+
+
+def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
+                    master=None, num_devices=None):
+    """Creates a `tf.distribute.Strategy`.
+
+    Args:
+        name: 'default' (the current/default strategy: one device), 'mirrored'
+            (all local GPUs, or CPU logical devices when there is no GPU),
+            'multiworker' (MultiWorkerMirroredStrategy; the cluster comes from the
+            `TF_CONFIG` environment variable) or 'tpu' (TPUStrategy).
+        tpu_name: TPU name or grpc address, for 'tpu'.
+        tpu_zone: GCE zone of the TPU, for 'tpu' (optional).
+        gcp_project: GCP project of the TPU, for 'tpu' (optional).
+        master: TPU master address, used when `tpu_name` is None (the authors'
+            `--master` flag).
+        num_devices: for 'mirrored', how many local devices to use (the first
+            ones); None uses all GPUs, or all logical CPUs without a GPU.
+
+    Returns:
+        The strategy. Build models and optimizers under `strategy.scope()`.
+
+    Raises:
+        ValueError: on an unknown name or an impossible `num_devices`.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(
+            f"Unknown strategy; choose one of {STRATEGIES}. Received: name={name!r}")
+    if num_devices is not None and (not isinstance(num_devices, int) or num_devices < 1):
+        raise ValueError(
+            f"num_devices must be a positive int or None. Received: "
+            f"num_devices={num_devices!r}")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(devices=_local_devices(num_devices))
+    if name == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return _create_tpu_strategy(tpu_name or master, tpu_zone, gcp_project)
+
+
+def _local_devices(num_devices):
+    """Names of the local devices a MirroredStrategy should use."""
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    names = [d.name for d in devices]
+    if num_devices is None:
+        return names
+    if num_devices > len(names):
+        raise ValueError(
+            f"Asked for {num_devices} devices but only {len(names)} exist "
+            f"({names}). Received: num_devices={num_devices}")
+    return names[:num_devices]
+
+
+def _create_tpu_strategy(tpu, zone, project):
+    # The resolver also accepts tpu=None on Cloud TPU VMs, where the local TPU is
+    # discovered automatically.
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=tpu, zone=zone, project=project)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _multi_replica_context():
+    """The replica context when inside `strategy.run` with > 1 replicas, else None."""
+    context = tf.distribute.get_replica_context()
+    # None means cross-replica context (inside `strategy.scope()` but not `run`):
+    # there is nothing to gather from there.
+    if context is None or context.num_replicas_in_sync == 1:
+        return None
+    return context
+
+
+def cross_replica_concat(tensor):
+    """Concatenates `tensor` from every replica along axis 0, in replica order.
+
+    Gradients flow back to every replica: replica r receives the sum over all
+    replicas of the gradient with respect to its slice (the all-gather's adjoint).
+    Outside a multi-replica replica context this is the identity.
+
+    Args:
+        tensor: a tensor with the same shape on every replica.
+
+    Returns:
+        A tensor of `num_replicas_in_sync * tensor.shape[0]` rows.
+    """
+    context = _multi_replica_context()
+    if context is None:
+        return tensor
+    return context.all_gather(tensor, axis=0)
+
+
+def cross_replica_sum(tensor):
+    """Sums `tensor` over replicas (identity outside a multi-replica context)."""
+    context = _multi_replica_context()
+    if context is None:
+        return tensor
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, tensor)
+
+
+def replica_id():
+    """This replica's global index (0..num_replicas_in_sync-1) as an int32 tensor."""
+    context = _multi_replica_context()
+    if context is None:
+        return tf.constant(0, tf.int32)
+    # TPU replica ids come back as uint32 tensors; plain ints elsewhere.
+    return tf.cast(tf.cast(context.replica_id_in_sync_group, tf.uint32), tf.int32)
+
+
+def num_replicas_in_sync():
+    """How many replicas compute this step together (1 outside any strategy)."""
+    context = tf.distribute.get_replica_context()
+    if context is not None:
+        return context.num_replicas_in_sync
+    return tf.distribute.get_strategy().num_replicas_in_sync
