@@ -1,0 +1,251 @@
+"""LARS, the optimizer factory and the reference's weight-decay rules.
+
+Which variables escape weight decay and trust-ratio scaling is decided by the
+model's structure (batch-norm layers, biases, the supervised head), never by
+variable-name patterns, whose spelling changed between Keras versions.
+"""
+import keras
+import tensorflow as tf
+
+OPTIMIZERS = ("lars", "momentum", "adam")
+
+
+def _all_layers(model):
+    """The model and every layer nested in it, depth first."""
+    # `_flatten_layers` is Keras' own recursive walk (it also sees layers held in
+    # attributes of custom layers, which `model.layers` does not list).
+    return list(model._flatten_layers(include_self=True, recursive=True))
+
+
+def _unique(variables):
+    seen, result = set(), []
+    for v in variables:
+        if id(v) not in seen:
+            seen.add(id(v))
+            result.append(v)
+    return result
+
+
+def _bias_variables(layers):
+    return [layer.bias for layer in layers
+            if isinstance(getattr(layer, "bias", None), keras.Variable)]
+
+
+def batch_norm_variables(model):
+    """All weights (trainable or not) of the model's BatchNormalization layers."""
+    return _unique(w for layer in _all_layers(model)
+                   if isinstance(layer, keras.layers.BatchNormalization)
+                   for w in layer.weights)
+
+
+def lars_excluded_variables(model):
+    """Variables LARS must neither decay nor scale by the trust ratio.
+
+    They are: every weight of a `keras.layers.BatchNormalization` layer (anywhere
+    in the model), every layer's `bias`, and all weights of
+    `model.supervised_head` when the model has one (not None).
+
+    Args:
+        model: a Keras model (built, so that its variables exist).
+
+    Returns:
+        A list of variables, without duplicates.
+    """
+    excluded = batch_norm_variables(model) + _bias_variables(_all_layers(model))
+    head = getattr(model, "supervised_head", None)
+    if head is not None:
+        excluded += list(head.weights)
+    return _unique(excluded)
+
+
+def weight_decay_loss_variables(model, optimizer_name):
+    """The variables whose 0.5 * ||w||^2 enters the loss, per the reference.
+
+    Args:
+        model: a built Keras model.
+        optimizer_name: 'lars' (only the supervised head's non-bias weights: LARS
+            decays everything else itself) or 'momentum' / 'adam' (every trainable
+            variable that is not a batch-norm weight, biases included).
+    """
+    if optimizer_name not in OPTIMIZERS:
+        raise ValueError(
+            f"optimizer_name must be one of {OPTIMIZERS}. Received: "
+            f"optimizer_name={optimizer_name!r}")
+    if optimizer_name == "lars":
+        head = getattr(model, "supervised_head", None)
+        if head is None:
+            return []
+        head_biases = {id(b) for b in _bias_variables(_all_layers(head))}
+        return [w for w in head.trainable_weights if id(w) not in head_biases]
+    bn = {id(w) for w in batch_norm_variables(model)}
+    return [w for w in _unique(model.trainable_variables) if id(w) not in bn]
+
+
+def weight_decay_loss(model, optimizer_name, weight_decay):
+    """The weight-decay term the reference adds to the loss.
+
+    Args:
+        model: a built Keras model.
+        optimizer_name: 'lars', 'momentum' or 'adam' (see
+            `weight_decay_loss_variables` for which weights each decays).
+        weight_decay: the decay coefficient (>= 0).
+
+    Returns:
+        float32 scalar weight_decay * sum(0.5 * ||w||^2).
+    """
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
+    variables = weight_decay_loss_variables(model, optimizer_name)
+    if not variables or not weight_decay:
+        return tf.constant(0.0, tf.float32)
+    return weight_decay * tf.add_n(
+        [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in variables])
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class LARS(keras.optimizers.Optimizer):
+    """Layer-wise Adaptive Rate Scaling with classic (heavy-ball) momentum.
+
+    For each variable w with gradient g, unless w is excluded:
+        g <- g + weight_decay * w
+        trust = eeta * ||w|| / ||g||     (1 if either norm is 0)
+    and trust = 1 without decay for excluded variables. Then
+        v <- momentum * v + lr * trust * g
+        w <- w - v                      (w - (momentum * v + lr * trust * g) if nesterov)
+
+    Args:
+        learning_rate: float, `LearningRateSchedule` or callable.
+        momentum: momentum coefficient in [0, 1).
+        eeta: trust coefficient, > 0.
+        weight_decay: L2 coefficient added to the gradient inside the update, >= 0.
+        nesterov: use Nesterov momentum.
+        excluded_variables: variables excluded from weight decay and trust scaling
+            (e.g. `lars_excluded_variables(model)`). Resolved once in `build()`.
+            Not part of `get_config()`: pass them again when re-creating.
+        name: optimizer name.
+        **kwargs: other `keras.optimizers.Optimizer` arguments (clipnorm,
+            loss_scale_factor, ...). Keras' own decoupled `weight_decay` is not
+            used: the decay happens inside the LARS update.
+
+    Example:
+        optimizer = LARS(schedule, weight_decay=1e-6,
+                         excluded_variables=lars_excluded_variables(model))
+    """
+
+    def __init__(self, learning_rate=0.001, momentum=0.9, eeta=0.001, weight_decay=0.0,
+                 nesterov=False, excluded_variables=None, name="lars", **kwargs):
+        # Keras' base class would apply its own (decoupled) decay from
+        # `self.weight_decay`; this optimizer decays inside the update instead.
+        super().__init__(learning_rate=learning_rate, weight_decay=None, name=name,
+                         **kwargs)
+        if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1). Received: momentum={momentum!r}")
+        if not isinstance(eeta, (int, float)) or not eeta > 0:
+            raise ValueError(f"eeta must be > 0. Received: eeta={eeta!r}")
+        if not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
+            raise ValueError(
+                f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
+        self.momentum = float(momentum)
+        self.eeta = float(eeta)
+        self.lars_weight_decay = float(weight_decay)
+        self.nesterov = bool(nesterov)
+        # Only the variables' keys are kept: a list of variables stored on the
+        # optimizer would be tracked as optimizer state (and checkpointed).
+        self._excluded_keys = frozenset(
+            self._var_key(v) for v in (excluded_variables or []))
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Adds variables to the exclusions (weight decay and trust scaling).
+
+        Args:
+            var_list: variables to exclude. Must be called before `build()`.
+            var_names: not supported: exclusions are structural, not by name.
+        """
+        if var_names:
+            raise ValueError(
+                "LARS excludes variables by identity (see lars_excluded_variables), "
+                f"not by name. Received: var_names={var_names!r}")
+        if self.built:
+            raise ValueError("exclude_from_weight_decay() must be called before build().")
+        self._excluded_keys = self._excluded_keys | frozenset(
+            self._var_key(v) for v in (var_list or []))
+
+    def build(self, variables):
+        """Creates the momentum slots and resolves the exclusions to per-index flags."""
+        if self.built:
+            return
+        super().build(variables)
+        self.momentums = self.add_optimizer_variables(variables, "momentum")
+        # Indexed like `self._get_variable_index`, which maps the per-replica copies
+        # seen in `update_step` under a strategy back to the built variable.
+        self._excluded_flags = tuple(
+            self._var_key(v) in self._excluded_keys for v in variables)
+
+    def is_excluded(self, variable):
+        """Whether a built variable is excluded from decay and trust scaling."""
+        return self._excluded_flags[self._get_variable_index(variable)]
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        dtype = variable.dtype
+        lr = tf.cast(learning_rate, dtype)
+        grad = tf.cast(gradient, dtype)
+        if isinstance(grad, tf.IndexedSlices):
+            grad = tf.convert_to_tensor(grad)
+        weights = tf.convert_to_tensor(variable)
+        if self._excluded_flags[index]:
+            scaled_lr = lr
+        else:
+            if self.lars_weight_decay:
+                grad = grad + tf.cast(self.lars_weight_decay, dtype) * weights
+            w_norm = tf.norm(weights)
+            g_norm = tf.norm(grad)
+            trust = tf.where(
+                tf.logical_and(w_norm > 0, g_norm > 0),
+                tf.cast(self.eeta, dtype) * tf.math.divide_no_nan(w_norm, g_norm),
+                tf.ones_like(w_norm))
+            scaled_lr = lr * trust
+        velocity = self.momentums[index]
+        momentum = tf.cast(self.momentum, dtype)
+        new_velocity = momentum * velocity + scaled_lr * grad
+        self.assign(velocity, new_velocity)
+        if self.nesterov:
+            self.assign_sub(variable, momentum * new_velocity + scaled_lr * grad)
+        else:
+            self.assign_sub(variable, new_velocity)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(momentum=self.momentum, eeta=self.eeta,
+                      weight_decay=self.lars_weight_decay, nesterov=self.nesterov)
+        return config
+
+
+def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, model=None):
+    """Creates the optimizer named by the `--optimizer` flag.
+
+    Weight decay follows the reference: LARS decays inside its update (with the
+    structural exclusions of `model`); momentum and Adam get it through
+    `weight_decay_loss` in the loss, so they are created without decay.
+
+    Args:
+        name: 'lars', 'momentum' (SGD with momentum, not Nesterov) or 'adam'.
+        learning_rate: float or `LearningRateSchedule`.
+        momentum: momentum for 'lars' and 'momentum'.
+        weight_decay: decay coefficient (used here only by 'lars').
+        model: the built model, required for 'lars' (its exclusions).
+
+    Returns:
+        A `keras.optimizers.Optimizer`; build it under the strategy's scope.
+    """
+    if name == "lars":
+        if model is None:
+            raise ValueError("build_optimizer('lars', ...) needs the model for its "
+                             "exclusions. Received: model=None")
+        return LARS(learning_rate, momentum=momentum, weight_decay=weight_decay,
+                    excluded_variables=lars_excluded_variables(model))
+    if name == "momentum":
+        return keras.optimizers.SGD(learning_rate, momentum=float(momentum), nesterov=False)
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate)
+    raise ValueError(f"name must be one of {OPTIMIZERS}. Received: name={name!r}")
