@@ -1,0 +1,366 @@
+"""The SimCLR train / fine-tune / eval steps and the loop around `strategy.run`.
+
+A loop of our own rather than `model.fit`: `fit` fails under
+MultiWorkerMirroredStrategy (keras-team/keras#20585), and the contrastive loss needs
+a replica context to gather negatives from every replica.
+
+Batches (see docs/design.md):
+    pretrain: ((view1, view2), labels), views float32 [n, H, W, 3] in [0, 1],
+              labels int32 [n] (-1 = unlabelled);
+    finetune / eval: (images, labels).
+"""
+import math
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from simclr_tf import distribute
+from simclr_tf import losses
+from simclr_tf import optimizers
+
+TRAIN_MODES = ("pretrain", "finetune")
+
+# Metrics that are counts: summed over replicas. All others are per-replica means
+# over equally sized local batches, so their mean over replicas is the global value.
+_SUMMED = ("num_examples",)
+# What `eval_step` returns: all counts and sums.
+_EVAL_COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss."""
+
+
+class Trainer:
+    """Runs SimCLR training steps under any `tf.distribute` strategy.
+
+    The model is called on images [B, H, W, 3] and returns a dict with
+    'proj_head_output' (pretraining) and 'logits_sup' (when it has a supervised
+    head); `model.supervised_head` is that head or None.
+
+    Args:
+        strategy: the strategy the model and optimizer were created under.
+        model: a built Keras model following the contract above.
+        optimizer: a Keras optimizer (e.g. from `optimizers.build_optimizer`),
+            wrapped in `keras.optimizers.LossScaleOptimizer` when the model
+            computes in float16. Built here on `model.trainable_variables`.
+        train_mode: 'pretrain' (two views, NT-Xent plus the supervised loss on the
+            labelled examples) or 'finetune' (one view, supervised loss only).
+        temperature: NT-Xent temperature.
+        hidden_norm: L2-normalise projections in NT-Xent.
+        weight_decay: the decay coefficient, for `optimizers.weight_decay_loss`.
+        optimizer_name: 'lars', 'momentum' or 'adam': which weights get their decay
+            through the loss (see `optimizers.weight_decay_loss`).
+        blur_fn: optional callable applied on device to the list `[view1, view2]`
+            of view batches, returning the blurred list (e.g.
+            `functools.partial(simclr_tf.data.augment.batch_random_blur, ...)`).
+            Pretraining only.
+        steps_per_loop: training steps per call of the compiled function (fewer
+            host round trips, e.g. on TPU); progress and hooks see every call.
+        jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
+            it fails under MirroredStrategy.
+
+    Example:
+        with strategy.scope():
+            model = ...; model(tf.zeros([1, 32, 32, 3]))
+            optimizer = optimizers.build_optimizer('lars', schedule,
+                                                   weight_decay=1e-6, model=model)
+        trainer = Trainer(strategy, model, optimizer, temperature=0.5)
+        trainer.run(iter(strategy.experimental_distribute_dataset(ds)), steps)
+    """
+
+    def __init__(self, strategy, model, optimizer, *, train_mode="pretrain",
+                 temperature=0.1, hidden_norm=True, weight_decay=0.0,
+                 optimizer_name="lars", blur_fn=None, steps_per_loop=1,
+                 jit_compile=False):
+        if train_mode not in TRAIN_MODES:
+            raise ValueError(
+                f"train_mode must be one of {TRAIN_MODES}. Received: train_mode={train_mode!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+        if optimizer_name not in optimizers.OPTIMIZERS:
+            raise ValueError(
+                f"optimizer_name must be one of {optimizers.OPTIMIZERS}. Received: "
+                f"optimizer_name={optimizer_name!r}")
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
+        if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
+            raise ValueError(
+                f"steps_per_loop must be a positive int. Received: steps_per_loop={steps_per_loop!r}")
+        if blur_fn is not None and not callable(blur_fn):
+            raise ValueError(f"blur_fn must be callable or None. Received: blur_fn={blur_fn!r}")
+        if not model.built:
+            raise ValueError("The model must be built (called once) before the Trainer.")
+        compute_dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
+        if compute_dtype == "float16" and not isinstance(
+                optimizer, keras.optimizers.LossScaleOptimizer):
+            raise ValueError(
+                "A float16 model needs loss scaling: wrap the optimizer in "
+                "keras.optimizers.LossScaleOptimizer. Received: "
+                f"optimizer={type(optimizer).__name__}")
+        self.strategy = strategy
+        self.model = model
+        self.optimizer = optimizer
+        self.train_mode = train_mode
+        self.temperature = float(temperature)
+        self.hidden_norm = bool(hidden_norm)
+        self.weight_decay = float(weight_decay)
+        self.optimizer_name = optimizer_name
+        self.blur_fn = blur_fn
+        self.steps_per_loop = steps_per_loop
+        self.jit_compile = jit_compile
+        with strategy.scope():
+            optimizer.build(model.trainable_variables)
+        self._train_function = None
+        self._eval_function = None
+
+    # ----- steps (each runs in a replica context) ---------------------------------
+
+    def train_step(self, batch):
+        """One optimisation step for `train_mode`; returns this replica's metrics."""
+        if self.train_mode == "pretrain":
+            return self.pretrain_step(batch)
+        return self.finetune_step(batch)
+
+    def pretrain_step(self, batch):
+        """NT-Xent on both views + supervised loss on labelled ones + weight decay.
+
+        Args:
+            batch: `((view1, view2), labels)`.
+
+        Returns:
+            Dict of float32 scalars for this replica.
+        """
+        (view1, view2), labels = batch
+        if self.blur_fn is not None:
+            view1, view2 = self.blur_fn([view1, view2])
+        images = tf.concat([view1, view2], axis=0)  # [2n, H, W, 3]: BN sees both views
+        # Both views of an image carry its label (online linear evaluation).
+        labels = tf.concat([labels, labels], axis=0)
+
+        def compute_loss():
+            outputs = self.model(images, training=True)
+            z1, z2 = tf.split(outputs["proj_head_output"], 2, axis=0)
+            contrastive = losses.nt_xent(z1, z2, temperature=self.temperature,
+                                         hidden_norm=self.hidden_norm)
+            metrics = dict(contrast_loss=contrastive.loss,
+                           contrast_acc=losses.contrast_acc(contrastive),
+                           contrast_entropy=losses.contrast_entropy(contrastive))
+            loss = contrastive.loss
+            if "logits_sup" in outputs:
+                sup_loss = losses.supervised_loss(labels, outputs["logits_sup"])
+                metrics.update(sup_loss=sup_loss,
+                               **self._label_accuracy(labels, outputs["logits_sup"]))
+                loss = loss + sup_loss
+            return loss, metrics
+
+        metrics = self._optimize(compute_loss)
+        metrics["num_examples"] = tf.cast(tf.shape(view1)[0], tf.float32)
+        return metrics
+
+    def finetune_step(self, batch):
+        """Supervised loss on one view + weight decay.
+
+        Args:
+            batch: `(images, labels)`.
+
+        Returns:
+            Dict of float32 scalars for this replica.
+        """
+        images, labels = batch
+
+        def compute_loss():
+            logits = self._logits(self.model(images, training=True))
+            sup_loss = losses.supervised_loss(labels, logits)
+            return sup_loss, dict(sup_loss=sup_loss, **self._label_accuracy(labels, logits))
+
+        metrics = self._optimize(compute_loss)
+        metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
+        return metrics
+
+    def eval_step(self, batch):
+        """Counts top-1 / top-5 hits on `(images, labels)`; labels -1 are skipped."""
+        images, labels = batch
+        labels = tf.cast(labels, tf.int32)
+        # The last, partial batch can leave a replica with no example, and some
+        # kernels (oneDNN convolutions) fail on empty batches: give such a replica
+        # one blank, unlabelled image, which is never counted.
+        pad = tf.maximum(1 - tf.shape(images)[0], 0)
+        images = tf.pad(images, [[0, pad], [0, 0], [0, 0], [0, 0]])
+        labels = tf.pad(labels, [[0, pad]], constant_values=-1)
+        logits = self._logits(self.model(images, training=False))
+        labelled = labels >= 0
+        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.maximum(labels, 0), logits=tf.cast(logits, tf.float32))
+        return dict(top_1_correct=losses.top_k_correct(labels, logits, 1),
+                    top_5_correct=losses.top_k_correct(labels, logits, 5),
+                    num_labelled=tf.reduce_sum(tf.cast(labelled, tf.float32)),
+                    loss_sum=tf.reduce_sum(tf.where(labelled, per_example, 0.0)))
+
+    def _optimize(self, compute_loss):
+        """Forward + weight decay under a tape, then one optimizer update."""
+        # The rate of this update (the schedule reads the not yet incremented step).
+        learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, metrics = compute_loss()
+            decay = optimizers.weight_decay_loss(self.model, self.optimizer_name,
+                                                 self.weight_decay)
+            loss = loss + decay
+            # The optimizer sums gradients over replicas, so each replica contributes
+            # 1/R of the global loss. This must happen inside the tape.
+            replica_loss = loss / distribute.num_replicas_in_sync()
+            scaled_loss = self.optimizer.scale_loss(replica_loss)
+        grads = tape.gradient(scaled_loss, variables)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
+        return metrics
+
+    @staticmethod
+    def _logits(outputs):
+        if "logits_sup" not in outputs:
+            raise ValueError("The model has no supervised head: its outputs lack "
+                             f"'logits_sup'. Received keys: {sorted(outputs)}")
+        return outputs["logits_sup"]
+
+    @staticmethod
+    def _label_accuracy(labels, logits):
+        # Over the labelled examples of the global batch (0 when there are none),
+        # scaled like `losses.supervised_loss` so that the mean over replicas is
+        # exact when replicas hold different numbers of labelled examples.
+        count = distribute.cross_replica_sum(tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
+        correct = losses.top_k_correct(labels, logits, 1)
+        replicas = float(distribute.num_replicas_in_sync())
+        return dict(label_acc=correct * replicas / tf.maximum(count, 1.0))
+
+    # ----- distributed functions ---------------------------------------------------
+
+    def _reduce(self, per_replica, summed=_SUMMED):
+        """Per-replica scalars -> global values: sums for `summed`, means otherwise."""
+        return {name: self.strategy.reduce(
+                    tf.distribute.ReduceOp.SUM if name in summed else tf.distribute.ReduceOp.MEAN,
+                    value, axis=None)
+                for name, value in per_replica.items()}
+
+    def _make_train_function(self):
+        def one_step(iterator):
+            return self._reduce(self.strategy.run(self.train_step, args=(next(iterator),)))
+
+        @tf.function(jit_compile=self.jit_compile)
+        def train_function(iterator, num_steps):
+            logs = one_step(iterator)
+            for _ in tf.range(num_steps - 1):
+                logs = one_step(iterator)
+            return logs
+
+        return train_function
+
+    def train_steps(self, iterator, num_steps=1):
+        """Runs `num_steps` (>= 1) steps in one compiled call; returns the last logs.
+
+        Args:
+            iterator: an iterator over a distributed dataset
+                (`iter(strategy.experimental_distribute_dataset(...))` or
+                `iter(strategy.distribute_datasets_from_function(...))`).
+            num_steps: steps to run.
+
+        Returns:
+            Dict of numpy float32 scalars (means over replicas; num_examples, the
+            images in the global batch, summed over replicas).
+        """
+        if self._train_function is None:
+            self._train_function = self._make_train_function()
+        logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
+        return {name: value.numpy() for name, value in logs.items()}
+
+    def run(self, iterator, num_steps, *, hooks=(), verbose=1):
+        """Trains `num_steps` steps with a progress bar.
+
+        Args:
+            iterator: an iterator over a distributed dataset (see `train_steps`).
+            num_steps: how many steps to run now (not the global target).
+            hooks: callables `hook(step, logs)` called after each compiled call, with
+                the optimizer's global step after it and the last step's logs (e.g.
+                to checkpoint or write summaries).
+            verbose: 1 shows a `keras.utils.Progbar`, 0 is silent (e.g. on
+                non-chief workers).
+
+        Returns:
+            The logs of the last step.
+
+        Raises:
+            NonFiniteLossError: when the loss becomes NaN or infinite.
+        """
+        if not isinstance(num_steps, int) or num_steps < 0:
+            raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
+        progbar = keras.utils.Progbar(
+            num_steps, verbose=verbose,
+            stateful_metrics=("learning_rate", "examples_per_sec"))
+        done, logs = 0, {}
+        while done < num_steps:
+            chunk = min(self.steps_per_loop, num_steps - done)
+            start = time.perf_counter()
+            logs = self.train_steps(iterator, chunk)
+            elapsed = time.perf_counter() - start
+            done += chunk
+            step = int(self.optimizer.iterations.numpy())
+            self._check_finite(logs, step)
+            # Images per second (a pretraining example is one image, two views).
+            logs["examples_per_sec"] = np.float32(
+                logs["num_examples"] * chunk / max(elapsed, 1e-9))
+            shown = [(k, logs[k]) for k in ("loss", "contrast_acc", "label_acc",
+                                            "learning_rate", "examples_per_sec") if k in logs]
+            progbar.update(done, values=shown)
+            for hook in hooks:
+                hook(step, logs)
+        return logs
+
+    def _check_finite(self, logs, step):
+        loss = float(logs["loss"])
+        if math.isfinite(loss):
+            return
+        float16 = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        raise NonFiniteLossError(
+            f"The training loss is {loss} at step {step}; stopping. Likely causes: "
+            f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
+            "lower --learning_rate or lengthen --warmup_epochs), a temperature too "
+            f"low (temperature={self.temperature:g}), or "
+            + ("float16 overflow (try --mixed_precision=bfloat16 or float32)"
+               if float16 else "mixed precision (try float32)")
+            + ". The weights after this step are not finite: do not save them; "
+            "resume from the last checkpoint.")
+
+    def evaluate(self, dataset, steps=None):
+        """Top-1 / top-5 accuracy of `logits_sup` over a dataset.
+
+        Args:
+            dataset: a `tf.data.Dataset` of `(images, labels)` global batches, or a
+                distributed dataset made from one with this strategy.
+            steps: evaluate at most this many batches (None or 0: all).
+
+        Returns:
+            dict(top_1_accuracy, top_5_accuracy, loss, num_examples) as Python
+            numbers, over the labelled examples (label >= 0).
+        """
+        if isinstance(dataset, tf.data.Dataset):
+            dataset = self.strategy.experimental_distribute_dataset(dataset)
+        if self._eval_function is None:
+            # A partial last batch has another shape: retrace without warnings.
+            self._eval_function = tf.function(
+                lambda batch: self._reduce(self.strategy.run(self.eval_step, args=(batch,)),
+                                           summed=_EVAL_COUNTS),
+                jit_compile=self.jit_compile, reduce_retracing=True)
+        totals = dict.fromkeys(_EVAL_COUNTS, 0.0)
+        for index, batch in enumerate(dataset):
+            if steps and index >= steps:
+                break
+            for name, value in self._eval_function(batch).items():
+                totals[name] += float(value)
+        count = totals["num_labelled"]
+        denominator = max(count, 1.0)
+        return dict(top_1_accuracy=totals["top_1_correct"] / denominator,
+                    top_5_accuracy=totals["top_5_correct"] / denominator,
+                    loss=totals["loss_sum"] / denominator,
+                    num_examples=int(count))
