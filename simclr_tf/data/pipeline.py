@@ -1,0 +1,190 @@
+"""Input pipelines: per-replica batches of augmented views, sharded per input context.
+
+`build_input_fn` returns the `input_fn(input_context)` that
+`strategy.distribute_datasets_from_function` calls once per input pipeline;
+`build_distributed_dataset` does that call. Batches (docs/design.md, "Batches"):
+
+- pretraining (`is_training=True, train_mode='pretrain'`): `((view1, view2), labels)`,
+  two independent `preprocess_for_train` views of every image, float32
+  [n, H, W, 3] in [0, 1], labels int32 [n] (-1 where the split has none). Blur is not
+  applied here: the train step calls `augment.batch_random_blur` on the device.
+- fine-tuning (`is_training=True, train_mode='finetune'`): `(images, labels)`, crop and
+  flip only.
+- evaluation (`is_training=False`): `(images, labels)` with `preprocess_for_eval`;
+  every example exactly once, the last batch may be smaller.
+
+n is the per-replica batch, `global_batch_size // num_replicas_in_sync`. Training
+datasets repeat forever and drop the last partial batch, so every step sees full,
+statically shaped batches.
+
+Example:
+```python
+source = datasets.get_dataset("digits")
+dist_ds = build_distributed_dataset(
+    strategy, source, "train", global_batch_size=256, is_training=True,
+    train_mode="pretrain", image_size=32, color_jitter_strength=0.5)
+(view1, view2), labels = next(iter(dist_ds))   # PerReplica values
+```
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from simclr_tf.data import augment
+from simclr_tf.data.datasets import DatasetSource
+
+TRAIN_MODES = ("pretrain", "finetune")
+# The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
+# memory, the reference's choice; smaller datasets are shuffled whole.
+DEFAULT_SHUFFLE_BUFFER_SIZE = 10_000
+
+InputFn = Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
+
+
+def _positive_int(name: str, value) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+
+
+def build_input_fn(
+    source: DatasetSource,
+    split: str,
+    *,
+    global_batch_size: int,
+    is_training: bool,
+    train_mode: str = "pretrain",
+    image_size: int = 224,
+    color_jitter_strength: float = 1.0,
+    impl: str = "simclrv2",
+    cache: bool = False,
+    seed: int | None = None,
+    label_subset_ids: Sequence[int] | np.ndarray | None = None,
+    shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
+    eval_center_crop: bool | None = None,
+) -> InputFn:
+    """Returns `input_fn(input_context) -> tf.data.Dataset` of per-replica batches.
+
+    Args:
+      source: the dataset (`datasets.get_dataset(...)`).
+      split: split spec, e.g. 'train', 'train[:10%]', 'unlabelled'.
+      global_batch_size: examples per step over all replicas; must divide evenly.
+      is_training: training (shuffle, repeat, random augmentation, full batches) or
+        evaluation (one ordered pass, every example kept).
+      train_mode: 'pretrain' (two colour-distorted views) or 'finetune' (one crop+flip
+        view); used when `is_training`.
+      image_size: output side in pixels.
+      color_jitter_strength: SimCLR's s (1.0 ImageNet, 0.5 CIFAR).
+      impl: 'simclrv2' (multiplicative brightness) or 'simclrv1' (additive).
+      cache: cache the decoded examples in memory after the first pass.
+      seed: shuffle seed (augmentations follow `tf.random.set_seed`).
+      label_subset_ids: keep only these example ids of `split` (semi-supervised
+        fine-tuning; see `datasets.make_label_subset`).
+      shuffle_buffer_size: examples in the shuffle buffer.
+      eval_center_crop: centre crop at evaluation; None applies the reference's rule
+        `augment.eval_center_crop_enabled(image_size)` (no crop at <= 32 px).
+
+    Returns:
+      The input function; called with None it gives global batches on one device.
+    """
+    if not isinstance(source, DatasetSource):
+        raise ValueError("`source` must be a DatasetSource (datasets.get_dataset). "
+                         f"Received: source={source!r}")
+    _positive_int("global_batch_size", global_batch_size)
+    _positive_int("image_size", image_size)
+    _positive_int("shuffle_buffer_size", shuffle_buffer_size)
+    if train_mode not in TRAIN_MODES:
+        raise ValueError(f"`train_mode` must be one of {TRAIN_MODES}. "
+                         f"Received: train_mode={train_mode!r}")
+    if impl not in augment.IMPLS:
+        raise ValueError(f"`impl` must be one of {augment.IMPLS}. Received: impl={impl!r}")
+    if not 0.0 <= color_jitter_strength <= augment.MAX_COLOR_JITTER_STRENGTH:
+        raise ValueError(
+            f"`color_jitter_strength` must be in [0, {augment.MAX_COLOR_JITTER_STRENGTH}]. "
+            f"Received: color_jitter_strength={color_jitter_strength!r}")
+    source.split_ranges(split)  # Fails early, naming the dataset and its splits.
+    pretraining = is_training and train_mode == "pretrain"
+    if not pretraining and not source.has_labels(split):
+        raise ValueError(
+            f"Split {split!r} of dataset {source.name!r} has no labels: it can only be "
+            "used for pretraining (is_training=True, train_mode='pretrain').")
+    if eval_center_crop is None:
+        eval_center_crop = augment.eval_center_crop_enabled(image_size)
+    subset = None if label_subset_ids is None else np.asarray(label_subset_ids, np.int64)
+
+    def preprocess_pretrain(image, label):
+        image = augment.to_float_image(image)
+
+        def view():
+            return augment.preprocess_for_train(
+                image, image_size, image_size,
+                color_jitter_strength=color_jitter_strength, impl=impl)
+
+        return (view(), view()), label
+
+    def preprocess_finetune(image, label):
+        return augment.preprocess_for_train(
+            image, image_size, image_size, color_distort=False, impl=impl), label
+
+    def preprocess_eval(image, label):
+        return augment.preprocess_for_eval(image, image_size, image_size,
+                                           crop=eval_center_crop), label
+
+    if pretraining:
+        preprocess = preprocess_pretrain
+    elif is_training:
+        preprocess = preprocess_finetune
+    else:
+        preprocess = preprocess_eval
+
+    def input_fn(input_context: tf.distribute.InputContext | None = None):
+        if input_context is None:
+            batch_size = global_batch_size
+        else:
+            batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+        dataset = source.load(split, input_context=input_context,
+                              shuffle_files=is_training, example_ids=subset)
+        if cache:
+            dataset = dataset.cache()
+        if is_training:
+            dataset = dataset.shuffle(shuffle_buffer_size, seed=seed,
+                                      reshuffle_each_iteration=True).repeat()
+        # Training order needs no determinism, and dropping it lets slow images
+        # (large JPEGs) overtake; evaluation keeps the split's order.
+        dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=not is_training)
+        dataset = dataset.batch(batch_size, drop_remainder=is_training,
+                                num_parallel_calls=tf.data.AUTOTUNE,
+                                deterministic=not is_training)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    return input_fn
+
+
+def build_distributed_dataset(strategy: tf.distribute.Strategy, source: DatasetSource,
+                              split: str, *, global_batch_size: int,
+                              **kwargs) -> tf.distribute.DistributedDataset:
+    """`strategy.distribute_datasets_from_function(build_input_fn(...))`.
+
+    Args:
+      strategy: the distribution strategy (default strategy for one device).
+      source: the dataset.
+      split: split spec.
+      global_batch_size: examples per step over all replicas; must be a multiple of
+        `strategy.num_replicas_in_sync`.
+      **kwargs: the keyword arguments of `build_input_fn`.
+
+    Returns:
+      A distributed dataset of per-replica batches (see module docstring).
+    """
+    _positive_int("global_batch_size", global_batch_size)
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise ValueError(
+            f"`global_batch_size` must be a multiple of the {replicas} replicas in sync. "
+            f"Received: global_batch_size={global_batch_size}")
+    input_fn = build_input_fn(source, split, global_batch_size=global_batch_size,
+                              **kwargs)
+    return strategy.distribute_datasets_from_function(input_fn)
