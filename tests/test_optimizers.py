@@ -1,0 +1,207 @@
+"""LARS against a numpy closed form; structural exclusions; weight-decay rules."""
+import copy
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import optimizers, schedules
+from standin_model import make_model
+
+
+def numpy_lars(weights, grads_per_step, lrs, *, excluded, momentum=0.9, eeta=0.001,
+               weight_decay=0.0, nesterov=False):
+    """The LARS update of REFERENCE.md, one variable at a time, in float64."""
+    weights = [np.float64(w).copy() for w in weights]
+    velocity = [np.zeros_like(w) for w in weights]
+    for grads, lr in zip(grads_per_step, lrs):
+        for i, (w, g) in enumerate(zip(weights, grads)):
+            g = np.float64(g)
+            trust = 1.0
+            if not excluded[i]:
+                g = g + weight_decay * w
+                w_norm, g_norm = np.linalg.norm(w), np.linalg.norm(g)
+                if w_norm > 0 and g_norm > 0:
+                    trust = eeta * w_norm / g_norm
+            velocity[i] = momentum * velocity[i] + lr * trust * g
+            update = momentum * velocity[i] + lr * trust * g if nesterov else velocity[i]
+            weights[i] = w - update
+    return weights
+
+
+def _problem(seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(3, 4), (4,), (2, 2), (5,)]
+    weights = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    weights[2][:] = 0.0  # ||w|| = 0: trust falls back to 1
+    grads = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(4)]
+    for step in grads:
+        step[3][:] = 0.0  # ||g|| = 0 (before decay) on the last variable
+    return weights, grads
+
+
+def _run_eager(optimizer, weights, grads):
+    variables = [keras.Variable(w) for w in weights]
+    optimizer.exclude_from_weight_decay(var_list=[variables[1]])
+    for step in grads:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step], variables))
+    return [v.numpy() for v in variables]
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("num_steps", [1, 4])
+def test_lars_equals_closed_form(nesterov, num_steps):
+    weights, grads = _problem()
+    grads = grads[:num_steps]
+    got = _run_eager(optimizers.LARS(0.5, weight_decay=1e-2, nesterov=nesterov),
+                     weights, grads)
+    expected = numpy_lars(weights, grads, [0.5] * num_steps,
+                          excluded=[False, True, False, False], weight_decay=1e-2,
+                          nesterov=nesterov)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+
+
+def test_lars_follows_a_schedule_step_by_step():
+    weights, grads = _problem(seed=1)
+    schedule = schedules.WarmUpAndCosine(1.0, batch_size=256, warmup_steps=2, total_steps=4)
+    got = _run_eager(optimizers.LARS(schedule, momentum=0.8, eeta=0.01, weight_decay=1e-3),
+                     weights, grads)
+    lrs = [float(schedule(s)) for s in range(4)]  # 0, 0.5, 1, 0.5
+    expected = numpy_lars(weights, grads, lrs, excluded=[False, True, False, False],
+                          momentum=0.8, eeta=0.01, weight_decay=1e-3)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+
+
+def test_excluded_variable_is_plain_momentum_sgd():
+    weights, grads = _problem(seed=2)
+    got = _run_eager(optimizers.LARS(0.1, weight_decay=0.5), weights, grads)
+    # Variable 1 is excluded: no decay, no trust ratio, i.e. heavy-ball SGD.
+    w, v = np.float64(weights[1]), 0.0
+    for step in grads:
+        v = 0.9 * v + 0.1 * np.float64(step[1])
+        w = w - v
+    np.testing.assert_allclose(got[1], w, rtol=1e-6)
+    # A non-excluded variable with the same setting moves differently.
+    included = numpy_lars(weights, grads, [0.1] * 4, excluded=[False] * 4, weight_decay=0.5)
+    assert np.abs(included[1] - w).max() > 1e-2
+
+
+def test_exclusions_by_structure():
+    model = make_model()
+    excluded = {id(v) for v in optimizers.lars_excluded_variables(model)}
+    expected_excluded = (
+        [w for bn in (model.bn1, model.bn2, model.proj_bn) for w in bn.weights]
+        + [model.conv1.bias] + list(model.supervised_head.weights))
+    assert excluded == {id(v) for v in expected_excluded}
+    # Kernels that are neither BN, bias nor head: decayed and trust-scaled.
+    for kernel in (model.conv1.kernel, model.conv2.kernel, model.proj.kernel):
+        assert id(kernel) not in excluded
+    no_head = make_model(with_head=False)
+    assert len(optimizers.lars_excluded_variables(no_head)) == len(expected_excluded) - 2
+
+
+def test_exclusions_resolved_in_build_and_under_mirrored_strategy():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    rng = np.random.default_rng(3)
+    with strategy.scope():
+        model = make_model()
+        optimizer = optimizers.build_optimizer("lars", 0.3, weight_decay=1e-2, model=model)
+        optimizer.build(model.trainable_variables)
+    variables = model.trainable_variables
+    excluded = {id(v) for v in optimizers.lars_excluded_variables(model)}
+    flags = [optimizer.is_excluded(v) for v in variables]
+    assert flags == [id(v) in excluded for v in variables]
+    # The optimizer holds no reference to model variables as its own state.
+    model_ids = {id(v) for v in model.weights}
+    assert not any(id(v) in model_ids for v in optimizer.variables)
+
+    initial = [v.numpy() for v in variables]
+    grads = [[rng.normal(size=v.shape).astype(np.float32) for v in variables]
+             for _ in range(3)]
+
+    @tf.function
+    def apply(step_grads):
+        def replica_fn():
+            # Each of the 2 replicas holds half the gradient; the optimizer sums them.
+            halves = [g / 2.0 for g in step_grads]
+            optimizer.apply_gradients(zip(halves, variables))
+        strategy.run(replica_fn)
+
+    for step in grads:
+        apply([tf.constant(g) for g in step])
+    expected = numpy_lars(initial, grads, [0.3] * 3, excluded=flags, weight_decay=1e-2)
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(v.numpy(), e, rtol=1e-5, atol=1e-6)
+
+
+def test_lars_config_round_trip():
+    schedule = schedules.WarmUpAndCosine(0.3, batch_size=4096, warmup_steps=10,
+                                         total_steps=100)
+    optimizer = optimizers.LARS(schedule, momentum=0.8, eeta=0.002, weight_decay=1e-6,
+                                nesterov=True, name="my_lars")
+    config = optimizer.get_config()
+    assert config["weight_decay"] == 1e-6 and config["eeta"] == 0.002
+    assert config["momentum"] == 0.8 and config["nesterov"] is True
+    # Keras' from_config deserializes the schedule in place: hand it a copy.
+    clone = optimizers.LARS.from_config(copy.deepcopy(config))
+    assert clone.get_config() == config
+    assert float(clone.learning_rate) == float(optimizer.learning_rate)  # schedule at step 0
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert isinstance(restored, optimizers.LARS)
+    assert restored.get_config() == config
+
+
+def test_lars_bad_arguments():
+    with pytest.raises(ValueError, match="momentum=1.5"):
+        optimizers.LARS(0.1, momentum=1.5)
+    with pytest.raises(ValueError, match="eeta=0"):
+        optimizers.LARS(0.1, eeta=0)
+    with pytest.raises(ValueError, match="weight_decay=-1"):
+        optimizers.LARS(0.1, weight_decay=-1)
+    with pytest.raises(ValueError, match="var_names"):
+        optimizers.LARS(0.1).exclude_from_weight_decay(var_names=["bias"])
+
+
+def test_weight_decay_loss_rules():
+    model = make_model()
+    sq = lambda v: 0.5 * float(np.sum(np.float64(v.numpy()) ** 2))  # noqa: E731
+    # LARS decays everything else itself: only the supervised head kernel is in the loss.
+    lars = optimizers.weight_decay_loss(model, "lars", 1e-3).numpy()
+    np.testing.assert_allclose(lars, 1e-3 * sq(model.supervised_head.kernel), rtol=1e-6)
+    # Momentum / Adam: every trainable non-BN weight, biases included.
+    non_bn = [model.conv1.kernel, model.conv1.bias, model.conv2.kernel, model.proj.kernel,
+              model.supervised_head.kernel, model.supervised_head.bias]
+    expected = 1e-3 * sum(sq(v) for v in non_bn)
+    for name in ("momentum", "adam"):
+        got = optimizers.weight_decay_loss(model, name, 1e-3).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert optimizers.weight_decay_loss(make_model(with_head=False), "lars", 1e-3).numpy() == 0
+    assert optimizers.weight_decay_loss(model, "momentum", 0.0).numpy() == 0
+    with pytest.raises(ValueError, match="optimizer_name='sgd'"):
+        optimizers.weight_decay_loss(model, "sgd", 1e-3)
+
+
+def test_weight_decay_loss_skips_frozen_weights():
+    model = make_model()
+    model.conv1.trainable = False
+    names = {id(v) for v in optimizers.weight_decay_loss_variables(model, "momentum")}
+    assert id(model.conv1.kernel) not in names and id(model.conv2.kernel) in names
+
+
+def test_build_optimizer():
+    model = make_model()
+    lars = optimizers.build_optimizer("lars", 0.1, momentum=0.9, weight_decay=1e-4,
+                                      model=model)
+    assert isinstance(lars, optimizers.LARS) and lars.lars_weight_decay == 1e-4
+    sgd = optimizers.build_optimizer("momentum", 0.1, momentum=0.8, weight_decay=1e-4)
+    assert isinstance(sgd, keras.optimizers.SGD) and sgd.momentum == 0.8
+    assert sgd.weight_decay is None  # decay goes through the loss
+    adam = optimizers.build_optimizer("adam", 0.1)
+    assert isinstance(adam, keras.optimizers.Adam) and adam.weight_decay is None
+    with pytest.raises(ValueError, match="model=None"):
+        optimizers.build_optimizer("lars", 0.1)
+    with pytest.raises(ValueError, match="name='rmsprop'"):
+        optimizers.build_optimizer("rmsprop", 0.1)
