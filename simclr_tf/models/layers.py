@@ -25,7 +25,7 @@ def build_by_tracing(layer, input_shape):
     `.keras` loader and `model.build(shape)` instead call `build(input_shape)`, so
     composite layers implement `build` with this symbolic run.
     """
-    layer.compute_output_spec(keras.KerasTensor(tuple(input_shape)))
+    layer.compute_output_spec(keras.KerasTensor(tuple(input_shape), dtype=layer.compute_dtype))
 
 
 def fixed_padding(inputs, kernel_size):

@@ -1,0 +1,322 @@
+"""The SimCLR model family against the reference's numbers and the Keras contract."""
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import variants
+from simclr_tf.models import (FEATURE_NAMES, ProjectionHead, ResNet, SimCLRModel,
+                              freeze_for_finetuning, layers as model_layers)
+
+REFERENCE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference")
+
+# REFERENCE.md: encoder parameter counts of the authors' implementation (trainable, all
+# incl. BN moving statistics), ImageNet stem unless said.
+PARAM_COUNTS = {
+    "r18_1x_sk0": (11_180_736, 11_190_464),
+    "r34_1x_sk0": (21_288_896, 21_306_048),
+    "r50_1x_sk0": (23_508_032, 23_561_152),
+    "r50_2x_sk0": (93_907_072, 94_013_312),
+    "r50_4x_sk0": (375_378_176, 375_590_656),
+    "r50_1x_sk1": (35_215_584, 35_277_408),
+    "r50_2x_sk1": (140_306_048, 140_428_864),
+    "r101_1x_sk0": (42_500_160, 42_605_504),
+    "r101_1x_sk1": (64_662_304, 64_786_144),
+    "r101_2x_sk1": (257_132_224, 257_377_984),
+    "r152_1x_sk0": (58_143_808, 58_295_232),
+    "r152_1x_sk1": (88_940_896, 89_119_584),
+    "r152_2x_sk0": (232_253_568, 232_556_416),
+    "r152_2x_sk1": (353_398_528, 353_752_896),
+    "r152_3x_sk1": (794_704_160, 795_235_360),
+    "r200_1x_sk0": (62_624_832, 62_800_832),
+}
+CIFAR_TRAINABLE = {"r18_1x_sk0": 11_173_056, "r50_1x_sk0": 23_500_352}
+
+
+def num_trainable(model):
+    return sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+
+
+@pytest.fixture
+def fast_init(monkeypatch):
+    """Zero conv init: parameter counts do not depend on values, and a 795M-parameter
+    truncated-normal draw would cost half a minute."""
+    monkeypatch.setattr(model_layers, "conv_initializer", lambda: "zeros")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PARAM_COUNTS))
+def test_encoder_parameter_counts_equal_reference(name, fast_init):
+    trainable, total = PARAM_COUNTS[name]
+    encoder = ResNet(**variants.parse_variant(name))
+    encoder.build((None, 224, 224, 3))
+    assert num_trainable(encoder) == trainable
+    assert encoder.count_params() == total
+
+
+@pytest.mark.parametrize("name", sorted(CIFAR_TRAINABLE))
+def test_cifar_stem_parameter_counts_equal_reference(name, fast_init):
+    encoder = ResNet(**variants.parse_variant(name), stem="cifar")
+    encoder.build((None, 32, 32, 3))
+    assert num_trainable(encoder) == CIFAR_TRAINABLE[name]
+
+
+def _reference_shapes(path, prefix):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            name, shape = line.rstrip("\n").split("\t")
+            if name.startswith(prefix) and "moving_" not in name:
+                rows.append((name, tuple(int(s) for s in shape.strip("[]").split(",") if s)))
+    return rows
+
+
+@pytest.mark.parametrize("sk_ratio, tsv", [
+    (0.0, "official_r50_1x_sk0/variables.tsv"),
+    (0.0625, "official_r50_1x_sk1_variables.tsv"),
+])
+def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, tsv):
+    """Same trainable variables, same shapes, same creation order as the authors'
+    released R50 models (plain and with selective kernels + ResNet-D)."""
+    path = os.path.join(REFERENCE_DIR, tsv)
+    reference = _reference_shapes(path, "resnet/")
+    encoder = ResNet(depth=50, sk_ratio=sk_ratio)
+    encoder.build((None, 64, 64, 3))
+    ours = [tuple(v.shape) for v in encoder.trainable_weights]
+    assert ours == [shape for _, shape in reference]
+    reference_heads = sorted(s for _, s in _reference_shapes(path, "projection_head/"))
+    model = SimCLRModel(depth=50, sk_ratio=sk_ratio, num_classes=1000)
+    model.build((None, 64, 64, 3))
+    head_shapes = [tuple(v.shape) for v in model.projection_head.trainable_weights]
+    assert sorted(head_shapes) == reference_heads
+
+
+@pytest.mark.parametrize("depth", [18, 34, 50, 101, 152, 200])
+def test_named_features_have_the_resnet_shapes(depth):
+    width = 0.125
+    encoder = ResNet(depth=depth, width_multiplier=width)
+    features = encoder(np.zeros((2, 64, 64, 3), "float32"), training=False)
+    assert tuple(features) == FEATURE_NAMES
+    expansion = 1 if depth < 50 else 4
+    assert features["initial_conv"].shape == (2, 32, 32, 8)
+    assert features["initial_max_pool"].shape == (2, 16, 16, 8)
+    for i, (size, base) in enumerate(zip((16, 8, 4, 2), (64, 128, 256, 512))):
+        assert features[f"block_group{i + 1}"].shape == (2, size, size, base * expansion // 8)
+    assert features["final_avg_pool"].shape == (2, 512 * expansion // 8)
+    assert encoder.output_dim == 512 * expansion // 8
+    np.testing.assert_allclose(features["final_avg_pool"],
+                               np.mean(features["block_group4"], axis=(1, 2)), rtol=1e-6)
+
+
+def test_cifar_stem_keeps_resolution_and_has_no_pool():
+    encoder = ResNet(depth=18, width_multiplier=0.25, stem="cifar")
+    features = encoder(np.zeros((2, 32, 32, 3), "float32"))
+    assert features["initial_conv"].shape == (2, 32, 32, 16)
+    assert features["initial_max_pool"].shape == (2, 32, 32, 16)
+    assert features["block_group4"].shape == (2, 4, 4, 128)
+
+
+def test_wide_encoders_have_the_paper_representation_width(fast_init):
+    for name, dim in (("r50_1x_sk0", 2048), ("r50_2x_sk0", 4096), ("r18_1x_sk0", 512)):
+        assert ResNet(**variants.parse_variant(name)).output_dim == dim
+
+
+def test_fixed_padding_conv_matches_explicit_numpy_padding():
+    """Strided convs pad (k-1)//2 before and the rest after, whatever the input size."""
+    layer = model_layers.Conv2DFixedPadding(4, 7, 2)
+    x = np.random.default_rng(0).normal(size=(1, 9, 9, 3)).astype("float32")
+    y = layer(x).numpy()
+    kernel = layer.conv.kernel.numpy()
+    padded = np.pad(x, [(0, 0), (3, 3), (3, 3), (0, 0)])
+    expected = np.zeros((1, 5, 5, 4), "float32")
+    for i in range(5):
+        for j in range(5):
+            patch = padded[0, 2 * i:2 * i + 7, 2 * j:2 * j + 7, :]
+            expected[0, i, j] = np.tensordot(patch, kernel, axes=3)
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_initialisation_follows_the_reference():
+    model = SimCLRModel(depth=50, width_multiplier=1, num_classes=10)
+    model.build((None, 32, 32, 3))
+    block = model.encoder.block_groups[2].blocks[1]
+    kernel = block.conv2.conv.kernel.numpy()  # 3x3x256x256, fan-in 2304
+    assert abs(kernel.std() * np.sqrt(9 * 256) - 1.0) < 0.02  # variance scaling, fan-in
+    assert np.abs(kernel).max() <= 2 * 1.0 / np.sqrt(2304) / 0.87962566 + 1e-6  # truncated
+    # Every residual block's last BN starts with gamma = 0, every other BN with 1.
+    for group in model.encoder.block_groups:
+        for blk in group.blocks:
+            assert np.all(blk.bn3.bn.gamma.numpy() == 0)
+            assert np.all(blk.bn1.bn.gamma.numpy() == 1)
+            assert np.all(blk.shortcut_bn is None or blk.shortcut_bn.bn.gamma.numpy() == 1)
+            assert blk.bn1.bn.momentum == 0.9 and blk.bn1.bn.epsilon == 1e-5
+            assert blk.bn1.bn.synchronized
+    head_kernel = model.projection_head.head_layers[0].dense.kernel.numpy()
+    assert abs(head_kernel.std() - 0.01) < 0.0005
+    assert model.supervised_head.dense.bias is not None
+
+
+def _randomise(model, seed=0):
+    """Random weights (moving variances positive), so equality checks mean something."""
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        values = rng.normal(scale=0.1, size=v.shape)
+        if "moving_variance" in v.path:
+            values = np.abs(values) + 0.5
+        v.assign(values.astype(v.dtype))
+
+
+@pytest.mark.parametrize("mode, layers, selector, expected_width", [
+    ("nonlinear", 3, 0, 64), ("nonlinear", 3, 1, 64), ("nonlinear", 2, -1, 16),
+    ("linear", 3, -1, 16), ("none", 3, 0, 64), ("none", 3, -1, 64),
+])
+def test_projection_head_modes(mode, layers, selector, expected_width):
+    head = ProjectionHead(mode, num_proj_layers=layers, proj_out_dim=16,
+                          ft_proj_selector=selector)
+    h = np.random.default_rng(1).normal(size=(8, 64)).astype("float32")
+    out = head(h, training=True)
+    z = out["proj_head_output"].numpy()
+    assert out["supervised_head_input"].shape == (8, expected_width)
+    if mode == "none":
+        np.testing.assert_array_equal(z, h)
+        return
+    assert z.shape == (8, 16)
+    # The output layer is BN without beta and without ReLU: a batch-normalised z has
+    # zero mean per unit and negative entries.
+    np.testing.assert_allclose(z.mean(axis=0), 0, atol=1e-5)
+    assert (z < 0).any()
+    last = head.head_layers[-1]
+    assert last.bn.bn.beta is None and not last.dense.use_bias
+    for hidden in head.head_layers[:-1]:
+        assert hidden.bn.bn.beta is not None and hidden.dense.units == 64
+    if selector == 1:
+        first = head.head_layers[0](h, training=True)  # BN in training mode: same stats
+        np.testing.assert_allclose(out["supervised_head_input"], np.maximum(first, 0),
+                                   rtol=1e-5, atol=1e-6)
+    if selector == 0:
+        np.testing.assert_array_equal(out["supervised_head_input"], h)
+
+
+def test_projection_head_rejects_out_of_range_selector():
+    with pytest.raises(ValueError, match="ft_proj_selector"):
+        ProjectionHead("nonlinear", num_proj_layers=2, ft_proj_selector=3)
+    with pytest.raises(ValueError, match="mode"):
+        ProjectionHead("mlp")
+
+
+def test_supervised_head_sees_stop_gradient_h_while_pretraining():
+    x = np.random.default_rng(0).uniform(size=(4, 32, 32, 3)).astype("float32")
+    for stop, expect_encoder_grads in ((True, False), (False, True)):
+        model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=5,
+                            supervised_head_stop_gradient=stop)
+        model.build((None, 32, 32, 3))
+        _randomise(model)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True)["logits_sup"])
+        grads = tape.gradient(loss, model.encoder.trainable_weights
+                              + model.supervised_head.trainable_weights)
+        n = len(model.encoder.trainable_weights)
+        encoder_has_grads = any(g is not None and float(tf.reduce_max(tf.abs(g))) > 0
+                                for g in grads[:n])
+        assert encoder_has_grads == expect_encoder_grads
+        assert all(g is not None for g in grads[n:])
+
+
+def test_zero_init_logits_layer():
+    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=3,
+                        zero_init_logits_layer=True)
+    out = model(np.ones((2, 32, 32, 3), "float32"))
+    np.testing.assert_array_equal(out["logits_sup"], 0)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(depth=18, width_multiplier=0.25, stem="cifar", num_classes=10),
+    dict(depth=50, width_multiplier=0.125, sk_ratio=0.0625, se_ratio=0.25,
+         proj_head_mode="linear", ft_proj_selector=-1, num_classes=7),
+])
+def test_config_round_trip_and_keras_file_give_identical_outputs(kwargs, tmp_path):
+    model = SimCLRModel(**kwargs)
+    model.build((None, 32, 32, 3))
+    _randomise(model)
+    clone = SimCLRModel.from_config(model.get_config())
+    assert clone.get_config() == model.get_config()
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    x = np.random.default_rng(2).uniform(size=(3, 32, 32, 3)).astype("float32")
+    expected = model(x, training=False)
+    got = loaded(x, training=False)
+    assert set(got) == set(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key])
+    encoder = ResNet.from_config(model.encoder.get_config())
+    assert encoder.get_config() == model.encoder.get_config()
+
+
+@pytest.mark.parametrize("after_block, frozen_groups", [(-1, 0), (0, 0), (2, 2), (4, 4)])
+def test_freeze_for_finetuning_freezes_weights_and_bn_statistics(after_block, frozen_groups):
+    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=3,
+                        supervised_head_stop_gradient=False)
+    model.build((None, 32, 32, 3))
+    _randomise(model)
+    frozen = freeze_for_finetuning(model, after_block)
+    expected_frozen = ([] if after_block < 0 else
+                       [model.encoder.stem] + model.encoder.block_groups[:frozen_groups])
+    assert frozen == expected_frozen
+    before = {v.path: v.numpy() for v in model.weights}
+    optimizer = keras.optimizers.SGD(0.1)
+    x = np.random.default_rng(3).uniform(size=(4, 32, 32, 3)).astype("float32")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x, training=True)["logits_sup"] ** 2)
+    grads = tape.gradient(loss, model.trainable_weights)
+    optimizer.apply(grads, model.trainable_weights)
+    frozen_paths = {v.path for layer in frozen for v in layer.weights}
+    for v in model.weights:
+        changed = not np.array_equal(before[v.path], v.numpy())
+        if v.path in frozen_paths:
+            assert not changed, v.path  # weights and moving statistics alike
+    trainable_paths = {v.path for v in model.trainable_weights}
+    assert not trainable_paths & frozen_paths
+    assert any(not np.array_equal(before[v.path], v.numpy())
+               for v in model.supervised_head.weights)
+
+
+def test_freeze_rejects_unknown_block():
+    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar")
+    with pytest.raises(ValueError, match="fine_tune_after_block"):
+        freeze_for_finetuning(model, 5)
+
+
+def test_variant_table():
+    assert variants.parse_variant("r50_1x_sk0") == dict(depth=50, width_multiplier=1,
+                                                        sk_ratio=0.0)
+    assert variants.parse_variant("r152_3x_sk1") == dict(depth=152, width_multiplier=3,
+                                                         sk_ratio=0.0625)
+    assert variants.parse_variant("r18_0.25x_sk0")["width_multiplier"] == 0.25
+    for name in variants.RELEASED:
+        assert variants.variant_name(**variants.parse_variant(name)) == name
+    for bad in ("r51_1x_sk0", "resnet50", "r50_1x_sk2", ""):
+        with pytest.raises(ValueError):
+            variants.parse_variant(bad)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(depth=42), "depth"), (dict(width_multiplier=0), "width_multiplier"),
+    (dict(sk_ratio=-1.0), "sk_ratio"), (dict(stem="tiny"), "stem"),
+])
+def test_resnet_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ResNet(**kwargs)
+
+
+def test_mixed_precision_keeps_outputs_float32():
+    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=3,
+                        dtype="mixed_bfloat16")
+    out = model(np.ones((2, 32, 32, 3), "float32"), training=True)
+    assert out["block_group4"].dtype == tf.bfloat16
+    for key in ("final_avg_pool", "proj_head_output", "logits_sup"):
+        assert out[key].dtype == tf.float32
+    bn = model.encoder.block_groups[0].blocks[0].bn1.bn
+    assert bn.moving_mean.dtype == "float32"
