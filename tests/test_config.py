@@ -1,0 +1,155 @@
+"""Config and run.py flags: the authors' flags and defaults, validation, JSON."""
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from simclr_tf.config import AUTHORS_FLAGS, Config, ConfigError
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+# REFERENCE.md: the authors' TF2 flags and their defaults (use_tpu: ours is False).
+AUTHORS_DEFAULTS = dict(
+    learning_rate=0.3, learning_rate_scaling="linear", warmup_epochs=10.0, weight_decay=1e-6,
+    batch_norm_decay=0.9, train_batch_size=512, train_split="train", train_epochs=100,
+    train_steps=0, eval_steps=0, eval_batch_size=256, checkpoint_epochs=1,
+    checkpoint_steps=0, eval_split="validation", dataset="imagenet2012",
+    cache_dataset=False, mode="train", train_mode="pretrain",
+    lineareval_while_pretraining=True, checkpoint=None, zero_init_logits_layer=False,
+    fine_tune_after_block=-1, master=None, model_dir=None, data_dir=None, use_tpu=False,
+    tpu_name=None, tpu_zone=None, gcp_project=None, optimizer="lars", momentum=0.9,
+    eval_name=None, keep_checkpoint_max=5, keep_hub_module_max=1, temperature=0.1,
+    hidden_norm=True, proj_head_mode="nonlinear", proj_out_dim=128, num_proj_layers=3,
+    ft_proj_selector=0, global_bn=True, width_multiplier=1, resnet_depth=50, sk_ratio=0.0,
+    se_ratio=0.0, image_size=224, color_jitter_strength=1.0, use_blur=True,
+)
+
+
+def test_all_48_authors_flags_have_their_defaults():
+    assert len(AUTHORS_FLAGS) == 48 == len(AUTHORS_DEFAULTS)
+    assert set(AUTHORS_FLAGS) == set(AUTHORS_DEFAULTS)
+    config = Config()
+    for name, default in AUTHORS_DEFAULTS.items():
+        assert getattr(config, name) == default, name
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "run.py"), *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_helpfull_lists_every_flag_with_its_default():
+    result = _run("--helpfull")
+    assert "Traceback" not in result.stderr  # absl's --helpfull exits with status 1
+    text = result.stdout
+    for field in dataclasses.fields(Config):
+        name = field.name
+        assert f"--{name}:" in text or f"--[no]{name}:" in text, name
+    for name, default in AUTHORS_DEFAULTS.items():
+        if default is None:
+            continue
+        shown = str(default).lower() if isinstance(default, bool) else str(default)
+        if isinstance(default, float) and not isinstance(default, bool):
+            shown = repr(float(default))
+        marker = f"--{name}:" if f"--{name}:" in text else f"--[no]{name}:"
+        section = text.split(marker, 1)[1].split("\n  --", 1)[0]
+        assert f"(default: '{shown}')" in section.replace("\n    ", " "), (name, shown)
+
+
+def test_flags_reach_the_config(tmp_path):
+    flagfile = tmp_path / "x.flags"
+    flagfile.write_text("--temperature=0.5\n--variant=r152_3x_sk1\n")
+    sys.path.insert(0, ROOT)
+    try:
+        import run  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    values = flags.FlagValues()
+    for name in run.FLAGS:
+        if name in {f.name for f in dataclasses.fields(Config)}:
+            values[name] = run.FLAGS[name]
+    values(["run.py", f"--flagfile={flagfile}", f"--model_dir={tmp_path}",
+            "--width_multiplier=0.25", "--variant=r18_0.25x_sk0"])
+    config = run.config_from_flags(values)
+    assert config.temperature == 0.5
+    assert (config.resnet_depth, config.width_multiplier, config.sk_ratio) == (18, 0.25, 0.0)
+    values.unparse_flags()
+
+
+def _bad(**overrides):
+    base = dict(model_dir="/tmp/simclr_config_test")
+    base.update(overrides)
+    return base
+
+
+BAD = [
+    (dict(temperature=0.0), "temperature"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(train_batch_size=0), "train_batch_size"),
+    (dict(eval_batch_size=-2), "eval_batch_size"),
+    (dict(width_multiplier=0), "width_multiplier"),
+    (dict(resnet_depth=42), "resnet_depth"),
+    (dict(image_size=0), "image_size"),
+    (dict(batch_norm_decay=1.0), "batch_norm_decay"),
+    (dict(momentum=1.5), "momentum"),
+    (dict(weight_decay=-1e-6), "weight_decay"),
+    (dict(warmup_epochs=-1.0), "warmup_epochs"),
+    (dict(sk_ratio=-0.1), "sk_ratio"),
+    (dict(fine_tune_after_block=5), "fine_tune_after_block"),
+    (dict(ft_proj_selector=4), "ft_proj_selector"),
+    (dict(ft_proj_selector=2, proj_head_mode="linear"), "ft_proj_selector"),
+    (dict(num_proj_layers=0), "num_proj_layers"),
+    (dict(proj_head_mode="mlp"), "proj_head_mode"),
+    (dict(optimizer="sgd"), "optimizer"),
+    (dict(mode="export_all"), "mode"),
+    (dict(train_epochs=0, train_steps=0), "train_epochs"),
+    (dict(checkpoint_epochs=0, checkpoint_steps=0), "checkpoint_epochs"),
+    (dict(model_dir=None), "model_dir"),
+    (dict(label_fraction=0.0, train_mode="finetune"), "label_fraction"),
+    (dict(label_fraction=0.1), "label_fraction"),
+    (dict(use_tpu=True, strategy="mirrored"), "strategy"),
+    (dict(use_tpu=True, mixed_precision="float16"), "mixed_precision"),
+    (dict(jit_compile=True, strategy="mirrored"), "jit_compile"),
+    (dict(variant="r50_9x"), "variant"),
+    (dict(variant="r50_2x_sk1", resnet_depth=101), "variant"),
+]
+
+
+@pytest.mark.parametrize("overrides, flag", BAD)
+def test_bad_values_name_the_flag(overrides, flag):
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict(_bad(**overrides)).validate()
+    assert info.value.flag == flag
+    assert str(info.value).startswith(f"--{flag}")
+
+
+def test_bad_flag_fails_fast_on_the_command_line():
+    result = _run("--temperature=0", "--model_dir=/tmp/x")
+    assert result.returncode == 2
+    assert "--temperature: must be > 0" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_json_round_trip_and_resolved_values():
+    config = Config.from_dict(dict(model_dir="/tmp/m", image_size=32, variant="r50_2x_sk1"))
+    assert config.resolved_stem == "cifar"
+    assert Config(image_size=224).resolved_stem == "imagenet"
+    assert Config(image_size=32, stem="imagenet").resolved_stem == "imagenet"
+    assert (config.resnet_depth, config.width_multiplier, config.sk_ratio) == (50, 2, 0.0625)
+    again = Config.from_json(config.to_json())
+    assert again == config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.temperature = 1.0  # type: ignore[misc]
+
+
+def test_model_kwargs_follow_the_train_mode():
+    pretrain = Config(image_size=32).model_kwargs(num_classes=10)
+    assert pretrain["stem"] == "cifar" and pretrain["supervised_head_stop_gradient"]
+    assert pretrain["num_classes"] == 10
+    assert Config(lineareval_while_pretraining=False).model_kwargs(10)["num_classes"] is None
+    finetune = Config(train_mode="finetune").model_kwargs(num_classes=5)
+    assert not finetune["supervised_head_stop_gradient"] and finetune["num_classes"] == 5
