@@ -3,8 +3,15 @@
 Every function takes and returns float32 RGB images with values in [0, 1] (uint8 input
 is converted by `to_float_image`); nothing is ever mean/std normalised, so exported
 models expect the same [0, 1] pixels. The functions work eagerly, inside `tf.function`
-and inside `tf.data` maps. Randomness comes from TensorFlow's stateful random ops, so
-`tf.random.set_seed` makes a run repeatable where the input pipeline is deterministic.
+and inside `tf.data` maps.
+
+Randomness: every random function takes `seed`, a stateless seed (int [2] tensor); the
+same seed gives the same augmentation. With `seed=None` one seed is drawn by a stateful
+op at the top of the call and split for the parts. Inside, only stateless ops run, with
+seeds passed down explicitly. Why: a stateful random op inside a `tf.cond` branch gets
+its op seed from the branch's own graph, so once `tf.random.set_seed` is called, every
+identically built branch (the colour jitter of view 1 and of view 2, say) replays the
+same random numbers: the two views would share their jitter. Measured on TF 2.21.
 
 The pretraining recipe (REFERENCE.md, "Augmentation"), in order:
 
@@ -117,18 +124,37 @@ def eval_center_crop_enabled(image_size: int) -> bool:
     return image_size > SMALL_IMAGE_MAX_SIZE
 
 
+def new_seed() -> tf.Tensor:
+    """A fresh stateless seed (int64 [2]) from TF's stateful generator."""
+    return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int64)
+
+
+def _seeds(seed, num: int) -> tf.Tensor:
+    """`num` independent seeds ([num, 2]) derived from `seed` (drawn if None)."""
+    if seed is None:
+        seed = new_seed()
+    return tf.random.experimental.stateless_split(seed, num)
+
+
+def _uniform(seed, minval, maxval, shape=()):
+    return tf.random.stateless_uniform(shape, seed, minval, maxval)
+
+
 def random_apply(func: Callable[[tf.Tensor], tf.Tensor], p: float,
-                 x: tf.Tensor) -> tf.Tensor:
+                 x: tf.Tensor, *, seed=None) -> tf.Tensor:
     """Returns `func(x)` with probability `p`, else `x`.
 
     Args:
-      func: the transformation.
+      func: the transformation; if random, it must take its randomness from a seed
+        drawn outside (see module docstring), not from stateful ops.
       p: probability of applying it, in [0, 1].
       x: the input tensor.
+      seed: stateless seed of the decision; drawn if None.
     """
     _check_probability("p", p)
-    return tf.cond(
-        tf.random.uniform([], 0.0, 1.0) < p, lambda: func(x), lambda: tf.identity(x))
+    if seed is None:
+        seed = new_seed()
+    return tf.cond(_uniform(seed, 0.0, 1.0) < p, lambda: func(x), lambda: tf.identity(x))
 
 
 # ---------------------------------------------------------------- crops and flips
@@ -152,7 +178,8 @@ def distorted_bounding_box_crop(
     min_object_covered: float = CROP_MIN_OBJECT_COVERED,
     aspect_ratio_range: Sequence[float] = CROP_ASPECT_RATIO_RANGE,
     area_range: Sequence[float] = CROP_AREA_RANGE,
-    max_attempts: int = CROP_MAX_ATTEMPTS) -> tf.Tensor:
+    max_attempts: int = CROP_MAX_ATTEMPTS,
+    seed=None) -> tf.Tensor:
     """Returns a random crop sampled by `tf.image.sample_distorted_bounding_box`.
 
     The bounding box is the whole image, so `min_object_covered` is a lower bound on the
@@ -164,14 +191,16 @@ def distorted_bounding_box_crop(
       aspect_ratio_range: (min, max) of the crop's width / height in pixels.
       area_range: (min, max) fraction of the image area the crop may cover.
       max_attempts: draws before falling back to the whole image.
+      seed: stateless seed; drawn if None.
 
     Returns:
       The cropped [h, w, C] tensor.
     """
     whole_image = tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4])
-    begin, size, _ = tf.image.sample_distorted_bounding_box(
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.shape(image),
         bounding_boxes=whole_image,
+        seed=new_seed() if seed is None else seed,
         min_object_covered=min_object_covered,
         aspect_ratio_range=list(aspect_ratio_range),
         area_range=list(area_range),
@@ -181,7 +210,7 @@ def distorted_bounding_box_crop(
 
 
 def random_crop_with_resize(image: tf.Tensor, height: int, width: int,
-                            p: float = 1.0) -> tf.Tensor:
+                            p: float = 1.0, *, seed=None) -> tf.Tensor:
     """SimCLR's random resized crop: area 8%-100%, aspect 3/4-4/3, bicubic resize.
 
     The aspect-ratio range is relative to the output's width / height, so a non-square
@@ -192,6 +221,7 @@ def random_crop_with_resize(image: tf.Tensor, height: int, width: int,
       height: output height.
       width: output width.
       p: probability of cropping; otherwise the whole image is only resized.
+      seed: stateless seed; drawn if None.
 
     Returns:
       A [height, width, 3] float32 image in [0, 1].
@@ -200,22 +230,27 @@ def random_crop_with_resize(image: tf.Tensor, height: int, width: int,
     aspect = width / height
     ratio_range = (CROP_ASPECT_RATIO_RANGE[0] * aspect, CROP_ASPECT_RATIO_RANGE[1] * aspect)
 
-    def crop(x):
-        return distorted_bounding_box_crop(x, aspect_ratio_range=ratio_range)
+    seeds = _seeds(seed, 2)
 
-    image = random_apply(crop, p, to_float_image(image))
+    def crop(x):
+        return distorted_bounding_box_crop(x, aspect_ratio_range=ratio_range,
+                                           seed=seeds[0])
+
+    image = random_apply(crop, p, to_float_image(image), seed=seeds[1])
     image = tf.image.resize(image, [height, width], method="bicubic")
     return tf.clip_by_value(image, 0.0, 1.0)
 
 
-def random_flip(image: tf.Tensor, p: float = FLIP_PROBABILITY) -> tf.Tensor:
+def random_flip(image: tf.Tensor, p: float = FLIP_PROBABILITY, *, seed=None
+                ) -> tf.Tensor:
     """Flips `image` left-right with probability `p` (0.5 in SimCLR).
 
     Args:
       image: [H, W, C] tensor.
       p: flip probability.
+      seed: stateless seed; drawn if None.
     """
-    return random_apply(tf.image.flip_left_right, p, image)
+    return random_apply(tf.image.flip_left_right, p, image, seed=seed)
 
 
 def _crop_shape(image_height, image_width, aspect_ratio: float,
@@ -265,7 +300,7 @@ def center_crop(image: tf.Tensor, height: int, width: int,
 
 
 def random_brightness(image: tf.Tensor, max_delta: float,
-                      impl: str = "simclrv2") -> tf.Tensor:
+                      impl: str = "simclrv2", *, seed=None) -> tf.Tensor:
     """Random brightness: v2 multiplies, v1 adds.
 
     Args:
@@ -273,45 +308,47 @@ def random_brightness(image: tf.Tensor, max_delta: float,
       max_delta: 0.8 * strength in SimCLR.
       impl: 'simclrv2' multiplies by U[max(0, 1 - max_delta), 1 + max_delta];
         'simclrv1' adds U[-max_delta, max_delta] (tf.image.random_brightness).
+      seed: stateless seed; drawn if None.
     """
     _check_impl(impl)
+    if seed is None:
+        seed = new_seed()
     if impl == "simclrv2":
-        factor = tf.random.uniform([], max(1.0 - max_delta, 0.0), 1.0 + max_delta)
-        return image * factor
-    delta = tf.random.uniform([], -max_delta, max_delta)
-    return tf.image.adjust_brightness(image, delta)
+        return image * _uniform(seed, max(1.0 - max_delta, 0.0), 1.0 + max_delta)
+    return tf.image.adjust_brightness(image, _uniform(seed, -max_delta, max_delta))
 
 
-def _random_contrast(image, max_delta):
+# The tf.image.random_* distributions, drawn from explicit stateless seeds.
+def _random_contrast(image, max_delta, seed):
     return tf.image.adjust_contrast(
-        image, tf.random.uniform([], 1.0 - max_delta, 1.0 + max_delta))
+        image, _uniform(seed, 1.0 - max_delta, 1.0 + max_delta))
 
 
-def _random_saturation(image, max_delta):
+def _random_saturation(image, max_delta, seed):
     return tf.image.adjust_saturation(
-        image, tf.random.uniform([], 1.0 - max_delta, 1.0 + max_delta))
+        image, _uniform(seed, 1.0 - max_delta, 1.0 + max_delta))
 
 
-def _random_hue(image, max_delta):
-    return tf.image.adjust_hue(image, tf.random.uniform([], -max_delta, max_delta))
+def _random_hue(image, max_delta, seed):
+    return tf.image.adjust_hue(image, _uniform(seed, -max_delta, max_delta))
 
 
 def _jitter_ops(brightness, contrast, saturation, hue, impl):
-    """The four jitter ops, each followed by the clip the reference applies."""
+    """The four jitter ops `op(x, seed)`, each followed by the reference's clip."""
 
     def clipped(op, strength):
 
-        def apply(x):
-            # An op with zero strength is the identity: skipping it keeps tf.image's
-            # lower < upper checks out of the way and saves the work.
+        def apply(x, seed):
+            # An op with zero strength is the identity: skip the work.
             if strength == 0:
                 return x
-            return tf.clip_by_value(op(x, strength), 0.0, 1.0)
+            return tf.clip_by_value(op(x, strength, seed), 0.0, 1.0)
 
         return apply
 
     return [
-        clipped(lambda x, d: random_brightness(x, d, impl=impl), brightness),
+        clipped(lambda x, d, seed: random_brightness(x, d, impl=impl, seed=seed),
+                brightness),
         clipped(_random_contrast, contrast),
         clipped(_random_saturation, saturation),
         clipped(_random_hue, hue),
@@ -320,7 +357,8 @@ def _jitter_ops(brightness, contrast, saturation, hue, impl):
 
 def color_jitter_nonrand(image: tf.Tensor, brightness: float = 0.0,
                          contrast: float = 0.0, saturation: float = 0.0,
-                         hue: float = 0.0, impl: str = "simclrv2") -> tf.Tensor:
+                         hue: float = 0.0, impl: str = "simclrv2", *, seed=None
+                         ) -> tf.Tensor:
     """Brightness, contrast, saturation and hue jitter in this fixed order.
 
     Args:
@@ -330,32 +368,39 @@ def color_jitter_nonrand(image: tf.Tensor, brightness: float = 0.0,
       saturation: saturation factor ~ U[1 - saturation, 1 + saturation].
       hue: hue delta ~ U[-hue, hue].
       impl: 'simclrv1' or 'simclrv2' (brightness semantics).
+      seed: stateless seed; drawn if None.
     """
     _check_impl(impl)
-    for op in _jitter_ops(brightness, contrast, saturation, hue, impl):
-        image = op(image)
+    ops = _jitter_ops(brightness, contrast, saturation, hue, impl)
+    seeds = _seeds(seed, len(ops))
+    for k, op in enumerate(ops):
+        image = op(image, seeds[k])
     return image
 
 
 def color_jitter_rand(image: tf.Tensor, brightness: float = 0.0,
                       contrast: float = 0.0, saturation: float = 0.0,
-                      hue: float = 0.0, impl: str = "simclrv2") -> tf.Tensor:
+                      hue: float = 0.0, impl: str = "simclrv2", *, seed=None
+                      ) -> tf.Tensor:
     """Like `color_jitter_nonrand`, in a fresh random order for every call (image).
 
     Args: as `color_jitter_nonrand`.
     """
     _check_impl(impl)
     ops = _jitter_ops(brightness, contrast, saturation, hue, impl)
-    order = tf.random.shuffle(tf.range(len(ops)))
+    seeds = _seeds(seed, len(ops) + 1)
+    # The ranks of i.i.d. uniforms are a uniformly random permutation.
+    order = tf.argsort(_uniform(seeds[-1], 0.0, 1.0, shape=[len(ops)]))
     for position in range(len(ops)):
         # tf.switch_case keeps this graph-friendly: the permutation is a tensor.
-        image = tf.switch_case(order[position],
-                               [lambda op=op: op(image) for op in ops])
+        image = tf.switch_case(
+            order[position],
+            [lambda k=k, op=op: op(image, seeds[k]) for k, op in enumerate(ops)])
     return image
 
 
 def color_jitter(image: tf.Tensor, strength: float, random_order: bool = True,
-                 impl: str = "simclrv2") -> tf.Tensor:
+                 impl: str = "simclrv2", *, seed=None) -> tf.Tensor:
     """SimCLR's colour jitter of strength s (always applied; see random_color_jitter).
 
     Brightness 0.8 s, contrast 0.8 s, saturation 0.8 s, hue 0.2 s, each followed by a
@@ -366,12 +411,13 @@ def color_jitter(image: tf.Tensor, strength: float, random_order: bool = True,
       strength: `color_jitter_strength`, in [0, 1.25] (1.0 ImageNet, 0.5 CIFAR).
       random_order: a fresh random order per image (SimCLR) or the fixed order.
       impl: 'simclrv2' (multiplicative brightness) or 'simclrv1' (additive).
+      seed: stateless seed; drawn if None.
     """
     _check_strength(strength)
     _check_impl(impl)
     jitter = color_jitter_rand if random_order else color_jitter_nonrand
     return jitter(to_float_image(image), 0.8 * strength, 0.8 * strength,
-                  0.8 * strength, 0.2 * strength, impl=impl)
+                  0.8 * strength, 0.2 * strength, impl=impl, seed=seed)
 
 
 def to_grayscale(image: tf.Tensor, keep_channels: bool = True) -> tf.Tensor:
@@ -385,8 +431,8 @@ def to_grayscale(image: tf.Tensor, keep_channels: bool = True) -> tf.Tensor:
 def random_color_jitter(image: tf.Tensor, strength: float = 1.0, *,
                         impl: str = "simclrv2",
                         jitter_probability: float = COLOR_JITTER_PROBABILITY,
-                        grayscale_probability: float = GRAYSCALE_PROBABILITY
-                        ) -> tf.Tensor:
+                        grayscale_probability: float = GRAYSCALE_PROBABILITY,
+                        seed=None) -> tf.Tensor:
     """Colour distortion: jitter with p = 0.8, then independently grayscale p = 0.2.
 
     Args:
@@ -395,14 +441,16 @@ def random_color_jitter(image: tf.Tensor, strength: float = 1.0, *,
       impl: 'simclrv1' or 'simclrv2'.
       jitter_probability: probability of `color_jitter`.
       grayscale_probability: probability of `to_grayscale`.
+      seed: stateless seed; drawn if None.
     """
     _check_strength(strength)
     _check_impl(impl)
     _check_probability("jitter_probability", jitter_probability)
     _check_probability("grayscale_probability", grayscale_probability)
-    image = random_apply(lambda x: color_jitter(x, strength, impl=impl),
-                         jitter_probability, to_float_image(image))
-    return random_apply(to_grayscale, grayscale_probability, image)
+    seeds = _seeds(seed, 3)
+    image = random_apply(lambda x: color_jitter(x, strength, impl=impl, seed=seeds[0]),
+                         jitter_probability, to_float_image(image), seed=seeds[1])
+    return random_apply(to_grayscale, grayscale_probability, image, seed=seeds[2])
 
 
 # ---------------------------------------------------------------- blur
@@ -455,8 +503,8 @@ def gaussian_blur(image: tf.Tensor, kernel_size: int, sigma,
     return image[0] if single else image
 
 
-def random_blur(image: tf.Tensor, height: int, width: int, p: float = 1.0
-                ) -> tf.Tensor:
+def random_blur(image: tf.Tensor, height: int, width: int, p: float = 1.0, *,
+                seed=None) -> tf.Tensor:
     """Blurs with sigma ~ U(0.1, 2.0) with probability p (one draw for the tensor).
 
     Args:
@@ -464,20 +512,22 @@ def random_blur(image: tf.Tensor, height: int, width: int, p: float = 1.0
       height: image height; sets the kernel size (`blur_kernel_size`).
       width: image width (unused: the reference sizes the kernel from the height).
       p: probability of blurring.
+      seed: stateless seed; drawn if None.
     """
     del width
     _check_probability("p", p)
     kernel_size = blur_kernel_size(height)
+    seeds = _seeds(seed, 2)
 
     def blur(x):
-        sigma = tf.random.uniform([], *BLUR_SIGMA_RANGE)
-        return gaussian_blur(x, kernel_size, sigma)
+        return gaussian_blur(x, kernel_size, _uniform(seeds[0], *BLUR_SIGMA_RANGE))
 
-    return random_apply(blur, p, image)
+    return random_apply(blur, p, image, seed=seeds[1])
 
 
 def batch_random_blur(images_list: Sequence[tf.Tensor], height: int, width: int,
-                      blur_probability: float = BLUR_PROBABILITY) -> list[tf.Tensor]:
+                      blur_probability: float = BLUR_PROBABILITY, *,
+                      seed=None) -> list[tf.Tensor]:
     """Blurs batches of views on the device, as SimCLR's train step does.
 
     For each [n, H, W, 3] tensor of the list (one per view) one sigma ~ U(0.1, 2.0) is
@@ -490,6 +540,7 @@ def batch_random_blur(images_list: Sequence[tf.Tensor], height: int, width: int,
       height: image height (sets the kernel: 23 at 224, 3 at 32).
       width: image width.
       blur_probability: per-image probability of being blurred.
+      seed: stateless seed; drawn if None.
 
     Returns:
       A list of tensors shaped like the inputs.
@@ -499,13 +550,14 @@ def batch_random_blur(images_list: Sequence[tf.Tensor], height: int, width: int,
     if isinstance(images_list, tf.Tensor) or not isinstance(images_list, (list, tuple)):
         raise ValueError("`images_list` must be a list or tuple of [n, H, W, 3] tensors. "
                          f"Received: images_list={type(images_list).__name__}")
+    seeds = _seeds(seed, 2 * len(images_list))
     blurred_list = []
-    for images in images_list:
+    for i, images in enumerate(images_list):
         images = tf.convert_to_tensor(images)
-        blurred = random_blur(images, height, width, p=1.0)
+        blurred = random_blur(images, height, width, p=1.0, seed=seeds[2 * i])
         keep_blurred = tf.cast(
-            tf.random.uniform([tf.shape(images)[0], 1, 1, 1]) < blur_probability,
-            images.dtype)
+            _uniform(seeds[2 * i + 1], 0.0, 1.0, shape=[tf.shape(images)[0], 1, 1, 1])
+            < blur_probability, images.dtype)
         mixed = keep_blurred * blurred + (1.0 - keep_blurred) * images
         blurred_list.append(tf.clip_by_value(mixed, 0.0, 1.0))
     return blurred_list
@@ -517,7 +569,7 @@ def batch_random_blur(images_list: Sequence[tf.Tensor], height: int, width: int,
 def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
                          color_jitter_strength: float = 1.0, crop: bool = True,
                          flip: bool = True, color_distort: bool = True,
-                         impl: str = "simclrv2") -> tf.Tensor:
+                         impl: str = "simclrv2", seed=None) -> tf.Tensor:
     """One training view: crop+resize, flip, colour distortion (no blur: see module).
 
     Pretraining uses all three; fine-tuning and linear evaluation pass
@@ -532,6 +584,7 @@ def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
       flip: random horizontal flip.
       color_distort: random colour jitter (p 0.8) and grayscale (p 0.2).
       impl: 'simclrv2' or 'simclrv1' (brightness semantics).
+      seed: stateless seed; drawn if None (two calls give independent views).
 
     Returns:
       A float32 [height, width, 3] image in [0, 1].
@@ -539,16 +592,18 @@ def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
     _check_size(height, width)
     _check_strength(color_jitter_strength)
     _check_impl(impl)
+    seeds = _seeds(seed, 3)
     image = to_float_image(image)
     if crop:
-        image = random_crop_with_resize(image, height, width)
+        image = random_crop_with_resize(image, height, width, seed=seeds[0])
     else:
         image = tf.clip_by_value(
             tf.image.resize(image, [height, width], method="bicubic"), 0.0, 1.0)
     if flip:
-        image = random_flip(image)
+        image = random_flip(image, seed=seeds[1])
     if color_distort:
-        image = random_color_jitter(image, color_jitter_strength, impl=impl)
+        image = random_color_jitter(image, color_jitter_strength, impl=impl,
+                                    seed=seeds[2])
     image = tf.reshape(image, [height, width, 3])
     return tf.clip_by_value(image, 0.0, 1.0)
 
@@ -582,7 +637,7 @@ def preprocess_for_eval(image: tf.Tensor, height: int, width: int,
 def preprocess_image(image: tf.Tensor, height: int, width: int,
                      is_training: bool = False, color_distort: bool = True,
                      test_crop: bool = True, *, color_jitter_strength: float = 1.0,
-                     impl: str = "simclrv2") -> tf.Tensor:
+                     impl: str = "simclrv2", seed=None) -> tf.Tensor:
     """The reference's entry point: train or eval preprocessing of one image.
 
     Args:
@@ -594,11 +649,12 @@ def preprocess_image(image: tf.Tensor, height: int, width: int,
       test_crop: centre crop when evaluating.
       color_jitter_strength: jitter strength when training.
       impl: 'simclrv1' or 'simclrv2'.
+      seed: stateless seed for training; drawn if None.
     """
     if is_training:
         return preprocess_for_train(image, height, width,
                                     color_jitter_strength=color_jitter_strength,
-                                    color_distort=color_distort, impl=impl)
+                                    color_distort=color_distort, impl=impl, seed=seed)
     return preprocess_for_eval(image, height, width, crop=test_crop)
 
 
@@ -610,7 +666,7 @@ __all__ = [
     "SMALL_IMAGE_MAX_SIZE", "batch_random_blur", "blur_kernel_size", "center_crop",
     "color_jitter", "color_jitter_nonrand", "color_jitter_rand", "crop_and_resize",
     "distorted_bounding_box_crop", "eval_center_crop_enabled", "gaussian_blur",
-    "gaussian_kernel_1d", "preprocess_for_eval", "preprocess_for_train",
+    "gaussian_kernel_1d", "new_seed", "preprocess_for_eval", "preprocess_for_train",
     "preprocess_image", "random_apply", "random_blur", "random_brightness",
     "random_color_jitter", "random_crop_with_resize", "random_flip", "to_float_image",
     "to_grayscale",

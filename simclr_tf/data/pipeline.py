@@ -116,13 +116,16 @@ def build_input_fn(
 
     def preprocess_pretrain(image, label):
         image = augment.to_float_image(image)
+        # One fresh seed per image, split in two: the views are independent by
+        # construction, whatever the global seed (augment's module docstring).
+        seeds = tf.random.experimental.stateless_split(augment.new_seed(), 2)
 
-        def view():
+        def view(seed):
             return augment.preprocess_for_train(
                 image, image_size, image_size,
-                color_jitter_strength=color_jitter_strength, impl=impl)
+                color_jitter_strength=color_jitter_strength, impl=impl, seed=seed)
 
-        return (view(), view()), label
+        return (view(seeds[0]), view(seeds[1])), label
 
     def preprocess_finetune(image, label):
         return augment.preprocess_for_train(
