@@ -2,7 +2,7 @@
 
 conv(+bias) -> synchronized BN -> ReLU -> conv(no bias) -> synchronized BN -> ReLU ->
 global average pool = h; projection: dense (no bias) + synchronized BN without beta = z;
-supervised head: dense with bias on stop_gradient(h).
+supervised head: dense with bias on stop_gradient(h) (or h when fine-tuning).
 """
 import keras
 import numpy as np
@@ -16,11 +16,15 @@ class StandInModel(keras.Model):
         num_classes: classes of the supervised head.
         proj_dim: projection output size.
         with_head: build a supervised head (else `supervised_head` is None).
+        head_stop_gradient: feed the head stop_gradient(h) (pretraining with online
+            linear evaluation); False for fine-tuning.
         seed: initializer seed.
     """
 
-    def __init__(self, num_classes=5, proj_dim=8, with_head=True, seed=0, **kwargs):
+    def __init__(self, num_classes=5, proj_dim=8, with_head=True, head_stop_gradient=True,
+                 seed=0, **kwargs):
         super().__init__(**kwargs)
+        self.head_stop_gradient = head_stop_gradient
         init = lambda s: keras.initializers.GlorotUniform(seed=seed + s)  # noqa: E731
         self.conv1 = keras.layers.Conv2D(6, 3, padding="same", use_bias=True,
                                          kernel_initializer=init(1),
@@ -49,7 +53,8 @@ class StandInModel(keras.Model):
         z = self.proj_bn(self.proj(h), training=training)
         outputs = {"final_avg_pool": h, "proj_head_output": z}
         if self.supervised_head is not None:
-            outputs["logits_sup"] = self.supervised_head(tf.stop_gradient(h))
+            head_input = tf.stop_gradient(h) if self.head_stop_gradient else h
+            outputs["logits_sup"] = self.supervised_head(head_input)
         return outputs
 
 

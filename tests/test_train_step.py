@@ -1,0 +1,291 @@
+"""The training step on 1, 2 and 4 replicas (MirroredStrategy over logical CPUs).
+
+K replicas on a global batch must equal one replica on the same batch: loss and
+gradients (NT-Xent gathers negatives with gradient, BN is synchronized, the loss is
+divided by K inside the tape), and, after several LARS steps, weights and BN moving
+statistics. Stopping the gather's gradient must break that (the control).
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import distribute, losses, optimizers, schedules, train
+from standin_model import make_model, random_batch
+
+GLOBAL_BATCH = 8
+IMAGE_SIZE = 8
+
+
+def _strategy(num_replicas):
+    # Strategies created in one process share collective group keys; TF's own tests
+    # shift the key base per strategy so that groups of different sizes never meet.
+    tf.distribute.MirroredStrategy._collective_key_base += 100000
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(num_replicas)])
+
+
+def _per_replica(strategy, *arrays):
+    """Distributes contiguous slices of global arrays: replica r gets slice r."""
+    replicas = strategy.num_replicas_in_sync
+
+    def value_fn(context):
+        r = context.replica_id_in_sync_group
+        return tuple(tf.constant(np.split(a, replicas)[r]) for a in arrays)
+
+    return strategy.experimental_distribute_values_from_function(value_fn)
+
+
+def _distributed_iterator(strategy, steps):
+    """An iterator over pretraining batches `((v1, v2), labels)`, replica r gets slice r.
+
+    `steps` is a list of global (view1, view2, labels) numpy batches.
+    """
+    replicas = strategy.num_replicas_in_sync
+
+    def dataset_fn(context):
+        local = replicas // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+        # Local replicas take consecutive elements in turn, so list the slices of
+        # each step in replica order.
+        chunks = [tuple(np.split(a, replicas)[r] for a in step)
+                  for step in steps for r in range(first, first + local)]
+        v1, v2, labels = (np.stack(c) for c in zip(*chunks))
+        return tf.data.Dataset.from_tensor_slices(((v1, v2), labels))
+
+    return iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+
+def _gradients(num_replicas, weights, view1, view2, gather_fn=distribute.cross_replica_concat):
+    """Loss and (all-reduced) gradients of NT-Xent through the stand-in model."""
+    strategy = _strategy(num_replicas)
+    with strategy.scope():
+        model = make_model(IMAGE_SIZE, with_head=False)
+    model.set_weights(weights)
+
+    def replica_fn(v1, v2):
+        with tf.GradientTape() as tape:
+            outputs = model(tf.concat([v1, v2], 0), training=True)
+            z1, z2 = tf.split(outputs["proj_head_output"], 2)
+            loss = losses.nt_xent(z1, z2, temperature=0.2, gather_fn=gather_fn).loss
+            replica_loss = loss / distribute.num_replicas_in_sync()
+        grads = tape.gradient(replica_loss, model.trainable_variables)
+        grads = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, grads)
+        return loss, grads
+
+    @tf.function
+    def run(values):
+        loss, grads = strategy.run(replica_fn, args=values)
+        return (strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None),
+                [strategy.experimental_local_results(g)[0] for g in grads])
+
+    loss, grads = run(_per_replica(strategy, view1, view2))
+    return loss.numpy(), [g.numpy() for g in grads]
+
+
+@pytest.fixture(scope="module")
+def initial_weights():
+    return [w.numpy() for w in make_model(IMAGE_SIZE, with_head=False).weights]
+
+
+@pytest.mark.parametrize("num_replicas", [2, 4])
+def test_loss_and_gradients_match_one_replica(num_replicas, initial_weights):
+    view1, view2, _ = random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=1)
+    loss_1, grads_1 = _gradients(1, initial_weights, view1, view2)
+    loss_k, grads_k = _gradients(num_replicas, initial_weights, view1, view2)
+    np.testing.assert_allclose(loss_k, loss_1, rtol=1e-5)
+    for g_k, g_1 in zip(grads_k, grads_1):
+        # float32 sums in another order: 1e-5 relative to the gradient's own scale.
+        np.testing.assert_allclose(g_k, g_1, atol=1e-5 * max(1.0, np.abs(g_1).max()))
+
+    # Control: without the gather's gradient, the negatives from other replicas
+    # stop receiving gradient and the result is wrong.
+    stopped = lambda x: tf.stop_gradient(distribute.cross_replica_concat(x))  # noqa: E731
+    loss_s, grads_s = _gradients(num_replicas, initial_weights, view1, view2, stopped)
+    np.testing.assert_allclose(loss_s, loss_1, rtol=1e-5)  # the value is unchanged
+    worst = max(np.abs(g_s - g_1).max() for g_s, g_1 in zip(grads_s, grads_1))
+    assert worst > 1e-3, worst
+
+
+def _pretrain(num_replicas, weights, steps, *, model_fn=make_model, eeta=0.1):
+    """Runs LARS pretraining steps; returns (per-step logs, model weights)."""
+    strategy = _strategy(num_replicas)
+    with strategy.scope():
+        model = model_fn()
+        model.set_weights(weights)
+        schedule = schedules.WarmUpAndCosine(2.0, batch_size=GLOBAL_BATCH, warmup_steps=1,
+                                             total_steps=len(steps) + 1)
+        # A large trust coefficient makes each step move the weights a lot, so
+        # that any replica mismatch shows above the tolerance.
+        optimizer = optimizers.LARS(schedule, eeta=eeta, weight_decay=1e-3,
+                                    excluded_variables=optimizers.lars_excluded_variables(model))
+    trainer = train.Trainer(strategy, model, optimizer, temperature=0.2, weight_decay=1e-3)
+    iterator = _distributed_iterator(strategy, steps)
+    logs = [trainer.train_steps(iterator) for _ in steps]
+    return logs, [w.numpy() for w in model.weights]
+
+
+@pytest.mark.slow
+def test_lars_steps_match_one_replica():
+    reference = make_model(IMAGE_SIZE)
+    weights = [w.numpy() for w in reference.weights]
+    steps = [random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=10 + s) for s in range(3)]
+    logs_1, weights_1 = _pretrain(1, weights, steps)
+    moved = max(np.abs(a - b).max() for a, b in zip(weights_1, weights))
+    assert moved > 1e-2  # the comparison below is meaningful
+    # BN moving statistics are among `weights`; check they moved too.
+    mean_index = [i for i, w in enumerate(reference.weights) if w is reference.bn1.moving_mean][0]
+    assert np.abs(weights_1[mean_index] - weights[mean_index]).max() > 1e-3
+    for num_replicas in (2, 4):
+        logs_k, weights_k = _pretrain(num_replicas, weights, steps)
+        for log_k, log_1 in zip(logs_k, logs_1):
+            for name in ("loss", "contrast_loss", "sup_loss", "contrast_acc", "label_acc",
+                         "contrast_entropy", "learning_rate", "num_examples"):
+                np.testing.assert_allclose(log_k[name], log_1[name], rtol=1e-5, atol=1e-6,
+                                           err_msg=name)
+        for variable, w_k, w_1 in zip(reference.weights, weights_k, weights_1):
+            np.testing.assert_allclose(w_k, w_1, atol=1e-5, rtol=1e-5, err_msg=variable.path)
+
+
+@pytest.mark.slow
+def test_real_model_two_replicas_match_one():
+    models = pytest.importorskip("simclr_tf.models")
+
+    def model_fn():
+        model = models.SimCLRModel(depth=18, width_multiplier=0.25, stem="cifar",
+                                   num_proj_layers=2, proj_out_dim=16, num_classes=5)
+        model(tf.zeros([2, 16, 16, 3]))
+        return model
+
+    reference = model_fn()
+    weights = [w.numpy() for w in reference.weights]
+    steps = [random_batch(GLOBAL_BATCH, 16, seed=20 + s) for s in range(2)]
+    logs_1, weights_1 = _pretrain(1, weights, steps, model_fn=model_fn, eeta=0.01)
+    logs_2, weights_2 = _pretrain(2, weights, steps, model_fn=model_fn, eeta=0.01)
+    for log_2, log_1 in zip(logs_2, logs_1):
+        np.testing.assert_allclose(log_2["loss"], log_1["loss"], rtol=1e-5)
+    for variable, w_2, w_1 in zip(reference.weights, weights_2, weights_1):
+        np.testing.assert_allclose(w_2, w_1, atol=1e-5, rtol=1e-4, err_msg=variable.path)
+
+
+def _finetune(num_replicas, weights, steps, eval_set):
+    strategy = _strategy(num_replicas)
+    with strategy.scope():
+        model = make_model(IMAGE_SIZE, head_stop_gradient=False)
+        model.set_weights(weights)
+        optimizer = optimizers.build_optimizer("momentum", 0.5, momentum=0.9)
+    trainer = train.Trainer(strategy, model, optimizer, train_mode="finetune",
+                            weight_decay=1e-2, optimizer_name="momentum")
+    images = np.concatenate([s[0] for s in steps])
+    labels = np.concatenate([s[2] for s in steps])
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(GLOBAL_BATCH)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    logs = [trainer.train_steps(iterator) for _ in steps]
+    images, labels = eval_set
+    # 13 examples in batches of 4: the last batch leaves replicas empty.
+    result = trainer.evaluate(tf.data.Dataset.from_tensor_slices((images, labels)).batch(4))
+    return logs, [w.numpy() for w in model.weights], result
+
+
+@pytest.mark.slow
+def test_finetune_and_eval_match_one_replica():
+    weights = [w.numpy() for w in make_model(IMAGE_SIZE).weights]
+    steps = [random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=30 + s) for s in range(2)]
+    eval_images, _, eval_labels = random_batch(13, IMAGE_SIZE, seed=40)
+    logs_1, weights_1, result_1 = _finetune(1, weights, steps, (eval_images, eval_labels))
+    logs_2, weights_2, result_2 = _finetune(2, weights, steps, (eval_images, eval_labels))
+    for log_2, log_1 in zip(logs_2, logs_1):
+        for name in ("loss", "sup_loss", "label_acc", "weight_decay"):
+            np.testing.assert_allclose(log_2[name], log_1[name], rtol=1e-5, err_msg=name)
+    for w_2, w_1 in zip(weights_2, weights_1):
+        np.testing.assert_allclose(w_2, w_1, atol=1e-5, rtol=1e-5)
+    assert result_2["num_examples"] == result_1["num_examples"] == 8  # 5 unlabelled
+    for name in ("top_1_accuracy", "top_5_accuracy", "loss"):
+        np.testing.assert_allclose(result_2[name], result_1[name], rtol=1e-5)
+
+
+def _default_trainer(**kwargs):
+    strategy = tf.distribute.get_strategy()
+    model = make_model(IMAGE_SIZE)
+    optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-4, model=model)
+    return train.Trainer(strategy, model, optimizer, temperature=0.5, **kwargs), model
+
+
+def _batches(count, seed=50, scale=1.0):
+    steps = [random_batch(4, IMAGE_SIZE, seed=seed + s) for s in range(count)]
+    v1, v2, labels = (np.concatenate(c) for c in zip(*steps))
+    dataset = tf.data.Dataset.from_tensor_slices(((v1 * scale, v2 * scale), labels))
+    return iter(dataset.batch(4))
+
+
+def test_blur_fn_runs_on_both_views():
+    # A stand-in "blur" that halves the images equals feeding halved images.
+    blurred, model_a = _default_trainer(blur_fn=lambda views: [v * 0.5 for v in views])
+    plain, model_b = _default_trainer()
+    logs_a = blurred.train_steps(_batches(1))
+    logs_b = plain.train_steps(_batches(1, scale=0.5))
+    np.testing.assert_allclose(logs_a["loss"], logs_b["loss"], rtol=1e-6)
+    for a, b in zip(model_a.weights, model_b.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+
+
+def test_steps_per_loop_and_hooks():
+    looped, model_a = _default_trainer(steps_per_loop=3)
+    single, model_b = _default_trainer()
+    seen = []
+    logs = looped.run(_batches(5), 5, hooks=[lambda step, logs: seen.append(step)], verbose=0)
+    single.run(_batches(5), 5, verbose=0)
+    assert seen == [3, 5]  # one call of 3 steps, then the remaining 2
+    assert {"loss", "contrast_acc", "learning_rate", "examples_per_sec"} <= set(logs)
+    for a, b in zip(model_a.weights, model_b.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+
+
+def test_non_finite_loss_stops_with_a_clear_message():
+    trainer, _ = _default_trainer()
+    with pytest.raises(train.NonFiniteLossError,
+                       match=r"(?s)nan at step 1.*learning rate.*temperature.*precision"):
+        trainer.run(_batches(2, scale=np.nan), 2, verbose=0)
+
+
+@pytest.fixture
+def policy():
+    yield keras.mixed_precision.set_global_policy
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_bfloat16_trains_with_float32_loss(policy):
+    policy("mixed_bfloat16")
+    trainer, model = _default_trainer()
+    before = [w.numpy() for w in model.trainable_weights]
+    logs = trainer.run(_batches(2), 2, verbose=0)
+    assert logs["loss"].dtype == np.float32 and np.isfinite(logs["loss"])
+    assert all(w.dtype == "float32" for w in model.trainable_weights)
+    assert any(np.abs(w.numpy() - b).max() > 0 for w, b in zip(model.trainable_weights, before))
+
+
+def test_float16_needs_loss_scaling(policy):
+    policy("mixed_float16")
+    strategy = tf.distribute.get_strategy()
+    model = make_model(IMAGE_SIZE)
+    optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-4, model=model)
+    with pytest.raises(ValueError, match="LossScaleOptimizer"):
+        train.Trainer(strategy, model, optimizer)
+    trainer = train.Trainer(strategy, model, keras.optimizers.LossScaleOptimizer(optimizer),
+                            temperature=0.5)
+    logs = trainer.run(_batches(2), 2, verbose=0)
+    assert np.isfinite(logs["loss"])
+
+
+def test_trainer_bad_arguments():
+    strategy = tf.distribute.get_strategy()
+    model = make_model(IMAGE_SIZE)
+    optimizer = keras.optimizers.SGD(0.1)
+    with pytest.raises(ValueError, match="train_mode='linear'"):
+        train.Trainer(strategy, model, optimizer, train_mode="linear")
+    with pytest.raises(ValueError, match="temperature=0"):
+        train.Trainer(strategy, model, optimizer, temperature=0)
+    with pytest.raises(ValueError, match="optimizer_name='sgd'"):
+        train.Trainer(strategy, model, optimizer, optimizer_name="sgd")
+    with pytest.raises(ValueError, match="steps_per_loop=0"):
+        train.Trainer(strategy, model, optimizer, steps_per_loop=0)
