@@ -1,0 +1,155 @@
+"""Tests for simclr_tf.data.pipeline: batch formats, sharding, complete evaluation."""
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from simclr_tf.data import datasets, pipeline
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return datasets.get_dataset("digits")
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def _local(strategy, value):
+    return strategy.experimental_local_results(value)
+
+
+def test_pretrain_batches_under_mirrored_strategy(digits, strategy):
+    tf.random.set_seed(0)  # the views must stay independent under a global seed
+    dist = pipeline.build_distributed_dataset(
+        strategy, digits, "train", global_batch_size=16, is_training=True,
+        train_mode="pretrain", image_size=24, color_jitter_strength=0.5)
+    (view1, view2), labels = next(iter(dist))
+    for v1, v2, y in zip(_local(strategy, view1), _local(strategy, view2),
+                         _local(strategy, labels)):
+        assert v1.shape == v2.shape == (8, 24, 24, 3)
+        assert v1.dtype == tf.float32 and y.dtype == tf.int32 and y.shape == (8,)
+        assert 0.0 <= float(tf.reduce_min(v1)) and float(tf.reduce_max(v1)) <= 1.0
+        differs = tf.reduce_max(tf.abs(v1 - v2), axis=[1, 2, 3]) > 1e-3
+        assert bool(tf.reduce_all(differs))  # two independent views of each image
+        assert 0 <= int(tf.reduce_min(y)) and int(tf.reduce_max(y)) < 10
+
+
+def test_finetune_batches(digits, strategy):
+    dist = pipeline.build_distributed_dataset(
+        strategy, digits, "train", global_batch_size=8, is_training=True,
+        train_mode="finetune", image_size=32)
+    images, labels = next(iter(dist))
+    for x, y in zip(_local(strategy, images), _local(strategy, labels)):
+        assert x.shape == (4, 32, 32, 3) and y.shape == (4,)
+
+
+def test_training_repeats_with_full_batches(digits):
+    dataset = pipeline.build_input_fn(
+        digits, "test[:10]", global_batch_size=4, is_training=True,
+        train_mode="finetune", image_size=16)(None)
+    shapes = [x.shape[0] for x, _ in dataset.take(10)]  # 40 examples from 10
+    assert shapes == [4] * 10
+
+
+def test_eval_keeps_every_example_under_mirrored_strategy(digits, strategy):
+    dist = pipeline.build_distributed_dataset(
+        strategy, digits, "test", global_batch_size=64, is_training=False,
+        image_size=32)
+    seen = []
+    for _, labels in dist:
+        for y in _local(strategy, labels):
+            seen.extend(y.numpy().tolist())
+    assert len(seen) == 360
+    assert collections.Counter(seen) == collections.Counter(
+        digits.load_labels("test").tolist())
+
+
+def test_eval_single_device_order_and_last_partial_batch(digits):
+    dataset = pipeline.build_input_fn(digits, "test", global_batch_size=100,
+                                      is_training=False, image_size=32)(None)
+    batches = list(dataset)
+    assert [x.shape[0] for x, _ in batches] == [100, 100, 100, 60]
+    labels = np.concatenate([y.numpy() for _, y in batches])
+    np.testing.assert_array_equal(labels, digits.load_labels("test"))
+    # At 32 px evaluation does not crop: the image is the source image, resized.
+    first = datasets.get_dataset("digits").load("test").take(1)
+    source_image = next(iter(first))[0].numpy() / 255.0
+    np.testing.assert_allclose(batches[0][0][0].numpy(), source_image, atol=1e-5)
+
+
+def test_input_pipelines_shard_examples():
+    source = datasets.get_dataset("digits")
+    input_fn = pipeline.build_input_fn(source, "test", global_batch_size=8,
+                                       is_training=False, image_size=8)
+    counts = []
+    for i in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i,
+                                             num_replicas_in_sync=2)
+        batches = list(input_fn(context))
+        assert all(x.shape[0] <= 4 for x, _ in batches)  # per-replica batch
+        counts.append(sum(int(x.shape[0]) for x, _ in batches))
+    assert sum(counts) == 360 and abs(counts[0] - counts[1]) <= 1
+
+
+def test_label_subset_ids_restrict_the_examples(digits):
+    subset = datasets.make_label_subset(digits, "train", 0.05)
+    dataset = pipeline.build_input_fn(
+        digits, "train", global_batch_size=32, is_training=False, image_size=16,
+        label_subset_ids=subset.example_ids)(None)
+    labels = np.concatenate([y.numpy() for _, y in dataset])
+    np.testing.assert_array_equal(labels,
+                                  digits.load_labels("train")[subset.example_ids])
+
+
+def test_tfds_pretraining_pipeline_under_mock():
+    with tfds.testing.mock_data(num_examples=10):
+        source = datasets.get_dataset("imagenet2012")
+        dataset = pipeline.build_input_fn(
+            source, "train", global_batch_size=4, is_training=True,
+            train_mode="pretrain", image_size=32, cache=True)(None)
+        (view1, view2), labels = next(iter(dataset))
+    assert view1.shape == view2.shape == (4, 32, 32, 3)
+    assert labels.shape == (4,)
+
+
+def test_unlabelled_split_only_for_pretraining(tmp_path):
+    from PIL import Image
+    for i in range(4):
+        Image.new("RGB", (8, 8), (i, i, i)).save(tmp_path / f"{i}.png")
+    source = datasets.get_dataset(f"folder:{tmp_path}")
+    dataset = pipeline.build_input_fn(source, "train", global_batch_size=2,
+                                      is_training=True, image_size=8)(None)
+    (_, _), labels = next(iter(dataset))
+    assert labels.numpy().tolist() == [-1, -1]
+    for kwargs in (dict(is_training=True, train_mode="finetune"),
+                   dict(is_training=False)):
+        with pytest.raises(ValueError, match="no labels"):
+            pipeline.build_input_fn(source, "train", global_batch_size=2,
+                                    image_size=8, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(global_batch_size=0), "global_batch_size"),
+    (dict(train_mode="linear"), "train_mode"),
+    (dict(impl="v3"), "impl"),
+    (dict(image_size=-1), "image_size"),
+    (dict(color_jitter_strength=3.0), "color_jitter_strength"),
+    (dict(split="validation"), "split"),
+])
+def test_bad_arguments(digits, kwargs, match):
+    args = dict(split="train", global_batch_size=8, is_training=True)
+    args.update(kwargs)
+    split = args.pop("split")
+    with pytest.raises(ValueError, match=match):
+        pipeline.build_input_fn(digits, split, **args)
+
+
+def test_global_batch_must_divide_over_replicas(digits, strategy):
+    with pytest.raises(ValueError, match="global_batch_size"):
+        pipeline.build_distributed_dataset(strategy, digits, "train",
+                                           global_batch_size=7, is_training=True)
