@@ -74,3 +74,28 @@ def random_batch(num_examples, image_size=8, num_classes=5, seed=0, unlabelled_e
     if unlabelled_every:
         labels[::unlabelled_every] = -1
     return view1, view2, labels
+
+
+def distributed_pretrain_iterator(strategy, steps):
+    """An iterator of pretraining batches `((v1, v2), labels)` for `strategy`.
+
+    Replica r (global id) receives slice r of each global batch, on one process or
+    several (MultiWorkerMirroredStrategy: one input pipeline per worker).
+
+    Args:
+        strategy: a tf.distribute strategy.
+        steps: list of global (view1, view2, labels) numpy batches.
+    """
+    replicas = strategy.num_replicas_in_sync
+
+    def dataset_fn(context):
+        local = replicas // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+        # A worker's local replicas take consecutive elements in turn, so list the
+        # slices of each step in replica order.
+        chunks = [tuple(np.split(a, replicas)[r] for a in step)
+                  for step in steps for r in range(first, first + local)]
+        v1, v2, labels = (np.stack(c) for c in zip(*chunks))
+        return tf.data.Dataset.from_tensor_slices(((v1, v2), labels))
+
+    return iter(strategy.distribute_datasets_from_function(dataset_fn))

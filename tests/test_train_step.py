@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import distribute, losses, optimizers, schedules, train
-from standin_model import make_model, random_batch
+from standin_model import distributed_pretrain_iterator, make_model, random_batch
 
 GLOBAL_BATCH = 8
 IMAGE_SIZE = 8
@@ -33,26 +33,6 @@ def _per_replica(strategy, *arrays):
         return tuple(tf.constant(np.split(a, replicas)[r]) for a in arrays)
 
     return strategy.experimental_distribute_values_from_function(value_fn)
-
-
-def _distributed_iterator(strategy, steps):
-    """An iterator over pretraining batches `((v1, v2), labels)`, replica r gets slice r.
-
-    `steps` is a list of global (view1, view2, labels) numpy batches.
-    """
-    replicas = strategy.num_replicas_in_sync
-
-    def dataset_fn(context):
-        local = replicas // context.num_input_pipelines
-        first = context.input_pipeline_id * local
-        # Local replicas take consecutive elements in turn, so list the slices of
-        # each step in replica order.
-        chunks = [tuple(np.split(a, replicas)[r] for a in step)
-                  for step in steps for r in range(first, first + local)]
-        v1, v2, labels = (np.stack(c) for c in zip(*chunks))
-        return tf.data.Dataset.from_tensor_slices(((v1, v2), labels))
-
-    return iter(strategy.distribute_datasets_from_function(dataset_fn))
 
 
 def _gradients(num_replicas, weights, view1, view2, gather_fn=distribute.cross_replica_concat):
@@ -120,7 +100,7 @@ def _pretrain(num_replicas, weights, steps, *, model_fn=make_model, eeta=0.1):
         optimizer = optimizers.LARS(schedule, eeta=eeta, weight_decay=1e-3,
                                     excluded_variables=optimizers.lars_excluded_variables(model))
     trainer = train.Trainer(strategy, model, optimizer, temperature=0.2, weight_decay=1e-3)
-    iterator = _distributed_iterator(strategy, steps)
+    iterator = distributed_pretrain_iterator(strategy, steps)
     logs = [trainer.train_steps(iterator) for _ in steps]
     return logs, [w.numpy() for w in model.weights]
 
