@@ -184,12 +184,14 @@ class Trainer:
         """Counts top-1 / top-5 hits on `(images, labels)`; labels -1 are skipped."""
         images, labels = batch
         labels = tf.cast(labels, tf.int32)
-        # The last, partial batch can leave a replica with no example, and some
-        # kernels (oneDNN convolutions) fail on empty batches: give such a replica
-        # one blank, unlabelled image, which is never counted.
-        pad = tf.maximum(1 - tf.shape(images)[0], 0)
-        images = tf.pad(images, [[0, pad], [0, 0], [0, 0], [0, 0]])
-        labels = tf.pad(labels, [[0, pad]], constant_values=-1)
+        if images.shape[0] is None:
+            # The last, partial batch can leave a replica with no example, and some
+            # kernels (oneDNN convolutions) fail on empty batches: give such a
+            # replica one blank, unlabelled image, which is never counted. (Static
+            # batch shapes, as on TPU, never need it.)
+            pad = tf.maximum(1 - tf.shape(images)[0], 0)
+            images = tf.pad(images, [[0, pad], [0, 0], [0, 0], [0, 0]])
+            labels = tf.pad(labels, [[0, pad]], constant_values=-1)
         logits = self._logits(self.model(images, training=False))
         labelled = labels >= 0
         per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(

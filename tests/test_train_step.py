@@ -269,3 +269,27 @@ def test_trainer_bad_arguments():
         train.Trainer(strategy, model, optimizer, optimizer_name="sgd")
     with pytest.raises(ValueError, match="steps_per_loop=0"):
         train.Trainer(strategy, model, optimizer, steps_per_loop=0)
+
+
+def test_create_strategy():
+    assert distribute.create_strategy("default") is tf.distribute.get_strategy()
+    tf.distribute.MirroredStrategy._collective_key_base += 100000
+    mirrored = distribute.create_strategy("mirrored", num_devices=2)
+    assert mirrored.num_replicas_in_sync == 2
+    assert [d.upper() for d in mirrored.extended.worker_devices] == [
+        "/JOB:LOCALHOST/REPLICA:0/TASK:0/DEVICE:CPU:0",
+        "/JOB:LOCALHOST/REPLICA:0/TASK:0/DEVICE:CPU:1"]
+    with pytest.raises(ValueError, match="name='horovod'"):
+        distribute.create_strategy("horovod")
+    with pytest.raises(ValueError, match="num_devices=64"):
+        distribute.create_strategy("mirrored", num_devices=64)
+    with pytest.raises(ValueError, match="num_devices=0"):
+        distribute.create_strategy("mirrored", num_devices=0)
+
+
+def test_collectives_are_identities_outside_replicas():
+    x = tf.constant([[1.0, 2.0]])
+    assert distribute.cross_replica_concat(x) is x
+    assert distribute.cross_replica_sum(x) is x
+    assert int(distribute.replica_id()) == 0
+    assert distribute.num_replicas_in_sync() == 1
