@@ -88,7 +88,8 @@ class Trainer:
             raise ValueError(f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
         if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
             raise ValueError(
-                f"steps_per_loop must be a positive int. Received: steps_per_loop={steps_per_loop!r}")
+                "steps_per_loop must be a positive int. Received: "
+                f"steps_per_loop={steps_per_loop!r}")
         if blur_fn is not None and not callable(blur_fn):
             raise ValueError(f"blur_fn must be callable or None. Received: blur_fn={blur_fn!r}")
         if not model.built:
