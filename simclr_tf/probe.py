@@ -1,0 +1,70 @@
+"""Linear probe on frozen features: the paper's L-BFGS logistic regression.
+
+Features are extracted once (inference mode) and a multinomial L2-regularised
+logistic regression is fitted with scikit-learn's L-BFGS; the regularisation strength
+is chosen on a held-out part of the training features, then the probe is refitted on
+all of them.
+"""
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+# Inverse regularisation strengths tried (scikit-learn's C = 1 / lambda).
+DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
+
+
+def extract_features(model, dataset, feature="final_avg_pool"):
+    """Runs `model` in inference mode over `(images, labels)` batches.
+
+    Args:
+        model: a model returning a dict of named features (e.g. `SimCLRModel`).
+        dataset: iterable of `(images, labels)` batches.
+        feature: which output to collect (h = 'final_avg_pool').
+
+    Returns:
+        (features float32 [N, D], labels int64 [N]).
+    """
+    features, labels = [], []
+    for images, batch_labels in dataset:
+        features.append(np.asarray(model(images, training=False)[feature], np.float32))
+        labels.append(np.asarray(batch_labels, np.int64))
+    if not features:
+        raise ValueError("The dataset given to extract_features yielded no batch.")
+    return np.concatenate(features), np.concatenate(labels)
+
+
+def _fit(train_x, train_y, c, max_iter, seed):
+    probe = LogisticRegression(C=c, solver="lbfgs", max_iter=max_iter, random_state=seed)
+    return probe.fit(train_x, train_y)
+
+
+def linear_probe(train_x, train_y, test_x, test_y, *, c_grid=DEFAULT_C_GRID,
+                 validation_fraction=0.2, max_iter=1000, seed=0):
+    """Fits the probe on train features and returns its test top-1 accuracy.
+
+    Args:
+        train_x, train_y: training features [N, D] and int labels [N].
+        test_x, test_y: test features and labels.
+        c_grid: inverse L2 strengths to choose from on the held-out part.
+        validation_fraction: share of the training features held out to choose C.
+        max_iter: L-BFGS iterations.
+        seed: split and solver seed.
+
+    Returns:
+        dict(top_1_accuracy, c, validation_accuracy).
+    """
+    if len(train_x) != len(train_y) or len(test_x) != len(test_y):
+        raise ValueError("Features and labels must have the same length. Received: "
+                         f"{len(train_x)} / {len(train_y)} train, {len(test_x)} / "
+                         f"{len(test_y)} test.")
+    scaler = StandardScaler().fit(train_x)
+    train_x, test_x = scaler.transform(train_x), scaler.transform(test_x)
+    fit_x, val_x, fit_y, val_y = train_test_split(
+        train_x, train_y, test_size=validation_fraction, random_state=seed,
+        stratify=train_y)
+    scores = {c: _fit(fit_x, fit_y, c, max_iter, seed).score(val_x, val_y) for c in c_grid}
+    best_c = max(c_grid, key=lambda c: (scores[c], -c))  # ties: stronger regularisation
+    probe = _fit(train_x, train_y, best_c, max_iter, seed)
+    return dict(top_1_accuracy=float(probe.score(test_x, test_y)), c=best_c,
+                validation_accuracy=float(scores[best_c]))
