@@ -1,0 +1,69 @@
+"""Every flagfile under flags/ parses into a valid Config and carries its record."""
+import dataclasses
+import glob
+import os
+import sys
+
+import pytest
+from absl import flags
+
+from simclr_tf.config import Config
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags")))
+BASE_FILES = {"imagenet_pretrain_base.flags"}
+
+sys.path.insert(0, ROOT)
+import run  # noqa: E402  pylint: disable=wrong-import-position
+sys.path.pop(0)
+
+
+def _parse(path, *extra):
+    values = flags.FlagValues()
+    for field in dataclasses.fields(Config):
+        values[field.name] = run.FLAGS[field.name]
+    try:
+        values(["run.py", f"--flagfile={path}", *extra])
+        return run.config_from_flags(values)
+    finally:
+        values.unparse_flags()
+
+
+def test_there_is_a_flagfile_per_paper_configuration():
+    names = {os.path.basename(p) for p in FLAGFILES}
+    for expected in ("quickstart.flags", "simclrv1_r50_1x_pretrain.flags",
+                     "simclrv1_r50_2x_pretrain.flags", "simclrv1_r50_4x_pretrain.flags",
+                     "simclrv2_r152_3x_sk1_pretrain.flags", "imagenet_linear_eval.flags",
+                     "simclrv2_finetune_1pct.flags", "simclrv2_finetune_10pct.flags",
+                     "cifar10_r18_pretrain.flags", "cifar10_r50_pretrain.flags"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("path", FLAGFILES, ids=os.path.basename)
+def test_flagfile_is_a_valid_experiment_record(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # included flagfiles are relative to the repository root
+    if os.path.basename(path) in BASE_FILES:
+        _parse(path, "--model_dir=/tmp/simclr_base")  # a base needs the including file's
+        return
+    config = _parse(path)
+    header = [line for line in open(path) if line.startswith("#")]
+    text = "".join(header)
+    assert "Command: python run.py --flagfile=flags/" + os.path.basename(path) in text
+    assert "Expected" in text or "Paper" in text
+    assert "Hardware" in text
+    assert config.model_dir
+
+
+def test_paper_settings_reach_the_config(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    v2 = _parse(os.path.join(ROOT, "flags", "simclrv2_r152_3x_sk1_pretrain.flags"))
+    assert (v2.resnet_depth, v2.width_multiplier, v2.sk_ratio) == (152, 3, 0.0625)
+    assert (v2.learning_rate, v2.learning_rate_scaling, v2.train_batch_size) == (
+        0.075, "sqrt", 4096)
+    assert v2.num_proj_layers == 3 and v2.use_blur and v2.temperature == 0.1
+    linear = _parse(os.path.join(ROOT, "flags", "imagenet_linear_eval.flags"))
+    assert linear.train_mode == "finetune" and linear.fine_tune_after_block == 4
+    one_pct = _parse(os.path.join(ROOT, "flags", "simclrv2_finetune_1pct.flags"))
+    assert one_pct.label_fraction == 0.01 and one_pct.ft_proj_selector == 1
+    cifar = _parse(os.path.join(ROOT, "flags", "cifar10_r18_pretrain.flags"))
+    assert cifar.resolved_stem == "cifar" and not cifar.use_blur
