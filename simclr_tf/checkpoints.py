@@ -63,13 +63,25 @@ class CheckpointState:
         """Restores the latest checkpoint in model_dir; returns its path or None."""
         latest = self.latest
         if latest is not None:
-            status = self.checkpoint.restore(latest).assert_existing_objects_matched()
-            if not self.has_optimizer:
-                status.expect_partial()  # evaluation: the optimizer's slots stay unread
+            if self.has_optimizer:
+                self.checkpoint.restore(latest).assert_existing_objects_matched()
+            else:
+                restore_model(self.model, latest)
         return latest
 
     def save(self, step):
         return self.manager.save(checkpoint_number=int(step))
+
+
+def restore_model(model, prefix):
+    """Restores every variable of `model` (no optimizer) from a checkpoint prefix.
+
+    Raises if any variable of the model finds nothing to load, so evaluating with a
+    mismatched model fails instead of reporting a random model's accuracy.
+    """
+    status = tf.train.Checkpoint(model=model).restore(prefix)
+    status.assert_existing_objects_matched()
+    status.expect_partial()  # the optimizer's slots stay unread
 
 
 def initialize_from(model, path):

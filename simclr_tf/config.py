@@ -138,6 +138,9 @@ class Config:
     jit_compile: bool = _field(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
         "and it fails under MirroredStrategy on CPU.")
+    eval_wait_secs: int = _field(
+        0, "With --mode=eval: 0 evaluates the latest checkpoint once; > 0 keeps "
+        "evaluating each new checkpoint until none appears for this many seconds.")
     seed: int = _field(0, "Seed of weights, data order and augmentations.")
     label_fraction: float = _field(
         1.0, "Use a deterministic stratified subset of this fraction of the labelled "
@@ -203,7 +206,7 @@ class Config:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
-        _non_negative = ("warmup_epochs", "weight_decay", "train_steps", "eval_steps",
+        _non_negative = ("eval_wait_secs", "warmup_epochs", "weight_decay", "train_steps", "eval_steps",
                          "checkpoint_steps", "sk_ratio", "se_ratio", "color_jitter_strength",
                          "train_epochs", "checkpoint_epochs")
         for name in _non_negative:

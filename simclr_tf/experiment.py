@@ -191,31 +191,65 @@ def train(config, strategy, context):
         logging.info("Resumed from %s", resumed)
     elif config.checkpoint:
         logging.info("Initialised from %s", checkpoints.initialize_from(model, config.checkpoint))
+    step = int(optimizer.iterations.numpy())
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
         is_training=True, train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
         seed=config.seed, label_subset_ids=subset_ids)
     iterator = iter(dataset)
-    writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
-    step = int(optimizer.iterations.numpy())
+    writer = tf.summary.create_file_writer(config.model_dir)
+    if step == 0:
+        write_view_summary(config, source, split, writer)
     logs = {}
     start = time.perf_counter()
+    chief = _is_chief(strategy)
     print(f"Training {plan.total_steps} steps ({step} done), checkpoint every "
           f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
           f"{strategy.num_replicas_in_sync} replica(s).", flush=True)
     while step < plan.total_steps:
         chunk = min(plan.checkpoint_steps - step % plan.checkpoint_steps,
                     plan.total_steps - step)
-        logs = trainer.run(iterator, chunk)
+        logs = trainer.run(iterator, chunk, verbose=1 if chief else 0)
         step = int(optimizer.iterations.numpy())
         state.save(step)
-        with writer.as_default(step=step):
-            for name, value in logs.items():
-                tf.summary.scalar(name, float(value))
-        writer.flush()
+        write_scalars(writer, step, {f"train/{SUMMARY_NAMES.get(k, k)}": v
+                                     for k, v in logs.items() if k != "num_examples"})
     return dict(global_step=step, train_seconds=time.perf_counter() - start,
-                **{f"train/{k}": float(v) for k, v in logs.items()})
+                **{f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()})
+
+
+# Trainer log names -> the TensorBoard / result.json names users know.
+SUMMARY_NAMES = dict(sup_loss="supervised_loss", label_acc="supervised_acc")
+
+
+def _is_chief(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver is None or resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def write_scalars(writer, step, values):
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            tf.summary.scalar(name, float(value))
+    writer.flush()
+
+
+def write_view_summary(config, source, split, writer, num_images=8):
+    """An image summary of pretraining views (or fine-tuning crops) as the model sees
+    them, from a separate small pipeline so the training stream is untouched."""
+    data = pipeline.build_input_fn(
+        source, split, global_batch_size=num_images, is_training=True,
+        train_mode=config.train_mode, image_size=config.image_size,
+        color_jitter_strength=config.color_jitter_strength,
+        shuffle_buffer_size=num_images)(None)
+    images, _ = next(iter(data))
+    if config.train_mode == "pretrain":
+        images = tf.concat(images, axis=2)  # view 1 | view 2, side by side
+    with writer.as_default(step=0):
+        tf.summary.image("train/views", images, max_outputs=num_images)
+    writer.flush()
 
 
 def _eval_dataset(config, source, split, batch_size):
@@ -224,25 +258,51 @@ def _eval_dataset(config, source, split, batch_size):
 
 
 def evaluate(config, strategy, context):
+    """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
+    (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = build_model(config, strategy, context["num_classes"])
-    state = checkpoints.CheckpointState(config.model_dir, model)
-    restored = state.restore_latest() if config.model_dir else None
-    if restored is None:
-        if not config.checkpoint:
-            raise ConfigError("model_dir", f"has no checkpoint to evaluate in "
-                              f"{config.model_dir!r}; train first or pass --checkpoint.")
-        restored = config.checkpoint
-        tf.train.Checkpoint(model=model).restore(
-            checkpoints.resolve_checkpoint_path(restored)).expect_partial()
     trainer = Trainer(strategy, model, keras.optimizers.SGD(0.0),
                       train_mode=config.train_mode)
     dataset = _eval_dataset(config, context["source"], config.eval_split,
                             config.eval_batch_size)
-    metrics = trainer.evaluate(dataset, steps=config.eval_steps or None)
-    print(f"Eval on {config.eval_split}: top-1 {metrics['top_1_accuracy']:.4f}, top-5 "
-          f"{metrics['top_5_accuracy']:.4f} ({metrics['num_examples']} examples, "
-          f"checkpoint {restored})", flush=True)
-    return {f"eval/{k}": v for k, v in metrics.items()}
+    results = {}
+    for prefix in _checkpoints_to_evaluate(config):
+        checkpoints.restore_model(model, prefix)
+        step = _step_of(prefix)
+        metrics = trainer.evaluate(dataset, steps=config.eval_steps or None)
+        print(f"Eval on {config.eval_split} at step {step}: top-1 "
+              f"{metrics['top_1_accuracy']:.4f}, top-5 {metrics['top_5_accuracy']:.4f} "
+              f"({metrics['num_examples']} examples, {prefix})", flush=True)
+        results = {f"eval/{k}": v for k, v in metrics.items()}
+        results["eval/global_step"] = step
+        if config.model_dir:
+            write_scalars(tf.summary.create_file_writer(config.model_dir), step,
+                          {k: v for k, v in results.items() if "accuracy" in k or "loss" in k})
+            write_json(os.path.join(config.model_dir, f"result_{step}.json"), results)
+    return results
+
+
+def _step_of(prefix):
+    tail = prefix.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _checkpoints_to_evaluate(config):
+    """Checkpoint prefixes to evaluate, in order."""
+    latest = tf.train.latest_checkpoint(config.model_dir) if config.model_dir else None
+    if config.eval_wait_secs <= 0:
+        if latest is None:
+            if not config.checkpoint:
+                raise ConfigError("model_dir", f"has no checkpoint to evaluate in "
+                                  f"{config.model_dir!r}; train first, pass --checkpoint, "
+                                  "or wait for one with --eval_wait_secs.")
+            latest = checkpoints.resolve_checkpoint_path(config.checkpoint)
+        yield latest
+        return
+    # Follow a training run: evaluate each new checkpoint as it appears.
+    for prefix in tf.train.checkpoints_iterator(config.model_dir, min_interval_secs=1,
+                                                timeout=config.eval_wait_secs):
+        yield prefix
 
 
 def final_linear_probe(config, context):
@@ -252,11 +312,11 @@ def final_linear_probe(config, context):
     eval_data = _eval_dataset(config, source, config.eval_split, config.eval_batch_size)
     strategy = tf.distribute.get_strategy()
     trained = build_model(config, strategy, context["num_classes"])
-    state = checkpoints.CheckpointState(config.model_dir, trained)
-    if state.latest is None:
+    latest = tf.train.latest_checkpoint(config.model_dir)
+    if latest is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
                           f"{config.model_dir!r}; train first.")
-    state.checkpoint.restore(state.latest).expect_partial()
+    checkpoints.restore_model(trained, latest)
     keras.utils.set_random_seed(config.seed + 1)
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}

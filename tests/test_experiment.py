@@ -1,0 +1,105 @@
+"""End to end on the offline 'digits' dataset through `simclr_tf.experiment.run`:
+pretrain -> checkpoint -> resume -> fine-tune on 10% labels -> eval, and the checks
+that need the dataset or the strategy, all before any model is built."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import checkpoints, experiment
+from simclr_tf.config import Config, ConfigError
+
+TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
+            stem="cifar", resnet_depth=18, width_multiplier=0.125, num_proj_layers=2,
+            proj_out_dim=16, train_batch_size=32, eval_batch_size=128, use_blur=False,
+            color_jitter_strength=0.5, temperature=0.5, learning_rate=0.5,
+            weight_decay=1e-4, warmup_epochs=0.1)
+
+
+def config(**overrides):
+    return Config.from_dict(dict(TINY, **overrides)).validate()
+
+
+def _encoder_weights(cfg, num_classes=10):
+    """The encoder's variables in the latest checkpoint of cfg.model_dir, by path."""
+    model = experiment.build_model(cfg, tf.distribute.get_strategy(), num_classes)
+    checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
+    return {v.path: v.numpy() for v in model.encoder.weights}
+
+
+@pytest.mark.slow
+def test_pretrain_resume_finetune_eval(tmp_path):
+    pretrain_dir = str(tmp_path / "pretrain")
+    first = experiment.run(config(train_steps=4, checkpoint_steps=2, model_dir=pretrain_dir,
+                                  mode="train"))
+    assert first["global_step"] == 4
+    assert sorted(os.listdir(pretrain_dir)).count("checkpoint") == 1
+    assert tf.train.latest_checkpoint(pretrain_dir).endswith("ckpt-4")
+    flags_json = json.load(open(os.path.join(pretrain_dir, "flags.json")))
+    assert flags_json["train_steps"] == 4 and flags_json["resolved_stem"] == "cifar"
+    for name in ("contrast_loss", "contrast_acc", "contrast_entropy", "supervised_loss",
+                 "supervised_acc", "weight_decay", "learning_rate", "examples_per_sec"):
+        assert f"train/{name}" in first, name
+    # Resume: a longer target continues from step 4, never overshooting.
+    second = experiment.run(config(train_steps=5, checkpoint_steps=2,
+                                   model_dir=pretrain_dir, mode="train_then_eval"))
+    assert second["global_step"] == 5 and second["eval/num_examples"] == 360
+    assert 0.0 <= second["eval/top_1_accuracy"] <= 1.0
+    assert json.load(open(os.path.join(pretrain_dir, "result.json")))["global_step"] == 5
+    assert os.path.exists(os.path.join(pretrain_dir, "result_5.json"))
+
+    finetune_dir = str(tmp_path / "finetune")
+    finetune = config(train_mode="finetune", label_fraction=0.1, train_steps=3,
+                      checkpoint=pretrain_dir, model_dir=finetune_dir,
+                      fine_tune_after_block=4, zero_init_logits_layer=True,
+                      mode="train_then_eval")
+    tuned = experiment.run(finetune)
+    assert tuned["global_step"] == 3 and tuned["eval/num_examples"] == 360
+    ids = open(os.path.join(finetune_dir, "label_subset_ids.txt")).read().split("\n")
+    assert len([i for i in ids if i and not i.startswith("#")]) == 144  # 10% of 1437
+    # fine_tune_after_block=4: the encoder is the pretrained one, untouched.
+    pretrained = _encoder_weights(config(model_dir=pretrain_dir))
+    finetuned = _encoder_weights(finetune)
+    assert pretrained.keys() == finetuned.keys()
+    for key, value in finetuned.items():  # BN moving statistics included
+        np.testing.assert_array_equal(value, pretrained[key], err_msg=key)
+    fresh = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
+    assert any(not np.array_equal(v.numpy(), pretrained[v.path])
+               for v in fresh.encoder.weights)  # the comparison is not vacuous
+
+
+def test_eval_mode_without_checkpoint_fails_clearly(tmp_path):
+    with pytest.raises(ConfigError, match="--model_dir: has no checkpoint"):
+        experiment.run(config(mode="eval", model_dir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("overrides, flag", [
+    (dict(dataset="no_such_dataset_xyz"), "dataset"),
+    (dict(train_split="validation"), "train_split"),
+    (dict(eval_split="val", mode="train_then_eval"), "eval_split"),
+    (dict(train_batch_size=3, strategy="mirrored"), "train_batch_size"),
+    (dict(checkpoint="/nonexistent/ckpt"), "checkpoint"),
+    (dict(model_dir="/proc/simclr_cannot_write_here"), "model_dir"),
+    (dict(dataset="folder:/nonexistent_folder_xyz"), "dataset"),
+])
+def test_dataset_and_strategy_checks_name_the_flag(overrides, flag, tmp_path):
+    values = dict(model_dir=str(tmp_path / "run"), train_steps=1)
+    values.update(overrides)
+    cfg = config(**values)
+    with pytest.raises(ConfigError) as info:
+        experiment.run(cfg)
+    assert info.value.flag == flag, str(info.value)
+
+
+def test_finetune_on_unlabelled_folder_fails_before_building(tmp_path):
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
+    cfg = config(dataset=f"folder:{folder}", train_mode="finetune", eval_split="train",
+                 model_dir=str(tmp_path / "run"), train_steps=1)
+    with pytest.raises(ConfigError, match="--train_mode: finetune needs labels"):
+        experiment.run(cfg)
