@@ -196,7 +196,7 @@ def train(config, strategy, context):
         strategy, source, split, global_batch_size=config.train_batch_size,
         is_training=True, train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
-        seed=config.seed, label_subset_ids=subset_ids)
+        seed=config.seed, label_subset_ids=subset_ids, start_step=step)
     iterator = iter(dataset)
     writer = tf.summary.create_file_writer(config.model_dir)
     if step == 0:

@@ -70,6 +70,47 @@ def test_pretrain_resume_finetune_eval(tmp_path):
                for v in fresh.encoder.weights)  # the comparison is not vacuous
 
 
+@pytest.mark.slow
+def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
+                                                                     monkeypatch):
+    """Model, optimizer slots, step and data position (order and augmentations) are
+    all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
+    again ends with the weights of a run that was never stopped."""
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
+                  train_split="train[:200]")
+    experiment.run(config(model_dir=straight, **common))
+
+    class Stopped(Exception):
+        pass
+
+    original_run, calls = experiment.Trainer.run, []
+
+    def run_then_stop(self, *args, **kwargs):
+        if calls:
+            raise Stopped()
+        calls.append(1)
+        return original_run(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(experiment.Trainer, "run", run_then_stop)
+        with pytest.raises(Stopped):
+            experiment.run(config(model_dir=resumed, **common))
+    assert tf.train.latest_checkpoint(resumed).endswith("ckpt-3")
+    experiment.run(config(model_dir=resumed, **common))
+    a = _all_weights(config(model_dir=straight))
+    b = _all_weights(config(model_dir=resumed))
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def _all_weights(cfg):
+    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
+    return {v.path: v.numpy() for v in model.weights}
+
+
 def test_eval_mode_without_checkpoint_fails_clearly(tmp_path):
     with pytest.raises(ConfigError, match="--model_dir: has no checkpoint"):
         experiment.run(config(mode="eval", model_dir=str(tmp_path)))

@@ -64,6 +64,7 @@ def build_input_fn(
     label_subset_ids: Sequence[int] | np.ndarray | None = None,
     shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
     eval_center_crop: bool | None = None,
+    start_step: int = 0,
 ) -> InputFn:
     """Returns `input_fn(input_context) -> tf.data.Dataset` of per-replica batches.
 
@@ -79,12 +80,17 @@ def build_input_fn(
       color_jitter_strength: SimCLR's s (1.0 ImageNet, 0.5 CIFAR).
       impl: 'simclrv2' (multiplicative brightness) or 'simclrv1' (additive).
       cache: cache the decoded examples in memory after the first pass.
-      seed: shuffle seed (augmentations follow `tf.random.set_seed`).
+      seed: seed of the training stream: example order and every augmentation are a
+        function of (seed, position in the stream), so a run resumed at `start_step`
+        sees exactly the batches an uninterrupted run would. None draws one.
       label_subset_ids: keep only these example ids of `split` (semi-supervised
         fine-tuning; see `datasets.make_label_subset`).
       shuffle_buffer_size: examples in the shuffle buffer.
       eval_center_crop: centre crop at evaluation; None applies the reference's rule
         `augment.eval_center_crop_enabled(image_size)` (no crop at <= 32 px).
+      start_step: training steps already taken (resume): the stream starts at the
+        epoch and position that step reached. Skipping within that epoch reads (and
+        decodes) the skipped examples once, at most one epoch's worth.
 
     Returns:
       The input function; called with None it gives global batches on one device.
@@ -112,24 +118,29 @@ def build_input_fn(
             "used for pretraining (is_training=True, train_mode='pretrain').")
     if eval_center_crop is None:
         eval_center_crop = augment.eval_center_crop_enabled(image_size)
+    if not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"`start_step` must be an int >= 0. Received: start_step={start_step!r}")
     subset = None if label_subset_ids is None else np.asarray(label_subset_ids, np.int64)
+    if seed is None:
+        seed = int(np.random.default_rng().integers(2**31 - 1))
 
-    def preprocess_pretrain(image, label):
+    def preprocess_pretrain(image, label, image_seed):
         image = augment.to_float_image(image)
-        # One fresh seed per image, split in two: the views are independent by
-        # construction, whatever the global seed (augment's module docstring).
-        seeds = tf.random.experimental.stateless_split(augment.new_seed(), 2)
+        # The image's seed split in two: the views are independent by construction
+        # (augment's module docstring).
+        seeds = tf.random.experimental.stateless_split(image_seed, 2)
 
-        def view(seed):
+        def view(view_seed):
             return augment.preprocess_for_train(
                 image, image_size, image_size,
-                color_jitter_strength=color_jitter_strength, impl=impl, seed=seed)
+                color_jitter_strength=color_jitter_strength, impl=impl, seed=view_seed)
 
         return (view(seeds[0]), view(seeds[1])), label
 
-    def preprocess_finetune(image, label):
+    def preprocess_finetune(image, label, image_seed):
         return augment.preprocess_for_train(
-            image, image_size, image_size, color_distort=False, impl=impl), label
+            image, image_size, image_size, color_distort=False, impl=impl,
+            seed=image_seed), label
 
     def preprocess_eval(image, label):
         return augment.preprocess_for_eval(image, image_size, image_size,
@@ -147,23 +158,67 @@ def build_input_fn(
             batch_size = global_batch_size
         else:
             batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-        dataset = source.load(split, input_context=input_context,
-                              shuffle_files=is_training, example_ids=subset)
-        if cache:
-            dataset = dataset.cache()
         if is_training:
-            dataset = dataset.shuffle(shuffle_buffer_size, seed=seed,
-                                      reshuffle_each_iteration=True).repeat()
-        # Training order needs no determinism, and dropping it lets slow images
-        # (large JPEGs) overtake; evaluation keeps the split's order.
-        dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=not is_training)
+            dataset = _training_stream(
+                source, split, subset, input_context, global_batch_size, cache, seed,
+                shuffle_buffer_size, start_step).map(
+                    preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+        else:
+            dataset = source.load(split, input_context=input_context, example_ids=subset)
+            if cache:
+                dataset = dataset.cache()
+            dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+        # Batches keep the stream's order (map and batch are deterministic by
+        # default), so training is reproducible and resumable step for step.
         dataset = dataset.batch(batch_size, drop_remainder=is_training,
-                                num_parallel_calls=tf.data.AUTOTUNE,
-                                deterministic=not is_training)
+                                num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     return input_fn
+
+
+def _training_stream(source, split, subset, input_context, global_batch_size, cache,
+                     seed, shuffle_buffer_size, start_step):
+    """(image, label, seed) forever: epoch e is this pipeline's shard shuffled with a
+    seed derived from (seed, e); each element's augmentation seed is derived from
+    (seed, pipeline, position in the stream). Starts where `start_step` left off."""
+    pipelines, pipeline_id = 1, 0
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+    # Canonical order, then a shard by example: this pipeline's size is known, which
+    # is what resuming at an exact position needs.
+    base = source.load(split, example_ids=subset)
+    total = len(subset) if subset is not None else source.num_examples(split)
+    if pipelines > 1:
+        base = base.shard(pipelines, pipeline_id)
+    shard_size = len(range(pipeline_id, total, pipelines))
+    if shard_size == 0:
+        raise ValueError(f"Split {split!r} of {source.name!r} has {total} examples, too "
+                         f"few for {pipelines} input pipelines.")
+    if cache:
+        base = base.cache()
+    per_step = global_batch_size // pipelines
+    first_epoch, offset = divmod(start_step * per_step, shard_size)
+    buffer = min(shuffle_buffer_size, shard_size)
+
+    def epoch(index):
+        shuffle_seed = tf.random.experimental.stateless_fold_in(
+            tf.constant([seed, 0], tf.int64), index)[0]
+        # This function is traced into its own graph. With a global seed of 0,
+        # `shuffle` compares its (tensor) op seed with 0 in Python and fails; the
+        # op seed alone fixes the order, so the graph-level seed is cleared here.
+        tf.random.set_seed(None)
+        return base.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+
+    stream = tf.data.Dataset.range(first_epoch, np.iinfo(np.int64).max).flat_map(epoch)
+    stream = stream.skip(offset)
+    element_seed = tf.constant([seed, pipeline_id + 1], tf.int64)
+    first_position = first_epoch * shard_size + offset
+    positions = tf.data.Dataset.range(first_position, np.iinfo(np.int64).max)
+    return tf.data.Dataset.zip(stream, positions).map(
+        lambda pair, position: (*pair, tf.random.experimental.stateless_fold_in(
+            element_seed, position)))
 
 
 def build_distributed_dataset(strategy: tf.distribute.Strategy, source: DatasetSource,
