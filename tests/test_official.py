@@ -1,0 +1,246 @@
+"""Import of the authors' released models: parity on the shipped reference, round
+trips through the authors' layout, strictness, and the conversion script."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import official_fixtures as fx
+from simclr_tf import checkpoints, official
+from simclr_tf.models import SimCLRModel, layers as model_layers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE_DIR = os.path.join(HERE, "..", "..", "shared", "reference")
+REFERENCE = os.path.join(REFERENCE_DIR, "official_r50_1x_sk0")
+SCRIPT = os.path.join(HERE, "..", "scripts", "convert_official_checkpoint.py")
+PARITY_OUTPUTS = ("initial_conv", "initial_max_pool", "block_group1", "block_group2",
+                  "block_group3", "block_group4", "final_avg_pool", "proj_head_input",
+                  "proj_head_output", "logits_sup")
+
+
+def max_relative_error(got, expected):
+    """Largest deviation relative to the largest magnitude (activations reach 1e3)."""
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    return float(np.abs(got - expected).max() / np.abs(expected).max())
+
+
+def assert_same_outputs(a, b, images):
+    out_a, out_b = a(images, training=False), b(images, training=False)
+    assert set(out_a) == set(out_b)
+    for key in out_a:
+        np.testing.assert_allclose(out_b[key], out_a[key], rtol=1e-6, atol=1e-6,
+                                   err_msg=key)
+
+
+def images(size=64, n=2, seed=0):
+    return np.random.default_rng(seed).uniform(size=(n, size, size, 3)).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def reference_model():
+    return official.load_official(REFERENCE)
+
+
+def test_reference_is_recognised_and_its_architecture_inferred():
+    assert official.is_official_savedmodel(REFERENCE)
+    assert official.is_official_savedmodel(os.path.join(REFERENCE, "variables"))
+    info = official.inspect_official(REFERENCE)
+    assert info.num_variables == 281
+    assert info.config == dict(depth=50, width_multiplier=1, sk_ratio=0.0, se_ratio=0.0,
+                               stem="imagenet", proj_head_mode="nonlinear",
+                               num_proj_layers=3, proj_out_dim=128, ft_proj_selector=0,
+                               num_classes=1000)
+    assert not info.ft_proj_selector_inferred  # h and hidden layers are both 2048-d
+
+
+def test_outputs_equal_the_authors_on_the_shipped_model(reference_model):
+    expected = np.load(os.path.join(REFERENCE, "expected_outputs.npz"))
+    assert len(reference_model.weights) == 281  # BN moving statistics included
+    outputs = reference_model(expected["images"], training=False)
+    errors = {k: max_relative_error(outputs[k], expected[k]) for k in PARITY_OUTPUTS}
+    assert max(errors.values()) < 1e-4, errors
+
+
+@pytest.fixture
+def fast_init(monkeypatch):
+    """Zero conv init: names and shapes do not depend on values, and the truncated
+    normal draw of 35M parameters would dominate the test."""
+    monkeypatch.setattr(model_layers, "conv_initializer", lambda: "zeros")
+
+
+@pytest.mark.parametrize("tsv, sk_ratio", [
+    ("official_r50_1x_sk0/variables.tsv", 0.0),
+    ("official_r50_1x_sk1_variables.tsv", 0.0625),
+])
+def test_authors_variable_lists_map_onto_our_model(tsv, sk_ratio, fast_init):
+    """Architecture inference from names and shapes alone, and our model written in
+    the authors' layout gets exactly their names and shapes (selective kernels too)."""
+    shapes = fx.read_tsv(os.path.join(REFERENCE_DIR, tsv))
+    config, _ = official.infer_official_config(shapes)
+    assert (config["depth"], config["width_multiplier"], config["sk_ratio"]) == \
+        (50, 1, sk_ratio)
+    model = SimCLRModel(**config)
+    model.build((None, None, None, 3))
+    names, ours = official._official_names(model)
+    assert {names[k]: tuple(v.shape) for k, v in ours.items()} == shapes
+
+
+def test_reference_round_trips_through_the_authors_layout(reference_model, tmp_path):
+    prefix = official.export_official_layout(reference_model, tmp_path / "export")
+    exported, original = fx.read_values(tmp_path / "export"), fx.read_values(REFERENCE)
+    assert set(exported) == set(original)
+    for name, value in original.items():
+        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+    assert prefix == str(tmp_path / "export" / "variables" / "variables")
+    with pytest.raises(ValueError, match="already holds"):
+        official.export_official_layout(reference_model, tmp_path / "export")
+
+
+ROUND_TRIPS = {
+    "sk_se": dict(depth=50, width_multiplier=0.25, sk_ratio=0.0625, se_ratio=0.25,
+                  num_classes=10),
+    "se_linear_head": dict(depth=18, width_multiplier=0.25, se_ratio=0.25,
+                           proj_head_mode="linear", proj_out_dim=32, ft_proj_selector=-1,
+                           num_classes=5),
+    "wide_no_heads": dict(depth=18, width_multiplier=2, proj_head_mode="none"),
+    "v1_head_cifar_stem": dict(depth=18, width_multiplier=0.5, stem="cifar",
+                               num_proj_layers=2, proj_out_dim=64, num_classes=3),
+}
+
+
+def test_squeeze_ratios_are_recovered_from_widths():
+    """SK squeeze widths are max(int(filters * ratio), 32): at 1x every group clamps
+    to 32 and SimCLRv2's 0.0625 is kept; wider models reveal the ratio."""
+    filters = [64, 128, 256, 512]
+    assert official._ratio_from_widths([32] * 4, filters, 32, 0.0625) == 0.0625
+    assert official._ratio_from_widths([32, 32, 64, 128], filters, 32, 0.0625) == 0.25
+    assert official._ratio_from_widths([16, 32, 64, 128], filters, 1, None) == 0.25
+    assert official._ratio_from_widths([32, 32, 64, 100], filters, 32, 0.0625) is None
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIPS))
+def test_round_trip_our_model_to_the_authors_layout_and_back(name, tmp_path):
+    kwargs = ROUND_TRIPS[name]
+    model = SimCLRModel(**kwargs)
+    model.build((None, None, None, 3))
+    fx.randomise(model)
+    official.export_official_layout(model, tmp_path)
+    assert official.is_official_savedmodel(tmp_path)
+    info = official.inspect_official(tmp_path)
+    expected_config = dict(SimCLRModel(**kwargs).get_config())
+    for key, value in info.config.items():
+        if key == "num_proj_layers" and kwargs.get("proj_head_mode") in ("none", "linear"):
+            continue  # meaningless for these heads
+        assert value == expected_config[key], key
+    assert info.num_variables == len(model.weights)
+    imported = official.load_official(tmp_path)
+    assert_same_outputs(model, imported, images(32 if "cifar" in name else 64))
+
+
+@pytest.fixture(scope="module")
+def small_official(tmp_path_factory):
+    """A small model in the authors' layout and the model it came from."""
+    model = SimCLRModel(depth=18, width_multiplier=0.125, se_ratio=0.25, num_classes=4)
+    model.build((None, None, None, 3))
+    fx.randomise(model, seed=1)
+    directory = tmp_path_factory.mktemp("small_official")
+    official.export_official_layout(model, directory)
+    return str(directory), model
+
+
+def test_num_classes_override_keeps_a_fresh_head_and_loads_the_rest(small_official):
+    path, original = small_official
+    model = official.load_official(path, num_classes=10, ft_proj_selector=1)
+    assert model.supervised_head.num_classes == 10
+    x = images()
+    for key in ("final_avg_pool", "proj_head_output"):
+        np.testing.assert_array_equal(model(x, training=False)[key],
+                                      original(x, training=False)[key])
+    assert official.load_official(path, num_classes=None).supervised_head is None
+
+
+def _tampered(small_official, tmp_path, edit):
+    values = fx.read_values(small_official[0])
+    edit(values)
+    fx.write_named(str(tmp_path / "variables" / "variables"), values)
+    return str(tmp_path)
+
+
+def test_missing_variable_is_named(small_official, tmp_path):
+    dropped = []
+
+    def drop(values):
+        dropped.append(sorted(n for n in values if n.startswith("resnet/block_group3/")
+                              and n.endswith("/moving_variance"))[-1])
+        del values[dropped[0]]
+    path = _tampered(small_official, tmp_path, drop)
+    with pytest.raises(ValueError, match="moving_variance"):
+        official.load_official(path)
+
+
+def test_unknown_variable_is_named(small_official, tmp_path):
+    extra = "resnet/block_group2/residual_block_2/dropblock/kernel"
+    path = _tampered(small_official, tmp_path,
+                     lambda values: values.update({extra: np.zeros(3, "float32")}))
+    with pytest.raises(ValueError, match="dropblock"):
+        official.inspect_official(path)
+
+
+def test_wrong_architecture_or_shape_fails_loudly(small_official, tmp_path):
+    path, model = small_official
+    wrong = SimCLRModel(depth=18, width_multiplier=0.25, se_ratio=0.25, num_classes=4)
+    wrong.build((None, None, None, 3))
+    with pytest.raises(ValueError, match="shape mismatches"):
+        official.load_official_weights(wrong, path)
+    no_se = SimCLRModel(depth=18, width_multiplier=0.125, num_classes=4)
+    no_se.build((None, None, None, 3))
+    with pytest.raises(ValueError, match="left over"):
+        official.load_official_weights(no_se, path)
+    with pytest.raises(FileNotFoundError, match="variables.index"):
+        official.load_official(tmp_path / "nothing_here")
+    assert not official.is_official_savedmodel(tmp_path / "nothing_here")
+
+
+def test_our_own_checkpoints_are_not_mistaken_for_official(small_official, tmp_path):
+    _, model = small_official
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path),
+                               max_to_keep=1).save()
+    assert not official.is_official_savedmodel(tmp_path)
+
+
+def test_conversion_script_writes_keras_file_and_checkpoint_dir(small_official, tmp_path):
+    src, model = small_official
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    keras_file, ckpt_dir = str(tmp_path / "model.keras"), str(tmp_path / "ckpt")
+    for dst in (keras_file, ckpt_dir):
+        done = subprocess.run([sys.executable, SCRIPT, src, dst], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    x = images(seed=3)
+    assert_same_outputs(model, keras.saving.load_model(keras_file), x)
+
+    record = json.load(open(os.path.join(ckpt_dir, "official_import.json")))
+    assert tf.train.latest_checkpoint(ckpt_dir) == record["checkpoint"]
+    saved = tf.train.load_checkpoint(record["checkpoint"]).get_variable_to_shape_map()
+    # Every variable, also those of layers kept in lists (block groups, head layers).
+    assert sum("model/" in key for key in saved) == len(model.weights)
+    restored = SimCLRModel.from_config(record["config"])
+    restored.build((None, None, None, 3))
+    tf.train.Checkpoint(model=restored).restore(
+        tf.train.latest_checkpoint(ckpt_dir)).assert_existing_objects_matched()
+    assert_same_outputs(model, restored, x)
+    # What `run.py --checkpoint=DST` does for fine-tuning: encoder + projection head.
+    finetune = SimCLRModel(**dict(record["config"], num_classes=9))
+    finetune.build((None, None, None, 3))
+    checkpoints.initialize_from(finetune, ckpt_dir)
+    np.testing.assert_array_equal(finetune(x, training=False)["proj_head_output"],
+                                  model(x, training=False)["proj_head_output"])
+
+    done = subprocess.run([sys.executable, SCRIPT, src, keras_file], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "already exists" in done.stderr
