@@ -2,7 +2,8 @@
 import keras
 from keras import ops
 
-from simclr_tf.models.layers import PACKAGE, BatchNormRelu, build_by_tracing
+from simclr_tf.models.layers import (PACKAGE, BatchNormRelu, CheckpointListsMixin,
+                                     build_by_tracing)
 
 PROJ_HEAD_MODES = ("none", "linear", "nonlinear")
 
@@ -51,7 +52,7 @@ class LinearBN(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class ProjectionHead(keras.layers.Layer):
+class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
     """SimCLR's projection head g.
 
     'nonlinear': `num_proj_layers` layers; each hidden one is dense (width of the

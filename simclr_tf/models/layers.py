@@ -4,6 +4,7 @@ Every layer stores its constructor arguments and returns them from `get_config()
 so models round-trip through `.keras` files.
 """
 import keras
+import tensorflow as tf
 from keras import ops
 
 PACKAGE = "simclr_tf"
@@ -26,6 +27,31 @@ def build_by_tracing(layer, input_shape):
     composite layers implement `build` with this symbolic run.
     """
     layer.compute_output_spec(keras.KerasTensor(tuple(input_shape), dtype=layer.compute_dtype))
+
+
+class CheckpointListsMixin:
+    """Makes layers held in Python lists visible to `tf.train.Checkpoint`.
+
+    Keras 3.15 on TensorFlow wraps list attributes in its own `TrackedList`, which TF
+    checkpointing does not follow (Keras converts them for SavedModel only; cf.
+    keras-team/keras#18398). Without this, a `tf.train.Checkpoint(model=...)` holds
+    only the layers assigned to plain attributes (the stem conv and the supervised
+    head) and silently drops every block group, and restores "succeed" on the rest.
+    Each list element becomes a checkpoint child named `<attribute>-<index>`. Keras'
+    own tracking (weights order, `.keras` files) is unchanged. Put it first in the
+    bases of every layer that keeps sub-layers in a list.
+    """
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        children = super()._trackable_children(save_type, **kwargs)
+        if save_type == "checkpoint":
+            for attribute in getattr(self, "_tracked", ()):
+                value = getattr(self, attribute, None)
+                if isinstance(value, list):
+                    for i, item in enumerate(value):
+                        if isinstance(item, tf.__internal__.tracking.Trackable):
+                            children[f"{attribute}-{i}"] = item
+        return children
 
 
 def fixed_padding(inputs, kernel_size):

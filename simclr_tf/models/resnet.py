@@ -11,8 +11,8 @@ import keras
 from keras import ops
 
 from simclr_tf.models.layers import (
-    PACKAGE, BatchNormRelu, Conv2DFixedPadding, SelectiveKernelConv, SqueezeExcitation,
-    build_by_tracing)
+    PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
+    SqueezeExcitation, build_by_tracing)
 
 # depth -> (block kind, blocks per group)
 BLOCKS = {
@@ -166,7 +166,7 @@ BLOCK_CLASSES = {"basic": ResidualBlock, "bottleneck": BottleneckBlock}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class BlockGroup(keras.layers.Layer):
+class BlockGroup(CheckpointListsMixin, keras.layers.Layer):
     """`num_blocks` residual blocks; the first always has a projection shortcut.
 
     Args:
@@ -217,7 +217,7 @@ class BlockGroup(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class Stem(keras.layers.Layer):
+class Stem(CheckpointListsMixin, keras.layers.Layer):
     """The input stem; returns `{'initial_conv', 'initial_max_pool'}`.
 
     'imagenet': 7x7/2 conv (or, with ResNet-D, three 3x3 convs of widths
@@ -285,7 +285,7 @@ class Stem(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class ResNet(keras.Model):
+class ResNet(CheckpointListsMixin, keras.Model):
     """ResNet v1 encoder of SimCLR; calling it returns a dict of named features.
 
     Keys: `initial_conv`, `initial_max_pool`, `block_group1`..`block_group4` and
