@@ -10,12 +10,21 @@ import os
 
 import tensorflow as tf
 
+from simclr_tf import export
+
+
+def _saved_model_variables(directory):
+    prefix = os.path.join(directory, "variables", "variables")
+    return prefix if tf.io.gfile.exists(prefix + ".index") else None
+
 
 def resolve_checkpoint_path(path):
-    """A checkpoint prefix for `path`: a prefix, or a directory holding checkpoints.
+    """A checkpoint prefix for `path`.
 
     Args:
-        path: a checkpoint prefix ('/run/ckpt-1000') or a directory ('/run').
+        path: a checkpoint prefix ('/run/ckpt-1000'), a run directory ('/run': its
+            latest checkpoint, else its latest export), or one of our SavedModel
+            directories ('/run/saved_model/1000': its variables).
 
     Raises:
         FileNotFoundError: naming the path and what was expected there.
@@ -23,9 +32,14 @@ def resolve_checkpoint_path(path):
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
+            latest = _saved_model_variables(path)
+        if latest is None and export.latest_export(path) is not None:
+            latest = _saved_model_variables(export.latest_export(path))
+        if latest is None:
             raise FileNotFoundError(
                 f"No checkpoint in directory {path!r}: expected a 'checkpoint' file "
-                "written by a training run, or pass a checkpoint prefix such as "
+                "written by a training run, a SavedModel (saved_model.pb and "
+                "variables/), or pass a checkpoint prefix such as "
                 f"{os.path.join(path, 'ckpt-1000')!r}.")
         return latest
     if tf.io.gfile.exists(path + ".index"):
@@ -79,7 +93,9 @@ def restore_model(model, prefix):
     Raises if any variable of the model finds nothing to load, so evaluating with a
     mismatched model fails instead of reporting a random model's accuracy.
     """
-    status = tf.train.Checkpoint(model=model).restore(prefix)
+    # `read` (not `restore`): the checkpoint's own save counter is not required, so a
+    # SavedModel's variables/ (an export) restores too.
+    status = tf.train.Checkpoint(model=model).read(prefix)
     status.assert_existing_objects_matched()
     status.expect_partial()  # the optimizer's slots stay unread
 
@@ -97,9 +113,8 @@ def initialize_from(model, path):
     prefix = resolve_checkpoint_path(path)
     parts = tf.train.Checkpoint(encoder=model.encoder,
                                 projection_head=model.projection_head)
-    status = tf.train.Checkpoint(model=parts).restore(prefix)
-    status.expect_partial()
+    tf.train.Checkpoint(model=parts).read(prefix).expect_partial()
     # Raises if any encoder variable found nothing to load from.
-    tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).restore(
+    tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
         prefix).expect_partial().assert_existing_objects_matched()
     return prefix

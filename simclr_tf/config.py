@@ -70,8 +70,9 @@ class Config:
     dataset: str = _field("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
                           "image folder, or 'digits' (offline, ships with scikit-learn).")
     cache_dataset: bool = _field(False, "Whether to cache the entire dataset in memory.")
-    mode: str = _field("train", "Whether to perform training or evaluation.",
-                       ("train", "eval", "train_then_eval"))
+    mode: str = _field("train", "Whether to perform training or evaluation ('export': "
+                       "write a SavedModel of model_dir's latest checkpoint).",
+                       ("train", "eval", "train_then_eval", "export"))
     train_mode: str = _field("pretrain", "The train mode controls different objectives "
                              "and trainable components.", ("pretrain", "finetune"))
     lineareval_while_pretraining: bool = _field(
@@ -249,7 +250,7 @@ class Config:
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                               "(pretraining uses no labels).")
-        if self.mode != "eval" and self.model_dir in (None, ""):
+        if self.mode not in ("eval",) and self.model_dir in (None, ""):
             raise ConfigError("model_dir", "is required: the directory for checkpoints, "
                               "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
         if self.mode == "eval" and self.model_dir in (None, "") and not self.checkpoint:

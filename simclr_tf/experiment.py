@@ -15,7 +15,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, distribute, optimizers, probe, schedules
+from simclr_tf import (checkpoints, distribute, export, official, optimizers, probe,
+                       schedules)
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, datasets, pipeline
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
@@ -35,6 +36,8 @@ def run(config):
         results.update(train(config, strategy, context))
     if config.mode in ("eval", "train_then_eval"):
         results.update(evaluate(config, strategy, context))
+    if config.mode == "export":
+        results.update(export_latest(config, strategy, context))
     if config.final_linear_probe:
         results.update(final_linear_probe(config, context))
     if results and config.model_dir:
@@ -106,6 +109,8 @@ def prepare(config, strategy, source):
             checkpoints.resolve_checkpoint_path(config.checkpoint)
         except FileNotFoundError as error:
             raise ConfigError("checkpoint", str(error)) from None
+        if official.is_official_savedmodel(config.checkpoint):
+            context["official"] = check_official_architecture(config)
     if config.model_dir:
         try:
             tf.io.gfile.makedirs(config.model_dir)
@@ -118,6 +123,37 @@ def prepare(config, strategy, source):
                               f"({error}); choose another directory.") from None
         write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
     return context
+
+
+# Flags that must agree with a released model's architecture -> SimCLRModel argument.
+_OFFICIAL_ARCHITECTURE = dict(resnet_depth="depth", width_multiplier="width_multiplier",
+                              sk_ratio="sk_ratio", se_ratio="se_ratio",
+                              proj_head_mode="proj_head_mode", proj_out_dim="proj_out_dim")
+
+
+def check_official_architecture(config):
+    """The authors' released model at --checkpoint must match the flags' model."""
+    try:
+        info = official.inspect_official(config.checkpoint)
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError("checkpoint", f"cannot import the released model: {error}") from None
+    ours, wanted = config.model_kwargs(), info.config
+    flags = dict(_OFFICIAL_ARCHITECTURE)
+    if wanted.get("proj_head_mode") == "nonlinear":
+        flags["num_proj_layers"] = "num_proj_layers"
+    mismatched = [f"--{flag}={wanted[arg]}" for flag, arg in flags.items()
+                  if arg in wanted and not _same(ours[arg], wanted[arg])]
+    if mismatched:
+        raise ConfigError("checkpoint", f"{config.checkpoint!r} is a released model whose "
+                          f"architecture needs {' '.join(mismatched)} (the flags say "
+                          "otherwise); pass those flags.")
+    return info
+
+
+def _same(a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return float(a) == float(b)
 
 
 def write_json(path, values):
@@ -189,6 +225,13 @@ def train(config, strategy, context):
     resumed = state.restore_latest()
     if resumed:
         logging.info("Resumed from %s", resumed)
+    elif "official" in context:
+        info = context["official"]
+        official.load_official_weights(
+            model, config.checkpoint,
+            supervised_head=model.supervised_head is not None
+            and context["num_classes"] == info.config.get("num_classes"))
+        logging.info("Initialised from the released model %s", config.checkpoint)
     elif config.checkpoint:
         logging.info("Initialised from %s", checkpoints.initialize_from(model, config.checkpoint))
     step = int(optimizer.iterations.numpy())
@@ -215,8 +258,13 @@ def train(config, strategy, context):
         state.save(step)
         write_scalars(writer, step, {f"train/{SUMMARY_NAMES.get(k, k)}": v
                                      for k, v in logs.items() if k != "num_examples"})
-    return dict(global_step=step, train_seconds=time.perf_counter() - start,
-                **{f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()})
+    results = dict(global_step=step, train_seconds=time.perf_counter() - start,
+                   **{f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()})
+    if chief:
+        results["saved_model"] = export.export_for_step(
+            model, config.model_dir, step, image_size=config.image_size,
+            keep_hub_module_max=config.keep_hub_module_max)
+    return results
 
 
 # Trainer log names -> the TensorBoard / result.json names users know.
@@ -303,6 +351,21 @@ def _checkpoints_to_evaluate(config):
     for prefix in tf.train.checkpoints_iterator(config.model_dir, min_interval_secs=1,
                                                 timeout=config.eval_wait_secs):
         yield prefix
+
+
+def export_latest(config, strategy, context):
+    """--mode=export: a SavedModel of the latest checkpoint in model_dir."""
+    latest = tf.train.latest_checkpoint(config.model_dir)
+    if latest is None:
+        raise ConfigError("model_dir", f"has no checkpoint to export in "
+                          f"{config.model_dir!r}; train first.")
+    model = build_model(config, strategy, context["num_classes"])
+    checkpoints.restore_model(model, latest)
+    path = export.export_for_step(model, config.model_dir, _step_of(latest),
+                                  image_size=config.image_size,
+                                  keep_hub_module_max=config.keep_hub_module_max)
+    print(f"Exported {latest} to {path}", flush=True)
+    return dict(saved_model=path)
 
 
 def final_linear_probe(config, context):

@@ -3,12 +3,14 @@ pretrain -> checkpoint -> resume -> fine-tune on 10% labels -> eval, and the che
 that need the dataset or the strategy, all before any model is built."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment
+from simclr_tf import checkpoints, experiment, official
 from simclr_tf.config import Config, ConfigError
 
 TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
@@ -57,6 +59,7 @@ def test_pretrain_resume_finetune_eval(tmp_path):
                       mode="train_then_eval")
     tuned = experiment.run(finetune)
     assert tuned["global_step"] == 3 and tuned["eval/num_examples"] == 360
+    assert tuned["saved_model"] == os.path.join(finetune_dir, "saved_model", "3")
     ids = open(os.path.join(finetune_dir, "label_subset_ids.txt")).read().split("\n")
     assert len([i for i in ids if i and not i.startswith("#")]) == 144  # 10% of 1437
     # fine_tune_after_block=4: the encoder is the pretrained one, untouched.
@@ -68,6 +71,38 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     fresh = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
     assert any(not np.array_equal(v.numpy(), pretrained[v.path])
                for v in fresh.encoder.weights)  # the comparison is not vacuous
+
+    # Serve the fine-tuned export in a fresh process: PNG bytes in, logits out, equal
+    # to the in-memory fine-tuned model on the same images.
+    model = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
+    checkpoints.restore_model(model, tf.train.latest_checkpoint(finetune_dir))
+    source = experiment.load_source(finetune)
+    images, _ = next(iter(experiment._eval_dataset(finetune, source, "test", 4)))
+    raw = [tf.image.encode_png(tf.cast(tf.round(i * 255), tf.uint8)).numpy()
+           for i in images]
+    decoded = tf.stack([tf.image.decode_png(r, channels=3) for r in raw])
+    batch = experiment._eval_dataset  # same preprocessing as the export's graph
+    expected = model(tf.image.resize(tf.cast(decoded, tf.float32) / 255.0, [16, 16],
+                                     method="bicubic"), training=False)["logits_sup"]
+    np.save(tmp_path / "bytes.npy", np.array(raw, dtype=object))
+    script = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "raw = np.load(sys.argv[2], allow_pickle=True)\n"
+        "out = m.signatures['serving_default'](image_bytes=tf.constant(list(raw)))\n"
+        "np.save(sys.argv[3], out['logits'].numpy())\n")
+    subprocess.run([sys.executable, "-c", script, tuned["saved_model"],
+                    str(tmp_path / "bytes.npy"), str(tmp_path / "served.npy")],
+                   check=True, timeout=120)
+    np.testing.assert_allclose(np.load(tmp_path / "served.npy"), expected,
+                               rtol=1e-4, atol=1e-5)
+    del batch
+
+    # Fine-tuning can also start from a SavedModel directory (an export).
+    from_export = experiment.run(config(
+        train_mode="finetune", train_steps=1, checkpoint=second["saved_model"],
+        model_dir=str(tmp_path / "from_export"), mode="train"))
+    assert from_export["global_step"] == 1
 
 
 @pytest.mark.slow
@@ -111,6 +146,14 @@ def _all_weights(cfg):
     return {v.path: v.numpy() for v in model.weights}
 
 
+def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "run")
+    experiment.run(config(train_steps=1, model_dir=run_dir, mode="train"))
+    result = experiment.run(config(train_steps=1, model_dir=run_dir, mode="export"))
+    assert result["saved_model"] == os.path.join(run_dir, "saved_model", "1")
+    assert os.path.exists(os.path.join(result["saved_model"], "saved_model.pb"))
+
+
 def test_eval_mode_without_checkpoint_fails_clearly(tmp_path):
     with pytest.raises(ConfigError, match="--model_dir: has no checkpoint"):
         experiment.run(config(mode="eval", model_dir=str(tmp_path)))
@@ -144,3 +187,32 @@ def test_finetune_on_unlabelled_folder_fails_before_building(tmp_path):
                  model_dir=str(tmp_path / "run"), train_steps=1)
     with pytest.raises(ConfigError, match="--train_mode: finetune needs labels"):
         experiment.run(cfg)
+
+
+REFERENCE_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "shared",
+                               "reference", "official_r50_1x_sk0")
+
+
+def test_finetune_from_a_released_model_checks_its_architecture(tmp_path):
+    cfg = config(train_mode="finetune", checkpoint=REFERENCE_MODEL, train_steps=1,
+                 model_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match="--resnet_depth=50"):
+        experiment.run(cfg)
+
+
+@pytest.mark.slow
+def test_finetune_from_a_released_model(tmp_path):
+    """The authors' R50 (shipped reference) fine-tuned on digits: its encoder loads
+    exactly (checked on one BN statistic), then training runs and exports."""
+    cfg = config(train_mode="finetune", checkpoint=REFERENCE_MODEL, train_steps=1,
+                 resnet_depth=50, width_multiplier=1, num_proj_layers=3, proj_out_dim=128,
+                 stem="imagenet", image_size=32, train_batch_size=4, mode="train",
+                 fine_tune_after_block=4, model_dir=str(tmp_path / "run"))
+    result = experiment.run(cfg)
+    assert result["global_step"] == 1
+    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
+    reference = official.load_official(REFERENCE_MODEL)
+    np.testing.assert_array_equal(
+        model.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy(),
+        reference.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy())

@@ -44,13 +44,14 @@ class CheckpointListsMixin:
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         children = super()._trackable_children(save_type, **kwargs)
-        if save_type == "checkpoint":
-            for attribute in getattr(self, "_tracked", ()):
-                value = getattr(self, attribute, None)
-                if isinstance(value, list):
-                    for i, item in enumerate(value):
-                        if isinstance(item, tf.__internal__.tracking.Trackable):
-                            children[f"{attribute}-{i}"] = item
+        # Also for SavedModels: their variables/ is then a checkpoint with the same
+        # paths, so `--checkpoint=<an export>` restores like a training checkpoint.
+        for attribute in getattr(self, "_tracked", ()):
+            value = getattr(self, attribute, None)
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, tf.__internal__.tracking.Trackable):
+                        children[f"{attribute}-{i}"] = item
         return children
 
 
