@@ -2,6 +2,18 @@
 
 The library never reads command-line flags: `run.py` turns them into a frozen
 `simclr_tf.config.Config` and passes plain values down.
+
+`simclr_tf.load_official(path)` imports one of the authors' released SavedModels as a
+`simclr_tf.models.SimCLRModel` (see `simclr_tf.official`).
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Lazy, so that `import simclr_tf` (and run.py's flag parsing) never waits for
+    # TensorFlow.
+    if name == "load_official":
+        from simclr_tf.official import load_official  # pylint: disable=import-outside-toplevel
+        return load_official
+    raise AttributeError(f"module 'simclr_tf' has no attribute {name!r}")
