@@ -216,3 +216,10 @@ def test_finetune_from_a_released_model(tmp_path):
     np.testing.assert_array_equal(
         model.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy(),
         reference.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy())
+
+
+def test_odd_finetune_batch_on_onednn_cpu_fails_before_crashing(tmp_path):
+    cfg = config(train_mode="finetune", train_batch_size=3, train_steps=1,
+                 model_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match="--train_batch_size: gives 3 images per replica"):
+        experiment.run(cfg)
