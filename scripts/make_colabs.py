@@ -1,0 +1,149 @@
+"""Writes colabs/*.ipynb (cells without outputs). Run: python scripts/make_colabs.py"""
+import nbformat as nbf
+
+def nb(cells):
+    book = nbf.v4.new_notebook()
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    book.cells = [nbf.v4.new_markdown_cell(c[1]) if c[0] == "md" else nbf.v4.new_code_cell(c[1]) for c in cells]
+    return book
+
+load = nb([
+ ("md", """# Load a SimCLR model and run inference
+
+Loads a SimCLR SavedModel exported by `run.py` (TF Serving format) and runs it three
+ways: the authors' hub interface (`model(images, trainable=False)` returning named
+features), the `serving_default` signature on encoded image bytes, and as a Keras layer.
+It also imports one of the authors' released checkpoints with `simclr_tf.load_official`.
+
+Set `SAVED_MODEL` to your export (`<model_dir>/saved_model/<step>`). Left empty, the
+notebook pretrains a tiny model on the offline `digits` dataset for a few steps and
+exports it, so it runs anywhere in about a minute."""),
+ ("code", """import io, os, tempfile
+import numpy as np
+import tensorflow as tf
+import keras
+
+SAVED_MODEL = os.environ.get("SIMCLR_SAVED_MODEL", "")
+RELEASED_MODEL = os.environ.get(
+    "SIMCLR_RELEASED_MODEL", "../../shared/reference/official_r50_1x_sk0")"""),
+ ("code", """from simclr_tf import experiment
+from simclr_tf.config import Config
+
+if not SAVED_MODEL:
+    run_dir = tempfile.mkdtemp(prefix="simclr_colab_")
+    config = Config.from_dict(dict(
+        dataset="digits", train_split="train", eval_split="test", image_size=16,
+        stem="cifar", resnet_depth=18, width_multiplier=0.125, train_batch_size=64,
+        train_steps=5, learning_rate=0.5, temperature=0.5, use_blur=False,
+        color_jitter_strength=0.5, model_dir=run_dir, mode="train")).validate()
+    SAVED_MODEL = experiment.run(config)["saved_model"]
+print("SavedModel:", SAVED_MODEL)"""),
+ ("md", "## The authors' interface: named features"),
+ ("code", """from simclr_tf.data import augment, datasets
+
+source = datasets.get_dataset("digits")
+images = np.stack([image for image, _ in source.load("test").take(8).as_numpy_iterator()])
+labels = np.array([label for _, label in source.load("test").take(8).as_numpy_iterator()])
+model = tf.saved_model.load(SAVED_MODEL)
+size = int(model.image_size.numpy())
+# The export's own eval preprocessing (bicubic resize, clip; centre crop above 32 px).
+batch = tf.stack([augment.preprocess_for_eval(
+                      image, size, size, crop=augment.eval_center_crop_enabled(size))
+                  for image in images])
+outputs = model(batch, trainable=False)
+print(sorted(outputs))
+h = outputs["final_avg_pool"].numpy()
+print("h:", h.shape, "z:", outputs["proj_head_output"].shape)
+assert h.shape[0] == 8 and np.all(np.isfinite(h))"""),
+ ("md", "## The serving signature: encoded images in, embeddings and classes out"),
+ ("code", """encoded = [tf.io.encode_png(image).numpy() for image in images]
+served = model.signatures["serving_default"](image_bytes=tf.constant(encoded))
+print({name: value.shape for name, value in served.items()})
+print("predicted:", served["probabilities"].numpy().argmax(axis=1), "true:", labels)
+np.testing.assert_allclose(served["embedding"], h, rtol=1e-4, atol=1e-5)"""),
+ ("md", "## As a Keras layer"),
+ ("code", """layer = keras.layers.TFSMLayer(SAVED_MODEL, call_endpoint="serving_default")
+via_keras = layer(tf.constant(encoded))
+np.testing.assert_allclose(via_keras["embedding"], h, rtol=1e-4, atol=1e-5)"""),
+ ("md", """## The authors' released checkpoints
+
+`simclr_tf.load_official(path)` reads a released SavedModel directory (only its
+`variables/`), infers the architecture and loads every variable into our Keras model."""),
+ ("code", """import simclr_tf
+
+if os.path.isdir(RELEASED_MODEL):
+    released = simclr_tf.load_official(RELEASED_MODEL)
+    features = released(tf.image.resize(batch, [64, 64]), training=False)
+    print("released model h:", features["final_avg_pool"].shape,
+          "logits:", features["logits_sup"].shape)
+else:
+    print("No released model at", RELEASED_MODEL)"""),
+])
+
+finetune = nb([
+ ("md", """# Fine-tune a SimCLR model
+
+Two ways to fine-tune a pretrained encoder:
+
+1. with `run.py`'s machinery (`Config` + `experiment.run`): semi-supervised fine-tuning
+   on a stratified 10% of the labels, linear evaluation with `fine_tune_after_block=4`;
+2. by hand, as in the authors' colab: a SavedModel export called with
+   `trainable=True` under a `tf.GradientTape`, plus a new linear head.
+
+Runs on the offline `digits` dataset in a couple of minutes on a CPU. Set
+`PRETRAINED` to a pretraining run's `model_dir` to use your own."""),
+ ("code", """import os, tempfile
+import numpy as np
+import tensorflow as tf
+import keras
+from simclr_tf import experiment
+from simclr_tf.config import Config
+
+PRETRAINED = os.environ.get("SIMCLR_PRETRAINED", "")
+common = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
+              stem="cifar", resnet_depth=18, width_multiplier=0.125, use_blur=False,
+              color_jitter_strength=0.5, temperature=0.5)
+if not PRETRAINED:
+    PRETRAINED = tempfile.mkdtemp(prefix="simclr_pretrain_")
+    experiment.run(Config.from_dict(dict(
+        common, train_batch_size=64, train_steps=10, learning_rate=0.5,
+        model_dir=PRETRAINED, mode="train")).validate())
+print("pretrained run:", PRETRAINED)"""),
+ ("md", "## 1. Semi-supervised fine-tuning on 10% of the labels"),
+ ("code", """finetune_dir = tempfile.mkdtemp(prefix="simclr_finetune_")
+results = experiment.run(Config.from_dict(dict(
+    common, train_mode="finetune", label_fraction=0.1, checkpoint=PRETRAINED,
+    train_batch_size=32, train_steps=10, learning_rate=0.1, optimizer="momentum",
+    warmup_epochs=0, weight_decay=0.0, ft_proj_selector=0, zero_init_logits_layer=True,
+    model_dir=finetune_dir, mode="train_then_eval")).validate())
+print({k: v for k, v in results.items() if k.startswith("eval/")})
+assert results["eval/num_examples"] == 360
+print(open(os.path.join(finetune_dir, "label_subset_ids.txt")).read()[:200])"""),
+ ("md", "## 2. By hand: the exported SavedModel with a new head"),
+ ("code", """from simclr_tf import export
+from simclr_tf.data import datasets, pipeline
+
+hub = tf.saved_model.load(export.latest_export(PRETRAINED))
+head = keras.layers.Dense(10)
+optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+source = datasets.get_dataset("digits")
+train = pipeline.build_input_fn(source, "train", global_batch_size=32, is_training=True,
+                                train_mode="finetune", image_size=16, seed=0)(None)
+
+@tf.function
+def step(images, labels):
+    with tf.GradientTape() as tape:
+        h = hub(images, trainable=True)["final_avg_pool"]
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            labels, head(h), from_logits=True))
+    variables = list(hub.trainable_variables) + head.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+losses = [float(step(images, labels)) for (images, labels), _ in zip(train, range(20))]
+print("loss:", losses[0], "->", losses[-1])
+assert np.isfinite(losses).all()"""),
+])
+
+nbf.write(load, "colabs/load_and_inference.ipynb")
+nbf.write(finetune, "colabs/finetuning.ipynb")
