@@ -1,0 +1,341 @@
+"""Preemption soak: SIGKILL a tiny pretraining run at random moments, restart it until
+it finishes, and compare it with a run that was never interrupted.
+
+Each attempt runs `python run.py` (offline 'digits', 16 px, ResNet-18 x0.125) on one
+model_dir and is killed with SIGKILL either
+  - while a checkpoint is being written (the script watches model_dir for the files
+    of a save in progress: `ckpt-N_temp/` shards, or `ckpt-N.*` files of a step the
+    `checkpoint` state file does not yet record, and kills at the 1st-3rd such write), or
+  - at a random time (start-up, tracing, training, saving or exporting alike).
+After every kill the `checkpoint` state file must name a complete checkpoint that
+reads back (every tensor, checksums included). Once enough kills have happened the
+run is left to finish. Then the final weights (model and optimizer slots) are
+compared with an uninterrupted run's: with --deterministic (the default; passes
+--deterministic to run.py) they must be bit-for-bit equal. Every checkpoint left in
+model_dir must load into the model, and no partial files may remain.
+
+Example (about 6 minutes on 2 CPU cores):
+  python scripts/soak_preemption.py --kills=20 --workdir=/tmp/soak \\
+      --json=/tmp/soak/report.json
+
+Exit status 0 when every check passes, 1 otherwise. The report is printed and
+written as JSON.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The tiny configuration (tests/test_experiment.py's TINY, on a 256-image slice).
+TINY_FLAGS = dict(
+    dataset="digits", train_split="train[:256]", eval_split="test", image_size=16,
+    stem="cifar", resnet_depth=18, width_multiplier=0.125, num_proj_layers=2,
+    proj_out_dim=16, train_batch_size=32, use_blur=True, color_jitter_strength=0.5,
+    temperature=0.5, learning_rate=0.5, weight_decay=1e-4, warmup_epochs=0.1,
+    keep_checkpoint_max=3, mode="train")
+
+# The save counter counts the saves a process made, not training progress.
+_IGNORED_TENSORS = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE",)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs to deliver.")
+    parser.add_argument("--train_steps", type=int, default=60)
+    parser.add_argument("--checkpoint_steps", type=int, default=2)
+    parser.add_argument("--checkpoint_kill_share", type=float, default=0.5,
+                        help="Share of kills aimed at checkpoint writes.")
+    parser.add_argument("--max_random_delay", type=float, default=25.0,
+                        help="Random kills happen 0..this many seconds after a start.")
+    parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction,
+                        default=True, help="Pass --deterministic to run.py and require "
+                        "bit-exact equality (else report the largest difference).")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the kill schedule.")
+    parser.add_argument("--workdir", default="/tmp/simclr_soak")
+    parser.add_argument("--json", default=None, help="Report path (default: "
+                        "<workdir>/report.json).")
+    parser.add_argument("--attempt_timeout", type=float, default=300.0)
+    parser.add_argument("--flag", action="append", default=[],
+                        help="Extra run.py flag, e.g. --flag=--use_blur=false.")
+    return parser.parse_args(argv)
+
+
+# ------------------------------------------------------------------ running run.py
+
+
+def run_command(args, model_dir):
+    flags = dict(TINY_FLAGS, train_steps=args.train_steps,
+                 checkpoint_steps=args.checkpoint_steps, model_dir=model_dir)
+    command = [sys.executable, os.path.join(REPO, "run.py")]
+    command += [f"--{name}={value}" for name, value in flags.items()]
+    if args.deterministic:
+        command.append("--deterministic")
+    return command + args.flag
+
+
+def start(command, log_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    log = open(log_path, "ab")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                               env=env, start_new_session=True)
+    return process, log
+
+
+_CKPT = re.compile(r"ckpt-(\d+)(_temp.*|\.index|\.data-.*)$")
+
+
+def recorded_step(model_dir):
+    """The step of the checkpoint the state file names (-1 when none)."""
+    try:
+        text = open(os.path.join(model_dir, "checkpoint")).read()
+    except OSError:
+        return -1
+    match = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', text, re.M)
+    return int(match.group(1)) if match else -1
+
+
+def writes_in_progress(model_dir):
+    """Names of checkpoint files that are not (yet) part of a recorded checkpoint."""
+    try:
+        names = os.listdir(model_dir)
+    except OSError:
+        return []
+    latest = recorded_step(model_dir)
+    found = []
+    for name in names:
+        match = _CKPT.match(name)
+        if match and (match.group(2).startswith("_temp") or int(match.group(1)) > latest):
+            found.append(name)
+    return found
+
+
+def kill(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def attempt_with_kill(command, model_dir, log_path, mode, rng, args):
+    """Starts run.py and kills it as `mode` says; returns a record of what happened."""
+    process, log = start(command, log_path)
+    started = time.monotonic()
+    record = dict(mode=mode, step_before=recorded_step(model_dir))
+    leftovers = set(writes_in_progress(model_dir))  # from the previous kill
+    try:
+        if mode == "checkpoint_write":
+            target = rng.randint(1, 3)  # the n-th write seen in this attempt
+            record["target_write"] = target
+            seen, previous = 0, set(writes_in_progress(model_dir))  # leftovers
+            while process.poll() is None:
+                if time.monotonic() - started > args.attempt_timeout:
+                    break
+                partial = set(writes_in_progress(model_dir))
+                if partial - previous:
+                    seen += 1
+                    if seen >= target:
+                        kill(process)
+                        record["partial_files_at_kill"] = sorted(partial)
+                        break
+                previous = partial
+                time.sleep(0.0005)
+        else:
+            delay = rng.uniform(0.5, args.max_random_delay)
+            record["delay_s"] = round(delay, 2)
+            try:
+                process.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                partial = set(writes_in_progress(model_dir))
+                kill(process)
+                # Files of a write this attempt started (not the last kill's leftovers).
+                record["partial_files_at_kill"] = sorted(partial - leftovers)
+    finally:
+        if process.poll() is None:
+            kill(process)
+        log.close()
+    record["killed"] = process.returncode == -signal.SIGKILL
+    record["returncode"] = process.returncode
+    record["elapsed_s"] = round(time.monotonic() - started, 2)
+    record["step_after"] = recorded_step(model_dir)
+    return record
+
+
+def run_to_completion(command, log_path, timeout):
+    process, log = start(command, log_path)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill(process)
+    finally:
+        log.close()
+    return process.returncode
+
+
+# ------------------------------------------------------------------ checks
+
+
+def read_all_tensors(prefix):
+    """Every tensor of a checkpoint (reading them checks the data files' checksums)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name not in _IGNORED_TENSORS and not name.startswith("_CHECKPOINTABLE")}
+
+
+def state_file_is_sound(model_dir):
+    """(ok, detail): the state file is absent or names a checkpoint that reads back."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if not os.path.exists(os.path.join(model_dir, "checkpoint")):
+        return True, "no checkpoint yet"
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest is None:
+        return False, "state file names a checkpoint whose files are missing"
+    try:
+        read_all_tensors(latest)
+    except Exception as error:  # pylint: disable=broad-except
+        return False, f"{latest}: {error}"
+    return True, os.path.basename(latest)
+
+
+def compare(reference_prefix, soaked_prefix):
+    a, b = read_all_tensors(reference_prefix), read_all_tensors(soaked_prefix)
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    differing, max_diff = [], 0.0
+    for name in sorted(set(a) | set(b)):
+        if name not in a or name not in b:
+            differing.append(name)
+            continue
+        x, y = np.asarray(a[name]), np.asarray(b[name])
+        if x.shape != y.shape or not np.array_equal(x, y):
+            differing.append(name)
+            if x.shape == y.shape and x.dtype.kind == "f":
+                max_diff = max(max_diff, float(np.max(np.abs(x - y))))
+    return dict(num_tensors=len(a), num_differing=len(differing),
+                differing=differing[:10], max_abs_diff=max_diff)
+
+
+def check_remaining_checkpoints(model_dir, args):
+    """Every recorded checkpoint loads into the model; lists unrecorded leftovers."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, REPO)
+    from simclr_tf import checkpoints, experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
+    config = Config.from_dict(dict(TINY_FLAGS, train_steps=args.train_steps,
+                                   model_dir=model_dir)).validate()
+    state = tf.train.get_checkpoint_state(model_dir)
+    results = {}
+    for prefix in state.all_model_checkpoint_paths:
+        prefix = prefix if os.path.isabs(prefix) else os.path.join(model_dir, prefix)
+        try:
+            read_all_tensors(prefix)
+            model = experiment.build_model(config, tf.distribute.get_strategy(), 10)
+            checkpoints.restore_model(model, prefix)
+            results[os.path.basename(prefix)] = "ok"
+        except Exception as error:  # pylint: disable=broad-except
+            results[os.path.basename(prefix)] = f"FAILED: {error}"
+    return results, writes_in_progress(model_dir)
+
+
+# ------------------------------------------------------------------ main
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rng = random.Random(args.seed)
+    workdir = os.path.abspath(args.workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(workdir)
+    reference_dir = os.path.join(workdir, "uninterrupted")
+    soak_dir = os.path.join(workdir, "preempted")
+    began = time.monotonic()
+
+    print(f"Uninterrupted run ({args.train_steps} steps) ...", flush=True)
+    reference_rc = run_to_completion(run_command(args, reference_dir),
+                                     os.path.join(workdir, "uninterrupted.log"),
+                                     args.attempt_timeout)
+    reference_seconds = time.monotonic() - began
+
+    kills, attempts, unsound = [], 0, []
+    command = run_command(args, soak_dir)
+    soak_log = os.path.join(workdir, "preempted.log")
+    while len(kills) < args.kills:
+        attempts += 1
+        mode = ("checkpoint_write" if rng.random() < args.checkpoint_kill_share
+                else "random_time")
+        record = attempt_with_kill(command, soak_dir, soak_log, mode, rng, args)
+        sound, detail = state_file_is_sound(soak_dir)
+        record["state_file"] = detail
+        if not sound:
+            unsound.append(record)
+        if record["killed"]:
+            kills.append(record)
+        print(f"  attempt {attempts}: {mode:16s} killed={record['killed']} "
+              f"after {record['elapsed_s']:6.2f}s, recorded step {record['step_before']}"
+              f" -> {record['step_after']}, partial files at kill: "
+              f"{len(record.get('partial_files_at_kill') or [])}, state: {detail}",
+              flush=True)
+        if not record["killed"] and record["returncode"] == 0 \
+                and record["step_after"] >= args.train_steps:
+            # Finished before the kill: start a fresh soak so kills keep hitting work.
+            print("  (the run finished before its kill; starting over)", flush=True)
+            shutil.rmtree(soak_dir, ignore_errors=True)
+    print("Final, uninterrupted attempt ...", flush=True)
+    final_rc = run_to_completion(command, soak_log, args.attempt_timeout)
+    attempts += 1
+
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    reference_prefix = tf.train.latest_checkpoint(reference_dir)
+    soaked_prefix = tf.train.latest_checkpoint(soak_dir)
+    comparison = compare(reference_prefix, soaked_prefix) if (
+        reference_prefix and soaked_prefix) else dict(num_differing=-1)
+    loaded, leftovers = check_remaining_checkpoints(soak_dir, args)
+
+    mid_write = sum(1 for k in kills if k.get("partial_files_at_kill"))
+    equal = comparison.get("num_differing") == 0
+    checks = dict(
+        reference_finished=reference_rc == 0,
+        soak_finished=final_rc == 0,
+        final_steps_match=(soaked_prefix or "").endswith(f"ckpt-{args.train_steps}")
+        and (reference_prefix or "").endswith(f"ckpt-{args.train_steps}"),
+        state_file_always_sound=not unsound,
+        remaining_checkpoints_load=bool(loaded) and all(v == "ok" for v in loaded.values()),
+        no_partial_files_left=not leftovers,
+        enough_kills=len(kills) >= args.kills,
+        weights_equal=equal if args.deterministic else comparison.get("max_abs_diff", 1) < 1e-3,
+    )
+    report = dict(
+        kills=len(kills), kills_during_checkpoint_writes=mid_write, attempts=attempts,
+        restarts=attempts - 1, train_steps=args.train_steps,
+        checkpoint_steps=args.checkpoint_steps, deterministic=args.deterministic,
+        weights=comparison, remaining_checkpoints=loaded, leftover_partial_files=leftovers,
+        unsound_state_files=unsound, checks=checks, passed=all(checks.values()),
+        reference_seconds=round(reference_seconds, 1),
+        total_seconds=round(time.monotonic() - began, 1), kill_records=kills)
+    path = args.json or os.path.join(workdir, "report.json")
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2, default=str)
+    print(f"\nPreemption soak: {len(kills)} SIGKILLs ({mid_write} during checkpoint "
+          f"writes), {attempts - 1} restarts, {report['total_seconds']} s.")
+    print(f"Final weights vs uninterrupted run: {comparison.get('num_tensors', 0)} tensors, "
+          f"{comparison.get('num_differing')} differ, max |diff| "
+          f"{comparison.get('max_abs_diff', float('nan')):g}"
+          f"{' (bit-exact required)' if args.deterministic else ''}.")
+    print(f"Remaining checkpoints: {', '.join(f'{k} {v}' for k, v in loaded.items())}; "
+          f"partial files left: {len(leftovers)}.")
+    for name, ok in checks.items():
+        print(f"  [{'ok' if ok else 'FAIL'}] {name}")
+    print(f"{'PASSED' if report['passed'] else 'FAILED'}; report: {path}")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

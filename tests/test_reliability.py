@@ -1,0 +1,498 @@
+"""Reliability: preemption (SIGKILL soak, SIGTERM), damaged checkpoints, non-finite
+losses, broken image files and a catalogue of bad flags (issue 7).
+
+"""
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from simclr_tf import checkpoints, experiment
+from simclr_tf.config import Config, ConfigError
+from simclr_tf.data import datasets
+from simclr_tf.train import NonFiniteLossError
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS_DIR)
+sys.path.insert(0, REPO)
+import run  # noqa: E402  pylint: disable=wrong-import-position
+
+TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
+            stem="cifar", resnet_depth=18, width_multiplier=0.125, num_proj_layers=2,
+            proj_out_dim=16, train_batch_size=32, eval_batch_size=128, use_blur=False,
+            color_jitter_strength=0.5, temperature=0.5, learning_rate=0.5,
+            weight_decay=1e-4, warmup_epochs=0.1)
+
+
+def config(**overrides):
+    return Config.from_dict(dict(TINY, **overrides)).validate()
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
+# ------------------------------------------------------------------ preemption
+
+
+@pytest.mark.slow
+def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
+    """scripts/soak_preemption.py with 3 kills: bit-exact final weights (--deterministic),
+    a sound state file after every kill, every remaining checkpoint loads."""
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "soak_preemption.py"), "--kills=3",
+         "--train_steps=6", "--checkpoint_steps=1", "--max_random_delay=12",
+         f"--workdir={tmp_path / 'soak'}", f"--json={report_path}", "--seed=3"],
+        capture_output=True, text=True, timeout=400, cwd=REPO, env=_env())
+    assert report_path.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["passed"], json.dumps(report["checks"]) + result.stdout[-3000:]
+    assert report["kills"] >= 3 and report["weights"]["num_differing"] == 0
+    assert report["weights"]["num_tensors"] > 100  # model and optimizer slots
+    assert result.returncode == 0
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_cleanly(tmp_path):
+    model_dir = tmp_path / "run"
+    command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=400",
+               "--checkpoint_steps=400", f"--model_dir={model_dir}", "--mode=train",
+               "--train_split=train[:256]"]
+    command += [f"--{k}={v}" for k, v in TINY.items() if k != "train_split"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=REPO, env=_env())
+    lines, started = [], threading.Event()
+
+    def read():
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("Training 400 steps"):
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert started.wait(120), "".join(lines)[-3000:]
+        time.sleep(4)  # into the training steps
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(5)
+    output = "".join(lines)
+    assert process.returncode == 0, output[-3000:]
+    assert "Traceback" not in output
+    step = int(output.split("SIGTERM received: saved a checkpoint at step ")[1].split()[0])
+    assert 0 < step < 400
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{step}")
+    assert not (model_dir / "saved_model").exists()  # stopped, not finished
+
+
+def _tiny_state(directory, value=0.0, max_to_keep=5):
+    variable = tf.Variable(tf.fill([64], value))
+    return checkpoints.CheckpointState(str(directory), tf.train.Checkpoint(v=variable),
+                                       max_to_keep=max_to_keep), variable
+
+
+def test_partial_checkpoint_write_is_removed_and_never_restored(tmp_path):
+    state, variable = _tiny_state(tmp_path)
+    for step in (1, 2):
+        variable.assign(tf.fill([64], float(step)))
+        state.save(step)
+    # What a save killed mid-way leaves: shards of ckpt-3 and an index of garbage.
+    (tmp_path / "ckpt-3_temp").mkdir()
+    (tmp_path / "ckpt-3_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+    (tmp_path / "ckpt-3.index").write_bytes(b"partial")
+    (tmp_path / "ckpt-3.data-00000-of-00001").write_bytes(b"")
+    fresh, restored = _tiny_state(tmp_path)
+    removed = fresh.remove_partial_writes()
+    assert sorted(os.path.basename(p) for p in removed) == [
+        "ckpt-3.data-00000-of-00001", "ckpt-3.index", "ckpt-3_temp"]
+    assert fresh.restore_latest().endswith("ckpt-2")
+    np.testing.assert_array_equal(restored.numpy(), np.full([64], 2.0))
+    assert sorted(os.listdir(tmp_path)) == [
+        "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index",
+        "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+
+
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    state, variable = _tiny_state(tmp_path)
+    for step in (1, 2):
+        variable.assign(tf.fill([64], float(step)))
+        state.save(step)
+    data = tmp_path / "ckpt-2.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:40])  # e.g. a disk that lost the tail
+    fresh, restored = _tiny_state(tmp_path)
+    assert fresh.restore_latest().endswith("ckpt-1")
+    np.testing.assert_array_equal(restored.numpy(), np.full([64], 1.0))
+    assert "ckpt-2 does not load" in caplog.text
+    assert "falling back to the previous checkpoint" in caplog.text
+    (tmp_path / "ckpt-1.index").write_bytes(b"garbage")
+    with pytest.raises(RuntimeError, match="No checkpoint in .* loads"):
+        _tiny_state(tmp_path)[0].restore_latest()
+
+
+# ------------------------------------------------------------------ non-finite values
+
+
+def _digests(directory):
+    return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+            for name in sorted(os.listdir(directory)) if name.startswith("ckpt-")}
+
+
+@pytest.mark.slow
+def test_exploding_learning_rate_stops_with_the_step_and_keeps_the_last_checkpoint(
+        tmp_path):
+    run_dir = tmp_path / "run"
+    common = dict(model_dir=str(run_dir), mode="train", checkpoint_steps=2,
+                  train_split="train[:128]", optimizer="momentum")
+    experiment.run(config(train_steps=2, **common))
+    before = _digests(run_dir)
+    state_file = (run_dir / "checkpoint").read_text()
+    with pytest.raises(NonFiniteLossError) as info:
+        experiment.run(config(train_steps=8, learning_rate=1e30, **common))
+    message = str(info.value)
+    assert "at step 3;" in message, message  # the first step after the checkpoint
+    for cause in ("learning rate", "temperature", "precision"):
+        assert cause in message, message
+    assert "Last good checkpoint (kept, not overwritten): " in message
+    assert message.rstrip(".").endswith("ckpt-2")
+    assert _digests(run_dir) == before  # nothing written, nothing replaced
+    assert (run_dir / "checkpoint").read_text() == state_file
+
+
+def test_run_py_reports_a_non_finite_loss_without_a_traceback(tmp_path):
+    command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=2",
+               "--checkpoint_steps=1", f"--model_dir={tmp_path / 'run'}", "--mode=train",
+               "--optimizer=momentum", "--learning_rate=1e30", "--train_split=train[:64]"]
+    command += [f"--{k}={v}" for k, v in TINY.items()
+                if k not in ("train_split", "learning_rate")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=REPO,
+                            env=_env())
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "run.py: error: The training" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------ broken images
+
+
+@pytest.fixture()
+def broken_folder(tmp_path):
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    root = tmp_path / "images"
+    good, bad = root / "a_good", root / "b_bad"
+    good.mkdir(parents=True)
+    bad.mkdir()
+    rng = np.random.RandomState(0)
+    rgb = (rng.rand(20, 24, 3) * 255).astype(np.uint8)
+    Image.fromarray(rgb).save(good / "1_rgb.png")
+    Image.fromarray(rgb).convert("CMYK").save(good / "2_cmyk.jpg", quality=95)
+    Image.fromarray(np.full((10, 12), 50000, np.uint16)).save(good / "3_16bit.png")
+    Image.new("L", (9, 7), 77).save(good / "4_gray.jpg", quality=100)
+    Image.new("RGBA", (12, 10), (200, 100, 50, 30)).save(good / "5_rgba.png")
+    Image.new("RGB", (4000, 3000), (10, 200, 30)).save(good / "6_large.jpg", quality=50)
+    jpeg = (good / "4_gray.jpg").read_bytes()
+    Image.fromarray(rgb).save(bad / "1_ok.jpg", quality=95)
+    full = (bad / "1_ok.jpg").read_bytes()
+    (bad / "2_truncated.jpg").write_bytes(full[:len(full) // 2])
+    (bad / "3_empty.jpg").write_bytes(b"")
+    (bad / "4_text.jpg").write_text("this is a text file, not a JPEG\n")
+    png = (good / "1_rgb.png").read_bytes()
+    (bad / "5_truncated.png").write_bytes(png[:len(png) // 2])
+    del jpeg
+    return root
+
+
+def _decoded(source, split="train"):
+    return [(x.numpy(), int(y)) for x, y in source.load(split)]
+
+
+def test_broken_images_are_skipped_and_counted_others_decode(broken_folder, tmp_path,
+                                                            caplog):
+    source = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=str(tmp_path / "c"))
+    assert source.skipped_files == {
+        str(broken_folder / "b_bad" / "2_truncated.jpg"): "truncated",
+        str(broken_folder / "b_bad" / "3_empty.jpg"): "empty",
+        str(broken_folder / "b_bad" / "4_text.jpg"): "not_an_image",
+        str(broken_folder / "b_bad" / "5_truncated.png"): "truncated",
+    }
+    assert "skipped 4 of 11 files (2 truncated, 1 empty, 1 not_an_image" in caplog.text \
+        or "skipped 4 of 11 files (1 empty, 1 not_an_image, 2 truncated)" in caplog.text
+    assert source.class_names == ("a_good", "b_bad")
+    assert source.num_examples("train") == 7  # exact: bad files are out before splitting
+    examples = _decoded(source)
+    assert [y for _, y in examples] == [0] * 6 + [1]
+    rgb, cmyk, sixteen, gray, rgba, large, ok = [x for x, _ in examples]
+    assert all(x.dtype == np.uint8 and x.shape[-1] == 3 for x, _ in examples)
+    assert np.abs(cmyk.astype(int) - rgb.astype(int)).mean() < 12  # CMYK -> RGB
+    np.testing.assert_allclose(sixteen[0, 0], [50000 / 257] * 3, atol=1)
+    np.testing.assert_allclose(gray[0, 0], [77] * 3, atol=2)
+    np.testing.assert_array_equal(rgba[0, 0], [200, 100, 50])
+    assert large.shape == (3000, 4000, 3)
+    np.testing.assert_allclose(large[1500, 2000], [10, 200, 30], atol=3)
+    assert ok.shape == (20, 24, 3)
+
+
+def test_broken_image_fails_with_its_path_when_skipping_is_off(broken_folder, tmp_path):
+    with pytest.raises(datasets.CorruptImageError) as info:
+        datasets.ImageFolderSource(str(broken_folder), skip_corrupt_images=False,
+                                   scan_cache_dir=None)
+    assert info.value.path == str(broken_folder / "b_bad" / "2_truncated.jpg")
+    cfg = config(dataset=f"folder:{broken_folder}", skip_corrupt_images=False,
+                 model_dir=str(tmp_path / "run"), train_steps=1)
+    with pytest.raises(ConfigError) as error:
+        experiment.load_source(cfg)
+    assert error.value.flag == "skip_corrupt_images"
+    assert "2_truncated.jpg" in str(error.value) and "truncated" in str(error.value)
+
+
+def test_image_scan_is_cached_and_too_large_images_are_skipped(broken_folder, tmp_path,
+                                                              monkeypatch):
+    cache = tmp_path / "cache"
+    datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
+    assert len(os.listdir(cache)) == 1
+
+    def no_reading(path):
+        raise AssertionError(f"{path} was scanned again")
+
+    monkeypatch.setattr(datasets, "scan_image_file", no_reading)
+    again = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
+    assert len(again.skipped_files) == 4
+    monkeypatch.undo()
+    monkeypatch.setattr(datasets, "MAX_IMAGE_PIXELS", 4000 * 3000 - 1)
+    small_limit = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
+    assert small_limit.skipped_files[str(broken_folder / "a_good" / "6_large.jpg")] == \
+        "too_large"
+
+
+def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder):
+    source = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
+    victim = broken_folder / "a_good" / "1_rgb.png"
+    victim.write_bytes(victim.read_bytes()[:30])
+    assert len(_decoded(source)) == 6  # one fewer, and the epoch completes
+
+
+# ------------------------------------------------------------------ bad flags
+
+CONFIG_FLAGS = [f.name for f in dataclasses.fields(Config)]
+# Words of a fix: every message says what to do, not only what is wrong.
+FIX_WORDS = ("e.g.", "use ", "choose", "pass", "set ", "drop", "turn", "delete", "train first",
+             "must be", "prepare", "put ", "remove", "looks like")
+
+
+def _flag_values(argv):
+    values = flags.FlagValues()
+    for name in CONFIG_FLAGS:
+        values[name] = copy.deepcopy(run.FLAGS[name])
+    values(["run.py", *argv])
+    return values
+
+
+@pytest.fixture()
+def bad_inputs(tmp_path):
+    """Files the catalogue points flags at."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    paths = {}
+    unlabelled = tmp_path / "unlabelled"
+    unlabelled.mkdir()
+    for i in range(4):
+        Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(unlabelled / f"{i}.png")
+    paths["unlabelled"] = str(unlabelled)
+    corrupt = tmp_path / "corrupt"
+    (corrupt / "cls").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(corrupt / "cls" / "a.png")
+    (corrupt / "cls" / "b.jpg").write_bytes(b"")
+    paths["corrupt"] = str(corrupt)
+    (tmp_path / "garbage.index").write_bytes(b"not a checkpoint index")
+    paths["garbage"] = str(tmp_path / "garbage")
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    paths["empty_dir"] = str(empty)
+    (tmp_path / "a_file").write_text("x")
+    paths["a_file"] = str(tmp_path / "a_file")
+    no_data = tf.train.Checkpoint(v=tf.Variable(1.0)).write(str(tmp_path / "nodata" / "c"))
+    for name in os.listdir(tmp_path / "nodata"):
+        if ".data-" in name:
+            os.remove(tmp_path / "nodata" / name)
+    paths["no_data"] = no_data
+    return paths
+
+
+# (extra argv, the flag the error must name). {x} are paths from `bad_inputs`.
+CATALOGUE = [
+    (["--dataset=no_such_dataset_xyz"], "dataset"),
+    (["--dataset=folder:/nonexistent_folder_xyz"], "dataset"),
+    (["--train_split=validation"], "train_split"),
+    (["--train_split=train[:10"], "train_split"),
+    (["--eval_split=val", "--mode=train_then_eval"], "eval_split"),
+    (["--train_batch_size=6", "--strategy=mirrored"], "train_batch_size"),
+    (["--train_batch_size=0"], "train_batch_size"),
+    (["--train_batch_size=3", "--train_mode=finetune"], "train_batch_size"),
+    (["--resnet_depth=42"], "resnet_depth"),
+    (["--width_multiplier=0"], "width_multiplier"),
+    (["--width_multiplier=-0.5"], "width_multiplier"),
+    (["--temperature=0"], "temperature"),
+    (["--temperature=-0.1"], "temperature"),
+    (["--ft_proj_selector=3"], "ft_proj_selector"),
+    (["--ft_proj_selector=-4"], "ft_proj_selector"),
+    (["--ft_proj_selector=1", "--proj_head_mode=none"], "ft_proj_selector"),
+    (["--dataset=folder:{unlabelled}", "--train_mode=finetune", "--eval_split=train"],
+     "train_mode"),
+    (["--dataset=folder:{corrupt}", "--noskip_corrupt_images"], "skip_corrupt_images"),
+    (["--checkpoint=/nonexistent/ckpt-1"], "checkpoint"),
+    (["--checkpoint={empty_dir}"], "checkpoint"),
+    (["--checkpoint={garbage}"], "checkpoint"),
+    (["--checkpoint={no_data}"], "checkpoint"),
+    (["--model_dir=/proc/simclr_cannot_write_here"], "model_dir"),
+    (["--model_dir={a_file}"], "model_dir"),
+    (["--mode=eval", "--model_dir={empty_dir}"], "model_dir"),
+    (["--mode=export", "--model_dir={empty_dir}"], "model_dir"),
+    (["--mode=train_then_eval", "--nolineareval_while_pretraining"],
+     "lineareval_while_pretraining"),
+    (["--learning_rate=0"], "learning_rate"),
+    (["--fine_tune_after_block=7"], "fine_tune_after_block"),
+    (["--num_proj_layers=0"], "num_proj_layers"),
+    (["--label_fraction=0.1"], "label_fraction"),
+    (["--variant=r50_9x"], "variant"),
+    (["--train_epochs=0", "--train_steps=0"], "train_epochs"),
+    (["--jit_compile", "--strategy=mirrored"], "jit_compile"),
+    (["--image_size=0"], "image_size"),
+    (["--momentum=1.5"], "momentum"),
+    (["--mixed_precision=float16", "--use_tpu"], "mixed_precision"),
+]
+
+
+def test_the_catalogue_is_large_enough():
+    assert len(CATALOGUE) >= 25
+
+
+@pytest.mark.parametrize("extra, flag", CATALOGUE,
+                         ids=[" ".join(extra) for extra, _ in CATALOGUE])
+def test_bad_flags_fail_before_the_model_is_built(extra, flag, bad_inputs, tmp_path,
+                                                  monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built before the flags were checked")
+
+    monkeypatch.setattr(experiment, "build_model", never)
+    monkeypatch.setattr(experiment, "Trainer", never)
+    argv = [f"--{k}={v}" for k, v in TINY.items()]
+    argv += [f"--model_dir={tmp_path / 'run'}", "--train_steps=1", "--mode=train"]
+    argv += [arg.format(**bad_inputs) for arg in extra]
+    with pytest.raises(ConfigError) as info:
+        experiment.run(run.config_from_flags(_flag_values(argv)))
+    message = str(info.value)
+    assert info.value.flag == flag, message
+    assert message.startswith(f"--{flag}"), message
+    assert any(word in message for word in FIX_WORDS), message
+
+
+# ------------------------------------------------------------------ multi-worker restart
+
+
+def _free_ports(count):
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+MULTIWORKER_STEPS = 8
+
+
+def _start_workers(model_dir, log_dir, tag):
+    """Two run.py workers (MultiWorkerMirroredStrategy over 127.0.0.1) on model_dir."""
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    command = [sys.executable, os.path.join(REPO, "run.py"), "--strategy=multiworker",
+               f"--train_steps={MULTIWORKER_STEPS}", "--checkpoint_steps=2",
+               f"--model_dir={model_dir}", "--mode=train", "--train_split=train[:128]",
+               "--deterministic"]
+    command += [f"--{k}={v}" for k, v in TINY.items() if k != "train_split"]
+    processes = []
+    for index in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                       "task": {"type": "worker", "index": index}})
+        log = open(os.path.join(log_dir, f"{tag}_worker{index}.log"), "w")
+        processes.append((subprocess.Popen(command, env=env, stdout=log,
+                                           stderr=subprocess.STDOUT, cwd=REPO), log))
+    return processes
+
+
+def _wait_all(processes, timeout):
+    deadline = time.monotonic() + timeout
+    try:
+        for process, _ in processes:
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        pass  # killed below; the caller checks the return codes
+    finally:
+        for process, log in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            log.close()
+    return [process.returncode for process, _ in processes]
+
+
+def _recorded_step(model_dir):
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    return int(latest.rsplit("-", 1)[1]) if latest else 0
+
+
+@pytest.mark.slow
+def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_path):
+    """Worker 1 is SIGKILLed after the chief's first checkpoint; both are restarted and
+    resume from the last checkpoint: the run ends at the same step with the weights
+    of an uninterrupted 2-worker run (no step lost or repeated), and worker 1 never
+    wrote into model_dir."""
+    logs = str(tmp_path)
+    reference, resumed = tmp_path / "uninterrupted", tmp_path / "restarted"
+    codes = _wait_all(_start_workers(reference, logs, "reference"), 240)
+    assert codes == [0, 0], open(f"{logs}/reference_worker1.log").read()[-3000:]
+
+    processes = _start_workers(resumed, logs, "killed")
+    deadline = time.monotonic() + 180
+    while _recorded_step(resumed) < 2 and time.monotonic() < deadline:
+        if any(p.poll() is not None for p, _ in processes):
+            break
+        time.sleep(0.05)
+    processes[1][0].kill()  # SIGKILL worker 1
+    time.sleep(5)  # worker 0 fails its next collective or waits in it
+    _wait_all(processes, 30)
+    stopped_at = _recorded_step(resumed)
+    assert 2 <= stopped_at < MULTIWORKER_STEPS, open(f"{logs}/killed_worker0.log").read()
+
+    codes = _wait_all(_start_workers(resumed, logs, "restarted"), 240)
+    chief_log = open(f"{logs}/restarted_worker0.log").read()
+    assert codes == [0, 0], chief_log[-3000:]
+    assert f"Training {MULTIWORKER_STEPS} steps ({stopped_at} done)" in chief_log
+    assert json.loads((resumed / "result.json").read_text())["global_step"] == \
+        MULTIWORKER_STEPS
+    a = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(reference)))
+    b = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(resumed)))
+    names = [n for n in a.get_variable_to_shape_map() if "save_counter" not in n
+             and not n.startswith("_CHECKPOINTABLE")]
+    assert len(names) > 100 and set(names) <= set(b.get_variable_to_shape_map())
+    for name in names:
+        np.testing.assert_array_equal(b.get_tensor(name), a.get_tensor(name), err_msg=name)
+    # Worker 1 saved into its scratch directory only, and removed it at the end.
+    assert not [n for n in os.listdir(resumed) if n.startswith(".scratch")]
+    assert len([n for n in os.listdir(resumed) if n.startswith("events.out")]) == 2
