@@ -3,6 +3,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf import official
+from model_fixtures import randomise  # noqa: F401  (re-exported for the tests)
 
 
 def read_tsv(path):
@@ -34,11 +35,3 @@ def write_named(prefix, values):
     return tf.train.Checkpoint(model=holder).write(prefix)
 
 
-def randomise(model, seed=0):
-    """Random weights with positive moving variances, so equalities mean something."""
-    rng = np.random.default_rng(seed)
-    for v in model.weights:
-        values = rng.normal(scale=0.1, size=v.shape)
-        if "moving_variance" in v.path:
-            values = np.abs(values) + 0.5
-        v.assign(values.astype(v.dtype))

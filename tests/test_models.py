@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from model_fixtures import randomise as _randomise
 from simclr_tf import variants
 from simclr_tf.models import (FEATURE_NAMES, ProjectionHead, ResNet, SimCLRModel,
                               freeze_for_finetuning, layers as model_layers)
@@ -156,16 +157,6 @@ def test_initialisation_follows_the_reference():
     head_kernel = model.projection_head.head_layers[0].dense.kernel.numpy()
     assert abs(head_kernel.std() - 0.01) < 0.0005
     assert model.supervised_head.dense.bias is not None
-
-
-def _randomise(model, seed=0):
-    """Random weights (moving variances positive), so equality checks mean something."""
-    rng = np.random.default_rng(seed)
-    for v in model.weights:
-        values = rng.normal(scale=0.1, size=v.shape)
-        if "moving_variance" in v.path:
-            values = np.abs(values) + 0.5
-        v.assign(values.astype(v.dtype))
 
 
 @pytest.mark.parametrize("mode, layers, selector, expected_width", [
