@@ -1,0 +1,122 @@
+"""Transfer table: one frozen encoder, several labelled datasets, kNN and linear probe.
+
+For each dataset, h is computed once per split (cached under --cache_dir), then the
+weighted kNN (k=--knn_k, votes exp(cos / --knn_temperature)) and the paper's linear
+probe (L2-regularised multinomial logistic regression, L-BFGS, regularisation chosen
+on a held-out part of the training split) report test top-1. Rows go to a Markdown
+table (--out) and a CSV beside it.
+
+ENCODER is one of our run directories or checkpoint prefixes (architecture from the
+run's flags.json), one of our SavedModel exports (run/saved_model/<step>), or an
+authors' released SavedModel.
+
+Examples:
+  python scripts/transfer_table.py /tmp/simclr_quickstart --datasets digits \
+      --out /tmp/transfer.md
+  python scripts/transfer_table.py /models/r50_1x_sk0/saved_model \
+      --datasets cifar10,folder:/data/flowers --splits cifar10=train:test \
+      --data_dir ~/tensorflow_datasets --image_size 224 --out table.md
+"""
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _parse_splits(text):
+    """'cifar10=train:test,folder:/x=train[:80%]:train[80%:]' -> {name: (train, test)}."""
+    splits = {}
+    for item in filter(None, (text or "").split(",")):
+        name, _, pair = item.rpartition("=")
+        train, test = _split_outside_brackets(pair)
+        if not name or not train or not test:
+            raise SystemExit(f"--splits: expected DATASET=TRAIN:TEST, got {item!r}")
+        splits[name] = (train, test)
+    return splits
+
+
+def _split_outside_brackets(pair):
+    """'train[:80%]:train[80%:]' -> ('train[:80%]', 'train[80%:]')."""
+    depth = 0
+    for i, char in enumerate(pair):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == ":" and depth == 0:
+            return pair[:i], pair[i + 1:]
+    return pair, ""
+
+
+def default_splits(source):
+    """(train, test) for a dataset: its 'train' and 'test' (else 'validation'); a
+    folder with one split is divided 80/20 by position."""
+    names = source.splits
+    if "train" in names:
+        for test in ("test", "validation", "val"):
+            if test in names:
+                return "train", test
+        return "train[:80%]", "train[80%:]"
+    raise SystemExit(f"{source.name}: no 'train' split among {names}; pass --splits.")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("encoder", help="run dir, checkpoint prefix, SavedModel export "
+                        "or released model")
+    parser.add_argument("--datasets", required=True,
+                        help="comma-separated: digits, folder:/path, TFDS names")
+    parser.add_argument("--out", required=True, help="Markdown table; CSV beside it")
+    parser.add_argument("--splits", default="", help="DATASET=TRAIN:TEST,... overrides")
+    parser.add_argument("--data_dir", default=None, help="TFDS data directory")
+    parser.add_argument("--image_size", type=int, default=None,
+                        help="input size (default: the encoder's)")
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--knn_k", type=int, default=200)
+    parser.add_argument("--knn_temperature", type=float, default=0.07)
+    parser.add_argument("--cache_dir", default=None,
+                        help="feature cache (default: <out>.features/)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe_c", default=None,
+                        help="comma-separated inverse L2 strengths the probe chooses "
+                        "from (default: simclr_tf.probe.DEFAULT_C_GRID)")
+    args = parser.parse_args(argv)
+
+    # Imported after parsing so that --help never waits for TensorFlow.
+    from simclr_tf import embed, probe, transfer  # pylint: disable=import-outside-toplevel
+    from simclr_tf.data import datasets  # pylint: disable=import-outside-toplevel
+
+    model, image_size, description = embed.load_encoder(args.encoder)
+    image_size = args.image_size or image_size
+    encoder_id = transfer.encoder_identity(_prefix_of(args.encoder)) + f"@{image_size}px"
+    cache_dir = args.cache_dir or os.path.splitext(args.out)[0] + ".features"
+    overrides = _parse_splits(args.splits)
+    c_grid = (tuple(float(c) for c in args.probe_c.split(",")) if args.probe_c
+              else probe.DEFAULT_C_GRID)
+    rows = []
+    for name in filter(None, args.datasets.split(",")):
+        source = datasets.get_dataset(name, data_dir=args.data_dir)
+        train, test = overrides.get(name) or default_splits(source)
+        row = transfer.evaluate_protocols(
+            model, source, image_size=image_size, train_split=train, test_split=test,
+            batch_size=args.batch_size, knn_k=args.knn_k,
+            knn_temperature=args.knn_temperature, cache_dir=cache_dir,
+            encoder_id=encoder_id, seed=args.seed, c_grid=c_grid)
+        print(f"{name}: kNN {row['knn_top_1']:.4f}, linear probe "
+              f"{row['linear_probe_top_1']:.4f} ({row['num_train']} train / "
+              f"{row['num_test']} test, {row['seconds']:.1f} s)", flush=True)
+        rows.append(row)
+    md_path, csv_path = transfer.write_table(
+        rows, args.out, title=f"Transfer: {description} at {image_size} px (kNN k="
+        f"{args.knn_k}, T={args.knn_temperature:g}; L-BFGS linear probe)")
+    print(f"Wrote {md_path} and {csv_path}")
+    return rows
+
+
+def _prefix_of(path):
+    from simclr_tf import checkpoints, official  # pylint: disable=import-outside-toplevel
+    if official.is_official_savedmodel(path):
+        return official.checkpoint_prefix(path)
+    return checkpoints.resolve_checkpoint_path(path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,383 @@
+"""Embeddings: h (and z) of a dataset split under any strategy, cached and exported.
+
+- `eval_dataset` gives eval-preprocessed batches `{'image', 'label', 'id'}` where `id`
+  is the example's position in the split's canonical order (`DatasetSource.load`
+  without sharding), so every feature row can be traced back to its image.
+- `FeatureExtractor` runs a model in inference mode under a `tf.distribute` strategy;
+  each replica pads its share of the batch to a fixed size, and features, labels and
+  ids are gathered from every replica (`distribute.cross_replica_concat`). Rows are
+  returned sorted by id with padding and duplicates removed, so the result is the
+  same for 1 or many replicas and for any batch size, up to float rounding.
+- `cached_features` stores extracted features in an .npz keyed by what produced them
+  (encoder, dataset, split, image size), recomputing when the key changes.
+- `write_embeddings` writes ids, names, labels, h (and z) to .npz or Parquet;
+  `write_projector` writes a TensorBoard projector view with an image sprite.
+- `load_encoder` opens an encoder from a path: our run directory or checkpoint
+  prefix (architecture from the run's flags.json), one of our SavedModel exports, or
+  one of the authors' released models.
+"""
+import json
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from simclr_tf import distribute
+from simclr_tf.data import augment
+
+H = "final_avg_pool"
+Z = "proj_head_output"
+
+
+# ---------------------------------------------------------------- data
+
+
+def bounded_ids(source, split, max_examples, *, seed=0):
+    """Ids of at most `max_examples` examples of `split` (None = all of them).
+
+    A deterministic stratified sample for labelled splits, a uniform one otherwise.
+    """
+    total = source.num_examples(split)
+    if not max_examples or total <= max_examples:
+        return None
+    if source.has_labels(split):
+        from simclr_tf.data import datasets  # pylint: disable=import-outside-toplevel
+        return datasets.stratified_subset_ids(source.load_labels(split),
+                                              num_examples=int(max_examples), seed=seed)
+    return np.sort(np.random.RandomState(seed).choice(total, int(max_examples),
+                                                      replace=False)).astype(np.int64)
+
+
+def eval_dataset(source, split, *, image_size, batch_size, example_ids=None, crop=None):
+    """Batches `{'image': float32 [B, S, S, 3], 'label': int32 [B], 'id': int64 [B]}`.
+
+    Every batch has `batch_size` rows: the last one is padded with rows of id -1
+    (label -1, blank image), which `FeatureExtractor` drops.
+
+    Args:
+        source: a `DatasetSource`; unlabelled splits give label -1.
+        split: split spec.
+        image_size: output side (`augment.preprocess_for_eval`).
+        batch_size: global batch; the last batch may be smaller.
+        example_ids: keep only these canonical positions (sorted), or None for all.
+        crop: centre crop; None follows the reference (none at <= 32 px).
+    """
+    if crop is None:
+        crop = augment.eval_center_crop_enabled(image_size)
+    if example_ids is None:
+        ids = tf.data.Dataset.range(source.num_examples(split))
+        examples = source.load(split)
+    else:
+        example_ids = np.unique(np.asarray(example_ids, np.int64))
+        ids = tf.data.Dataset.from_tensor_slices(example_ids)
+        examples = source.load(split, example_ids=example_ids)  # in id order
+
+    def preprocess(example, example_id):
+        image, label = example
+        return dict(image=augment.preprocess_for_eval(image, image_size, image_size,
+                                                      crop=crop),
+                    label=tf.cast(label, tf.int32), id=example_id)
+
+    def pad(batch):
+        # Every batch full (padding rows: id -1, label -1, blank image): one static
+        # shape, so the extraction step is traced once.
+        missing = batch_size - tf.shape(batch["id"])[0]
+        image = tf.pad(batch["image"], [[0, missing], [0, 0], [0, 0], [0, 0]])
+        image.set_shape([batch_size, image_size, image_size, 3])
+        label = tf.pad(batch["label"], [[0, missing]], constant_values=-1)
+        example_id = tf.pad(batch["id"], [[0, missing]], constant_values=-1)
+        return dict(image=image, label=tf.ensure_shape(label, [batch_size]),
+                    id=tf.ensure_shape(example_id, [batch_size]))
+
+    dataset = tf.data.Dataset.zip(examples, ids).map(
+        preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.batch(batch_size).map(pad).prefetch(tf.data.AUTOTUNE)
+
+
+def example_names(source, split, ids):
+    """A name per id: the file path for image folders, else 'dataset:split:id'."""
+    select = getattr(source, "_select", None)  # array-backed sources (folders, digits)
+    if select is not None:
+        columns = select(split)
+        if "path" in columns:
+            return np.asarray([str(p) for p in columns["path"][ids]], dtype=object)
+    return np.asarray([f"{source.name}:{split}:{i}" for i in ids], dtype=object)
+
+
+# ---------------------------------------------------------------- extraction
+
+
+class FeatureExtractor:
+    """Named model outputs over a dataset of `eval_dataset` batches, under a strategy.
+
+    Args:
+        strategy: the strategy whose scope holds the model's variables.
+        model: callable `model(images, training=False) -> dict of named features`.
+        outputs: which features to collect (h = 'final_avg_pool', z =
+            'proj_head_output').
+    """
+
+    def __init__(self, strategy, model, outputs=(H,)):
+        self.strategy, self.model, self.outputs = strategy, model, tuple(outputs)
+        self._step = None
+        self._per_replica = None
+
+    def _make_step(self, per_replica):
+        model, outputs = self.model, self.outputs
+
+        def replica_step(batch):
+            # A replica's share of the last batch may be short or even empty: pad it
+            # to the fixed size (padded rows carry id -1 and are dropped on the host),
+            # so every replica gathers equally shaped tensors.
+            pad = per_replica - tf.shape(batch["id"])[0]
+            images = tf.pad(batch["image"], [[0, pad], [0, 0], [0, 0], [0, 0]])
+            images.set_shape([per_replica] + batch["image"].shape[1:].as_list())
+            result = model(images, training=False)
+            result = {name: tf.cast(result[name], tf.float32) for name in outputs}
+            result["labels"] = tf.pad(batch["label"], [[0, pad]], constant_values=-1)
+            result["ids"] = tf.pad(batch["id"], [[0, pad]], constant_values=-1)
+            return {name: distribute.cross_replica_concat(value)
+                    for name, value in result.items()}
+
+        @tf.function(reduce_retracing=True)
+        def step(batch):
+            return self.strategy.run(replica_step, args=(batch,))
+
+        return step
+
+    def __call__(self, dataset, *, batch_size=None, expected=None):
+        """dict(outputs..., labels int64 [N], ids int64 [N]) as numpy, sorted by id.
+
+        Args:
+            dataset: an `eval_dataset` (global batches, not yet distributed).
+            batch_size: its global batch size (read from the first batch if None).
+            expected: the number of distinct ids that must come out (checked).
+        """
+        if batch_size is None:
+            batch_size = dataset.element_spec["id"].shape[0] or _batch_size_of(dataset)
+        replicas = self.strategy.num_replicas_in_sync
+        per_replica = max(1, math.ceil(batch_size / replicas))
+        if self._step is None or self._per_replica != per_replica:
+            self._step, self._per_replica = self._make_step(per_replica), per_replica
+        parts = {name: [] for name in self.outputs + ("labels", "ids")}
+        for batch in self.strategy.experimental_distribute_dataset(dataset):
+            gathered = self._step(batch)
+            for name, value in gathered.items():
+                # Every replica holds the same gathered rows; read the first.
+                parts[name].append(self.strategy.experimental_local_results(value)[0].numpy())
+        if not parts["ids"]:
+            raise ValueError("The dataset given to the feature extractor is empty.")
+        arrays = {name: np.concatenate(value) for name, value in parts.items()}
+        ids, first = np.unique(arrays["ids"], return_index=True)
+        keep = first[ids >= 0]
+        result = {name: value[keep] for name, value in arrays.items()}
+        result["labels"] = result["labels"].astype(np.int64)
+        result["ids"] = result["ids"].astype(np.int64)
+        if expected is not None and len(result["ids"]) != expected:
+            raise RuntimeError(f"Feature extraction returned {len(result['ids'])} distinct "
+                               f"examples, expected {expected}.")
+        return result
+
+
+def _batch_size_of(dataset):
+    for batch in dataset.take(1):
+        return int(batch["id"].shape[0])
+    return 1
+
+
+def extract(strategy, model, source, split, *, image_size, batch_size=256,
+            outputs=(H,), example_ids=None):
+    """One-call form of `FeatureExtractor` over `eval_dataset(source, split, ...)`."""
+    dataset = eval_dataset(source, split, image_size=image_size, batch_size=batch_size,
+                           example_ids=example_ids)
+    expected = (source.num_examples(split) if example_ids is None
+                else len(np.unique(example_ids)))
+    return FeatureExtractor(strategy, model, outputs)(dataset, batch_size=batch_size,
+                                                      expected=expected)
+
+
+# ---------------------------------------------------------------- cache
+
+
+def slug(text):
+    """A path-safe version of `text` (dataset and split names)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)).strip("_")
+
+
+def cache_path(directory, dataset, split):
+    """`directory/<dataset>/<split>.npz` with path-safe names."""
+    return os.path.join(directory, slug(dataset) or "dataset", f"{slug(split)}.npz")
+
+
+def cached_features(path, key, compute):
+    """Features stored at `path` if they were made for `key`, else `compute()`, saved.
+
+    Args:
+        path: .npz file (None: no cache).
+        key: JSON-serialisable description of what produced the features.
+        compute: callable returning a dict of numpy arrays.
+
+    Returns:
+        (features dict, whether it came from the cache).
+    """
+    key = json.dumps(key, sort_keys=True, default=str)
+    if path and tf.io.gfile.exists(path):
+        with np.load(path, allow_pickle=False) as stored:
+            if "_key" in stored and str(stored["_key"]) == key:
+                return {k: stored[k] for k in stored.files if k != "_key"}, True
+    features = compute()
+    if path:
+        tf.io.gfile.makedirs(os.path.dirname(path))
+        scratch = path + ".partial.npz"
+        np.savez(scratch, _key=np.asarray(key), **features)
+        os.replace(scratch, path)  # a killed write never leaves a bad cache
+    return features, False
+
+
+# ---------------------------------------------------------------- export
+
+
+def write_embeddings(path, features, *, names=None):
+    """Writes ids, names, labels, h (and z) to `.npz` or `.parquet` (by suffix).
+
+    Args:
+        path: output file; `.parquet` writes one row per example (vectors as
+            fixed-size lists), anything else an .npz with arrays `ids`, `names`,
+            `labels`, `h` and optionally `z`.
+        features: dict from `FeatureExtractor` (`final_avg_pool`, maybe
+            `proj_head_output`, `labels`, `ids`).
+        names: a name (file path) per row.
+
+    Returns:
+        The path.
+    """
+    columns = dict(ids=features["ids"], labels=features["labels"], h=features[H])
+    if Z in features:
+        columns["z"] = features[Z]
+    names = np.asarray(names if names is not None else [str(i) for i in features["ids"]])
+    if os.path.dirname(path):
+        tf.io.gfile.makedirs(os.path.dirname(path))
+    if path.endswith(".parquet"):
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+        def vectors(array):
+            array = np.ascontiguousarray(array, np.float32)
+            return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)),
+                                                     array.shape[1])
+
+        table = pa.table(dict(
+            id=pa.array(columns["ids"]), name=pa.array([str(n) for n in names]),
+            label=pa.array(columns["labels"]),
+            **{k: vectors(columns[k]) for k in ("h", "z") if k in columns}))
+        pq.write_table(table, path)
+    else:
+        np.savez(path, names=names.astype(str), **columns)
+    return path
+
+
+def write_projector(log_dir, embeddings, labels, names, images=None):
+    """A TensorBoard projector view of `embeddings` in `log_dir`.
+
+    Args:
+        log_dir: directory for `tensorboard --logdir`.
+        embeddings: float32 [n, D].
+        labels: int [n] (metadata column).
+        names: str [n] (metadata column).
+        images: optional uint8 or [0, 1] float [n, S, S, 3] thumbnails for the sprite.
+    """
+    from tensorboard.plugins import projector  # pylint: disable=import-outside-toplevel
+    tf.io.gfile.makedirs(log_dir)
+    with open(os.path.join(log_dir, "metadata.tsv"), "w", encoding="utf-8") as f:
+        f.write("name\tlabel\n")
+        for name, label in zip(names, labels):
+            f.write(f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n")
+    variable = tf.Variable(np.asarray(embeddings, np.float32), name="embedding")
+    tf.train.Checkpoint(embedding=variable).save(os.path.join(log_dir, "embedding.ckpt"))
+    config = projector.ProjectorConfig()
+    view = config.embeddings.add()
+    view.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
+    view.metadata_path = "metadata.tsv"
+    if images is not None and len(images):
+        sprite = sprite_image(images)
+        tf.io.write_file(os.path.join(log_dir, "sprite.png"), tf.io.encode_png(sprite))
+        view.sprite.image_path = "sprite.png"
+        view.sprite.single_image_dim.extend([int(images.shape[2]), int(images.shape[1])])
+    projector.visualize_embeddings(log_dir, config)
+    return log_dir
+
+
+def sprite_image(images):
+    """Tiles [n, S, S, 3] images row-major into one uint8 square grid image."""
+    images = np.asarray(images)
+    if images.dtype != np.uint8:
+        images = np.clip(np.rint(images * 255.0), 0, 255).astype(np.uint8)
+    n, height, width, channels = images.shape
+    side = int(math.ceil(math.sqrt(n)))
+    grid = np.zeros([side * height, side * width, channels], np.uint8)
+    for i, image in enumerate(images):
+        row, col = divmod(i, side)
+        grid[row * height:(row + 1) * height, col * width:(col + 1) * width] = image
+    return grid
+
+
+def sample_images(source, split, ids, *, image_size):
+    """Eval-preprocessed images of `ids` (sorted), float32 in [0, 1]."""
+    batches = eval_dataset(source, split, image_size=image_size, batch_size=256,
+                           example_ids=ids)
+    return np.concatenate([b["image"].numpy()[b["id"].numpy() >= 0] for b in batches])
+
+
+# ---------------------------------------------------------------- encoders
+
+
+class _SavedModelEncoder:
+    """One of our SavedModel exports as `model(images, training=False) -> dict`."""
+
+    def __init__(self, path):
+        self.loaded = tf.saved_model.load(path)
+        self.image_size = int(self.loaded.image_size.numpy())
+
+    def __call__(self, images, training=False):
+        return self.loaded(images, trainable=bool(training))
+
+
+def load_encoder(path, *, strategy=None):
+    """Opens an encoder from `path`; returns `(model, image_size, description)`.
+
+    Args:
+        path: our run directory or checkpoint prefix (the architecture comes from the
+            run's flags.json), one of our SavedModel exports
+            (`run/saved_model/<step>`), or an authors' released SavedModel.
+        strategy: build our models under this strategy's scope (default strategy
+            when None). SavedModel exports run on the default device.
+
+    Raises:
+        FileNotFoundError: nothing loadable at `path`.
+    """
+    from simclr_tf import checkpoints, official  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    strategy = strategy or tf.distribute.get_strategy()
+    if official.is_official_savedmodel(path):
+        with strategy.scope():
+            model = official.load_official(path, num_classes=None)
+        return model, 224, f"released model {path}"
+    run_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    flags_file = os.path.join(run_dir, "flags.json")
+    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        encoder = _SavedModelEncoder(path)
+        return encoder, encoder.image_size, f"SavedModel {path}"
+    if not tf.io.gfile.exists(flags_file):
+        raise FileNotFoundError(
+            f"No encoder at {path!r}: expected a run directory or checkpoint prefix with "
+            "flags.json beside it, a SavedModel export, or an authors' released model.")
+    with tf.io.gfile.GFile(flags_file) as f:
+        config = Config.from_json(f.read())
+    prefix = checkpoints.resolve_checkpoint_path(path)
+    with strategy.scope():
+        model = SimCLRModel(**config.model_kwargs(None))
+        model.build((None, config.image_size, config.image_size, 3))
+    checkpoints.restore_model(model, prefix)
+    return model, config.image_size, f"checkpoint {prefix}"

@@ -1,0 +1,156 @@
+"""Weighted k-nearest-neighbour classification on frozen features (the kNN monitor).
+
+The protocol common in the self-supervised literature (Wu et al. 2018, InstDisc; used
+by MoCo, DINO, lightly, solo-learn): features are L2-normalised, each query takes the
+`k` bank examples of highest cosine similarity s, each neighbour votes for its label
+with weight exp(s / temperature), and the class with the largest summed vote wins
+(ties go to the smallest class id). Top-1 accuracy is the share of queries whose
+winner is their label.
+
+`knn_predict` / `knn_accuracy` are pure functions of arrays (numpy in, numpy out, TF
+ops inside, queries in chunks so memory stays [chunk, bank]). `KnnMonitor` runs the
+protocol during pretraining: bank and query features are computed under the training
+strategy with every replica's features gathered (`simclr_tf.embed.extract`), so the
+result does not depend on the number of replicas.
+
+Example:
+>>> knn_accuracy(bank_h, bank_labels, query_h, query_labels, k=200, temperature=0.07)
+0.93
+"""
+import time
+
+import numpy as np
+import tensorflow as tf
+
+DEFAULT_K = 200
+DEFAULT_TEMPERATURE = 0.07
+
+
+def _check(bank_features, bank_labels, query_features, k, temperature):
+    bank_features = np.asarray(bank_features, np.float32)
+    query_features = np.asarray(query_features, np.float32)
+    bank_labels = np.asarray(bank_labels, np.int64).reshape(-1)
+    if bank_features.ndim != 2 or query_features.ndim != 2:
+        raise ValueError("Features must be 2-D [examples, dims]. Received shapes: bank "
+                         f"{bank_features.shape}, queries {query_features.shape}")
+    if bank_features.shape[1] != query_features.shape[1]:
+        raise ValueError("Bank and query features must have the same width. Received: "
+                         f"{bank_features.shape[1]} vs {query_features.shape[1]}")
+    if len(bank_features) != len(bank_labels) or len(bank_labels) == 0:
+        raise ValueError("The bank needs one label per feature row and at least one row. "
+                         f"Received: {len(bank_features)} rows, {len(bank_labels)} labels")
+    if bank_labels.min() < 0:
+        raise ValueError("Bank labels must be class ids >= 0 (an unlabelled split cannot "
+                         "be a kNN bank).")
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive int. Received: k={k!r}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+    return bank_features, bank_labels, query_features
+
+
+def knn_scores(bank_features, bank_labels, query_features, *, k=DEFAULT_K,
+               temperature=DEFAULT_TEMPERATURE, num_classes=None, chunk_size=1024):
+    """Summed neighbour votes per class: float32 [queries, num_classes].
+
+    Args:
+        bank_features: [N, D] features of the labelled bank (need not be normalised).
+        bank_labels: [N] int class ids >= 0.
+        query_features: [Q, D] features to classify.
+        k: neighbours per query (at most N are used).
+        temperature: votes are exp(cosine similarity / temperature).
+        num_classes: number of classes (default: max label + 1).
+        chunk_size: queries per similarity matrix (bounds memory to chunk x N).
+    """
+    bank, labels, queries = _check(bank_features, bank_labels, query_features, k,
+                                   temperature)
+    num_classes = int(num_classes or labels.max() + 1)
+    k = min(int(k), len(bank))
+    bank = tf.math.l2_normalize(tf.constant(bank), axis=1)
+    label_table = tf.constant(labels)
+    scores = []
+    for start in range(0, len(queries), chunk_size):
+        chunk = tf.math.l2_normalize(tf.constant(queries[start:start + chunk_size]), axis=1)
+        similarity = tf.matmul(chunk, bank, transpose_b=True)        # [q, N] cosines
+        top_sim, top_index = tf.math.top_k(similarity, k=k)           # [q, k]
+        weights = tf.exp(top_sim / temperature)                       # [q, k]
+        votes = tf.one_hot(tf.gather(label_table, top_index), num_classes)  # [q, k, C]
+        scores.append(tf.einsum("qk,qkc->qc", weights, votes).numpy())
+    if not scores:
+        return np.zeros([0, num_classes], np.float32)
+    return np.concatenate(scores)
+
+
+def knn_predict(bank_features, bank_labels, query_features, **kwargs):
+    """Predicted class per query, int64 [Q] (arguments as `knn_scores`)."""
+    return np.argmax(knn_scores(bank_features, bank_labels, query_features, **kwargs),
+                     axis=1).astype(np.int64)
+
+
+def knn_accuracy(bank_features, bank_labels, query_features, query_labels, **kwargs):
+    """Weighted kNN top-1 accuracy over the labelled queries (label >= 0).
+
+    Arguments as `knn_scores`, plus `query_labels` [Q].
+    """
+    query_labels = np.asarray(query_labels, np.int64).reshape(-1)
+    if len(query_labels) != len(query_features):
+        raise ValueError("One label per query is needed. Received: "
+                         f"{len(query_features)} queries, {len(query_labels)} labels")
+    labelled = query_labels >= 0
+    if not labelled.any():
+        raise ValueError("No labelled query (every label is -1).")
+    predicted = knn_predict(bank_features, bank_labels,
+                            np.asarray(query_features)[labelled], **kwargs)
+    return float(np.mean(predicted == query_labels[labelled]))
+
+
+class KnnMonitor:
+    """Weighted kNN top-1 of h during pretraining, under the training strategy.
+
+    The datasets are fixed at construction (deterministic stratified subsets of at most
+    `max_bank` / `max_queries` examples), so every evaluation of a run sees the same
+    examples and its cost is bounded and comparable.
+
+    Args:
+        strategy: the training strategy (the model lives under its scope).
+        model: the model; called in inference mode, 'final_avg_pool' (h) is used.
+        source: the `DatasetSource`.
+        bank_split: labelled split whose features form the bank (eval-preprocessed).
+        query_split: labelled split that is classified.
+        image_size: model input size.
+        batch_size: global batch of the feature extraction.
+        k, temperature: the protocol (see module docstring).
+        max_bank, max_queries: at most this many examples (0 = all).
+        seed: seed of the subsets.
+    """
+
+    def __init__(self, strategy, model, source, *, bank_split, query_split, image_size,
+                 batch_size=256, k=DEFAULT_K, temperature=DEFAULT_TEMPERATURE,
+                 max_bank=10_000, max_queries=10_000, seed=0):
+        from simclr_tf import embed  # pylint: disable=import-outside-toplevel
+        self._embed = embed
+        self.strategy, self.model, self.source = strategy, model, source
+        self.k, self.temperature = int(k), float(temperature)
+        self.image_size, self.batch_size = image_size, batch_size
+        self.bank_split, self.query_split = bank_split, query_split
+        self.bank_ids = embed.bounded_ids(source, bank_split, max_bank, seed=seed)
+        self.query_ids = embed.bounded_ids(source, query_split, max_queries, seed=seed)
+        self._extractor = embed.FeatureExtractor(strategy, model)
+
+    def _features(self, split, ids):
+        dataset = self._embed.eval_dataset(self.source, split, image_size=self.image_size,
+                                           batch_size=self.batch_size, example_ids=ids)
+        expected = (self.source.num_examples(split) if ids is None else len(ids))
+        return self._extractor(dataset, batch_size=self.batch_size, expected=expected)
+
+    def evaluate(self):
+        """dict(top_1_accuracy, seconds, bank_size, num_queries)."""
+        start = time.perf_counter()
+        bank = self._features(self.bank_split, self.bank_ids)
+        queries = self._features(self.query_split, self.query_ids)
+        accuracy = knn_accuracy(bank["final_avg_pool"], bank["labels"],
+                                queries["final_avg_pool"], queries["labels"], k=self.k,
+                                temperature=self.temperature,
+                                num_classes=self.source.num_classes or None)
+        return dict(top_1_accuracy=accuracy, seconds=time.perf_counter() - start,
+                    bank_size=len(bank["labels"]), num_queries=len(queries["labels"]))

@@ -1,0 +1,129 @@
+"""Frozen-encoder transfer evaluation: the weighted kNN and the paper's linear probe.
+
+`evaluate_protocols` computes h once per split (cached on disk when a cache
+directory is given), then runs both protocols on the same features:
+
+- weighted kNN top-1 (`simclr_tf.knn`: cosine similarity, k neighbours, votes
+  exp(s / T)), the training split as the bank;
+- the paper's transfer linear probe (`simclr_tf.probe.linear_probe`): L2-regularised
+  multinomial logistic regression fitted with L-BFGS, the regularisation chosen on a
+  held-out part of the training split, then refitted on all of it.
+
+`write_table` writes the rows of several datasets as Markdown and CSV
+(`scripts/transfer_table.py` is the command line).
+"""
+import csv
+import os
+import time
+
+import tensorflow as tf
+
+from simclr_tf import embed, knn, probe
+
+COLUMNS = ("dataset", "train_split", "test_split", "num_train", "num_test", "feature_dim",
+           "knn_top_1", "linear_probe_top_1", "linear_probe_c", "seconds")
+
+
+def encoder_identity(prefix):
+    """A string that changes when the checkpoint at `prefix` is rewritten."""
+    index = prefix + ".index"
+    if tf.io.gfile.exists(index):
+        return f"{prefix}@{tf.io.gfile.stat(index).mtime_nsec}"
+    return str(prefix)
+
+
+def split_features(strategy, model, source, split, *, image_size, batch_size=256,
+                   cache_dir=None, encoder_id=None):
+    """h, labels and ids of `split`; from `cache_dir/<dataset>/<split>.npz` if valid.
+
+    Returns:
+        (features dict, whether they came from the cache).
+    """
+    path = embed.cache_path(cache_dir, source.name, split) if cache_dir else None
+    key = dict(encoder=encoder_id, dataset=source.name, split=split,
+               image_size=image_size, outputs=[embed.H])
+    return embed.cached_features(
+        path, key, lambda: embed.extract(strategy, model, source, split,
+                                         image_size=image_size, batch_size=batch_size))
+
+
+def evaluate_protocols(model, source, *, strategy=None, image_size, train_split="train",
+                       test_split="test", batch_size=256, knn_k=knn.DEFAULT_K,
+                       knn_temperature=knn.DEFAULT_TEMPERATURE, cache_dir=None,
+                       encoder_id=None, seed=0, c_grid=probe.DEFAULT_C_GRID):
+    """kNN and linear-probe top-1 of a frozen encoder on one labelled dataset.
+
+    Args:
+        model: `model(images, training=False) -> dict` with 'final_avg_pool' (h).
+        source: a labelled `DatasetSource`.
+        strategy: the strategy holding the model (default strategy when None).
+        image_size: input size of the model (eval preprocessing resizes to it).
+        train_split, test_split: the labelled splits.
+        batch_size: feature-extraction batch.
+        knn_k, knn_temperature: the kNN protocol.
+        cache_dir: where features are cached (None: no cache).
+        encoder_id: what identifies the encoder in the cache key (e.g.
+            `encoder_identity(prefix)`); required for the cache to be trusted.
+        seed: seed of the probe's held-out split.
+        c_grid: inverse L2 strengths the probe chooses from.
+
+    Returns:
+        A dict with the keys of `COLUMNS` (plus 'linear_probe_validation_accuracy'
+        and 'cached').
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    if cache_dir and encoder_id is None:
+        raise ValueError("A feature cache needs `encoder_id` (what produced the features).")
+    start = time.perf_counter()
+    train, train_cached = split_features(strategy, model, source, train_split,
+                                         image_size=image_size, batch_size=batch_size,
+                                         cache_dir=cache_dir, encoder_id=encoder_id)
+    test, test_cached = split_features(strategy, model, source, test_split,
+                                       image_size=image_size, batch_size=batch_size,
+                                       cache_dir=cache_dir, encoder_id=encoder_id)
+    train_x, train_y = train[embed.H], train["labels"]
+    test_x, test_y = test[embed.H], test["labels"]
+    knn_top_1 = knn.knn_accuracy(train_x, train_y, test_x, test_y, k=knn_k,
+                                 temperature=knn_temperature,
+                                 num_classes=source.num_classes or None)
+    probe_result = probe.linear_probe(train_x, train_y, test_x, test_y, seed=seed,
+                                      c_grid=c_grid)
+    return dict(dataset=source.name, train_split=train_split, test_split=test_split,
+                num_train=len(train_y), num_test=len(test_y),
+                feature_dim=int(train_x.shape[1]), knn_top_1=knn_top_1,
+                linear_probe_top_1=probe_result["top_1_accuracy"],
+                linear_probe_c=probe_result["c"],
+                linear_probe_validation_accuracy=probe_result["validation_accuracy"],
+                seconds=time.perf_counter() - start, cached=train_cached and test_cached)
+
+
+def _cell(value):
+    return f"{value:.4f}" if isinstance(value, float) and value <= 1.0 else (
+        f"{value:.1f}" if isinstance(value, float) else str(value))
+
+
+def write_table(rows, path, *, title=None):
+    """Writes `rows` (dicts with `COLUMNS`) to `path` (Markdown) and `path`.csv.
+
+    Args:
+        rows: one dict per dataset.
+        path: the Markdown file; the CSV goes next to it with the suffix `.csv`.
+        title: an optional heading line (e.g. the encoder).
+
+    Returns:
+        (markdown path, csv path).
+    """
+    if os.path.dirname(path):
+        tf.io.gfile.makedirs(os.path.dirname(path))
+    lines = [f"# {title}", ""] if title else []
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "---|" * len(COLUMNS))
+    lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    csv_path = os.path.splitext(path)[0] + ".csv"
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path, csv_path
