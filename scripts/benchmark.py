@@ -1,0 +1,429 @@
+#!/usr/bin/env python
+"""SimCLR performance benchmarks: train step, input pipeline, NT-Xent. Not a test.
+
+Three parts, each printing a table and adding to one JSON file (--json):
+
+  train    train-step throughput (views/s, images/s) of any model configuration on
+           synthetic data: warm-up steps, then the median of several timed windows;
+           achieved GFLOP/s (forward FLOPs counted by TF's profiler on the forward
+           graph, a training step taken as 3x the forward) and the fraction of a
+           float32 / bfloat16 matmul peak measured in the same process (MFU).
+  input    input-pipeline throughput (images/s on one core) of the pretraining
+           augmentation, two views per image, from decoded and from encoded (PNG at
+           32 px, JPEG at 224 px) images; plus the host part of --augment_on=device.
+  ntxent   NT-Xent forward + backward time and peak memory against the batch size.
+
+Examples:
+  python scripts/benchmark.py train --resnet_depth=18 --image_size=32 \\
+      --train_batch_size=256 --use_blur=false --mixed_precision=bfloat16
+  python scripts/benchmark.py train --resnet_depth=50 --image_size=224 \\
+      --train_batch_size=32 --num_proj_layers=3 --mixed_precision=bfloat16
+  python scripts/benchmark.py input --image_sizes=32,224
+  python scripts/benchmark.py ntxent --batch_sizes=256,1024,4096
+  python scripts/benchmark.py all --preset=smoke      # seconds; what the test runs
+  python scripts/benchmark.py train --preset=gpu_r50  # scripts/gpu_check.sh
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Model and step flags the train benchmark accepts: the Config fields of the same name.
+TRAIN_FLAGS = dict(
+    resnet_depth=int, width_multiplier=float, sk_ratio=float, se_ratio=float,
+    image_size=int, train_batch_size=int, num_proj_layers=int, proj_out_dim=int,
+    proj_head_mode=str, use_blur=None, mixed_precision=str, jit_compile=None,
+    optimizer=str, stem=str, augment_on=str, grad_cache_chunk=int,
+    lineareval_while_pretraining=None, global_bn=None, temperature=float)
+
+PRESETS = {
+    # Seconds on a laptop CPU: checks that every part runs.
+    "smoke": dict(train=dict(resnet_depth=18, width_multiplier=0.125, image_size=32,
+                             train_batch_size=4, use_blur=True, num_proj_layers=2),
+                  warmup=1, windows=2, steps=1, matmul_size=256, matmul_seconds=0.2,
+                  image_sizes=[32], input_images=16, batch_sizes=[16, 32]),
+    # The issue's configurations, on the authors' figures' machine.
+    "r18_cifar": dict(train=dict(resnet_depth=18, image_size=32, train_batch_size=256,
+                                 use_blur=False, num_proj_layers=3)),
+    "r50_224": dict(train=dict(resnet_depth=50, image_size=224, train_batch_size=32,
+                               use_blur=True, num_proj_layers=3)),
+    # The GPU check (scripts/gpu_check.sh): R50 at 224 px, bf16, one GPU.
+    "gpu_r50": dict(train=dict(resnet_depth=50, image_size=224, train_batch_size=128,
+                               use_blur=True, num_proj_layers=3,
+                               mixed_precision="bfloat16"),
+                    warmup=3, windows=5, steps=10, matmul_size=8192),
+}
+
+
+def _bool(text):
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def load_average():
+    return tuple(round(x, 2) for x in os.getloadavg())
+
+
+def device_name():
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(
+            tf.config.list_physical_devices("GPU")[0])
+        return f"{len(gpus)} GPU ({details.get('device_name', 'GPU')})"
+    return f"CPU ({os.cpu_count()} cores visible)"
+
+
+def _median_rate(fn, work, warmup, windows):
+    """Runs fn() warmup times, then `windows` timed times; median work / second."""
+    for _ in range(warmup):
+        fn()
+    seconds = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return work / statistics.median(seconds), seconds
+
+
+# ----------------------------------------------------------------- matmul peak
+
+
+def matmul_peak(size=2048, dtype="float32", seconds=2.0):
+    """GFLOP/s of a square matmul chain in a compiled loop (the achievable peak)."""
+    a = tf.random.uniform([size, size], dtype=tf.float32)
+    a = tf.cast(a / size ** 0.5, dtype)
+
+    @tf.function
+    def chain(x, n):
+        for _ in tf.range(n):
+            x = tf.matmul(x, a)
+        return x
+
+    chain(a, tf.constant(1)).numpy()
+    n = 1
+    while True:  # grow the chain until one call takes >= seconds / 4
+        start = time.perf_counter()
+        chain(a, tf.constant(n)).numpy()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds / 4 or n >= 4096:
+            break
+        n *= 2
+    rate, _ = _median_rate(lambda: chain(a, tf.constant(n)).numpy(), 2.0 * size ** 3 * n,
+                           0, 3)
+    return rate / 1e9
+
+
+# ----------------------------------------------------------------- FLOPs
+
+
+def forward_flops(model, batch, image_size):
+    """FLOPs of one inference forward pass over `batch` images (TF profiler)."""
+    spec = tf.TensorSpec([batch, image_size, image_size, 3], tf.float32)
+    concrete = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    profile = tf.compat.v1.profiler.profile(graph=concrete.graph, options=options)
+    return float(profile.total_float_ops)
+
+
+# ----------------------------------------------------------------- train step
+
+
+def build_config(overrides):
+    from simclr_tf.config import Config
+    values = dict(model_dir="/tmp/unused", train_steps=1, learning_rate=0.1,
+                  dataset="digits")
+    values.update(overrides)
+    return Config.from_dict(values)
+
+
+def _synthetic_batch(config, rng):
+    n, size = config.train_batch_size, config.image_size
+    labels = rng.integers(0, 10, size=n).astype(np.int32)
+    if config.augment_on == "device":
+        from simclr_tf.data import device_augment
+        source = device_augment.source_size(size)
+        images = rng.integers(0, 256, size=(n, source, source, 3)).astype(np.uint8)
+        sizes = np.full([n, 2], source, np.int32)
+        seeds = rng.integers(0, 2**31 - 1, size=(n, 2)).astype(np.int64)
+        return dict(image=images, size=sizes, seed=seeds), labels
+    view1 = rng.uniform(size=(n, size, size, 3)).astype(np.float32)
+    view2 = rng.uniform(size=(n, size, size, 3)).astype(np.float32)
+    return (view1, view2), labels
+
+
+def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
+    """Train-step throughput of the configuration `overrides` (Config fields)."""
+    import keras
+    from simclr_tf import experiment, optimizers, train
+    config = build_config(overrides)
+    keras.utils.set_random_seed(0)
+    strategy = tf.distribute.get_strategy()
+    num_classes = 10 if config.lineareval_while_pretraining else None
+    model = experiment.build_model(config, strategy, num_classes)
+    optimizer = optimizers.build_optimizer(config.optimizer, 0.1, momentum=config.momentum,
+                                           weight_decay=config.weight_decay, model=model)
+    if config.mixed_precision == "float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    from simclr_tf.data import augment, device_augment
+    view_fn = blur_fn = None
+    if config.augment_on == "device":
+        view_fn = device_augment.make_view_fn(
+            config.image_size, color_jitter_strength=config.color_jitter_strength)
+    if config.use_blur:
+        blur_fn = lambda views: augment.batch_random_blur(  # noqa: E731
+            views, config.image_size, config.image_size)
+    trainer = train.Trainer(strategy, model, optimizer, temperature=config.temperature,
+                            weight_decay=config.weight_decay, optimizer_name=config.optimizer,
+                            blur_fn=blur_fn, jit_compile=config.jit_compile,
+                            view_fn=view_fn, grad_cache_chunk=config.grad_cache_chunk)
+    batch = _synthetic_batch(config, np.random.default_rng(0))
+    dataset = tf.data.Dataset.from_tensors(batch).repeat().prefetch(2)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    load_before = load_average()
+    start = time.perf_counter()
+    trainer.train_steps(iterator, 1)
+    first_step = time.perf_counter() - start
+    views = 2 * config.train_batch_size * steps
+    rate, seconds = _median_rate(lambda: trainer.train_steps(iterator, steps), views,
+                                 max(warmup - 1, 0), windows)
+    # Inference-graph FLOPs of the forward pass over all views; a training step is
+    # about 3x (forward + backward for activations and for weights).
+    flops_per_view = forward_flops(model, 2, config.image_size) / 2
+    train_flops_per_view = 3.0 * flops_per_view
+    if config.grad_cache_chunk:
+        train_flops_per_view = 4.0 * flops_per_view  # one extra forward
+    achieved = rate * train_flops_per_view / 1e9
+    peaks = peaks or {}
+    compute = "bfloat16" if config.mixed_precision == "bfloat16" else (
+        "float16" if config.mixed_precision == "float16" else "float32")
+    peak = peaks.get(compute)
+    return dict(
+        config={k: getattr(config, k) for k in overrides},
+        compute_dtype=compute, views_per_sec=rate, images_per_sec=rate / 2,
+        step_seconds=2 * config.train_batch_size / rate, window_seconds=seconds,
+        steps_per_window=steps, first_step_seconds=first_step,
+        forward_gflops_per_view=flops_per_view / 1e9,
+        achieved_gflops_per_sec=achieved, matmul_peak_gflops_per_sec=peak,
+        mfu=achieved / peak if peak else None,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        load_average_before=load_before, load_average_after=load_average())
+
+
+# ----------------------------------------------------------------- input pipeline
+
+
+def _source_image(image_size, rng):
+    # CIFAR images are 32x32; ImageNet's average about 400x350.
+    shape = (32, 32, 3) if image_size <= 32 else (375, 500, 3)
+    return rng.integers(0, 256, size=shape).astype(np.uint8)
+
+
+def bench_input(image_size, *, num_images=256, encoded=False, augment_on="host"):
+    """Images / s (two views each) through the pretraining preprocessing on one core."""
+    from simclr_tf.data import augment
+    rng = np.random.default_rng(0)
+    image = _source_image(image_size, rng)
+    if encoded:
+        data = (tf.io.encode_png(image) if image_size <= 32
+                else tf.io.encode_jpeg(image, quality=90)).numpy()
+        source = tf.data.Dataset.from_tensors(tf.constant(data))
+        decode = lambda x: tf.io.decode_image(x, channels=3, expand_animations=False)  # noqa
+    else:
+        source = tf.data.Dataset.from_tensors(tf.constant(image))
+        decode = tf.identity
+    seeds = tf.data.Dataset.range(num_images).map(
+        lambda i: tf.random.experimental.stateless_fold_in(tf.constant([1, 2], tf.int64), i))
+    dataset = tf.data.Dataset.zip(source.repeat(num_images), seeds)
+
+    if augment_on == "device":
+        from simclr_tf.data import device_augment
+
+        def preprocess(data, seed):
+            return device_augment.host_preprocess(decode(data), image_size, seed)
+    else:
+        def preprocess(data, seed):
+            x = augment.to_float_image(decode(data))
+            s = tf.random.experimental.stateless_split(seed, 2)
+            return tuple(augment.preprocess_for_train(x, image_size, image_size,
+                                                      seed=s[k]) for k in range(2))
+
+    dataset = dataset.map(preprocess, num_parallel_calls=1).batch(32)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1  # one core
+    options.autotune.enabled = False
+    dataset = dataset.with_options(options)
+
+    def consume():
+        for _ in dataset:
+            pass
+
+    rate, _ = _median_rate(consume, num_images, 1, 3)
+    return dict(image_size=image_size, source=("encoded" if encoded else "decoded"),
+                augment_on=augment_on, images_per_sec_per_core=rate,
+                load_average=load_average())
+
+
+# ----------------------------------------------------------------- NT-Xent
+
+
+def _peak_memory_bytes():
+    if tf.config.list_logical_devices("GPU"):
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+    # CPU: the process's resident high-water mark (Linux: kilobytes).
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def bench_ntxent(batch_size, dim=128, temperature=0.1, windows=3):
+    """NT-Xent forward + backward seconds and peak memory for a batch of n images."""
+    from simclr_tf import losses
+    z1 = tf.random.normal([batch_size, dim])
+    z2 = tf.random.normal([batch_size, dim])
+
+    @tf.function
+    def step(z1, z2):
+        with tf.GradientTape() as tape:
+            tape.watch([z1, z2])
+            loss = losses.nt_xent(z1, z2, temperature=temperature).loss
+        return loss, tape.gradient(loss, [z1, z2])
+
+    gpu = bool(tf.config.list_logical_devices("GPU"))
+    if gpu:
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    before = _peak_memory_bytes()
+    rate, seconds = _median_rate(lambda: [t.numpy() for t in tf.nest.flatten(step(z1, z2))],
+                                 1, 1, windows)
+    after = _peak_memory_bytes()
+    # The four [n, n] logit blocks, their softmax and gradients: ~ 8 n^2 float32.
+    return dict(batch_size=batch_size, seconds=1 / rate,
+                peak_memory_mb=(after if gpu else after - before) / 2**20,
+                peak_memory_kind="GPU peak" if gpu else "CPU RSS high-water increase",
+                logits_mb=4 * 2 * batch_size * batch_size * 4 / 2**20,
+                load_average=load_average())
+
+
+# ----------------------------------------------------------------- main
+
+
+def _print_table(title, rows, columns):
+    print(f"\n{title}")
+    print(" | ".join(name for name, _ in columns))
+    print(" | ".join("---" for _ in columns))
+    for row in rows:
+        cells = []
+        for _, key in columns:
+            value = key(row) if callable(key) else row.get(key)
+            cells.append(f"{value:.3g}" if isinstance(value, float) else str(value))
+        print(" | ".join(cells))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=("train", "input", "ntxent", "all"))
+    parser.add_argument("--preset", choices=sorted(PRESETS))
+    parser.add_argument("--json", default="benchmark.json", help="results file")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps (incl. compile)")
+    parser.add_argument("--windows", type=int, default=3, help="timed windows (median)")
+    parser.add_argument("--steps", type=int, default=2, help="steps per timed window")
+    parser.add_argument("--matmul_size", type=int, default=2048)
+    parser.add_argument("--matmul_seconds", type=float, default=2.0)
+    parser.add_argument("--image_sizes", default="32,224")
+    parser.add_argument("--input_images", type=int, default=256)
+    parser.add_argument("--batch_sizes", default="256,512,1024,2048,4096")
+    parser.add_argument("--compare", default="",
+                        help="comma-separated mixed_precision values to run in turn "
+                             "(e.g. none,bfloat16)")
+    for name, kind in TRAIN_FLAGS.items():
+        parser.add_argument(f"--{name}", type=_bool if kind is None else kind)
+    args = parser.parse_args(argv)
+    train_overrides = {}
+    settings = dict(warmup=args.warmup, windows=args.windows, steps=args.steps,
+                    matmul_size=args.matmul_size, matmul_seconds=args.matmul_seconds,
+                    image_sizes=[int(s) for s in args.image_sizes.split(",")],
+                    input_images=args.input_images,
+                    batch_sizes=[int(b) for b in args.batch_sizes.split(",")])
+    if args.preset:
+        preset = dict(PRESETS[args.preset])
+        train_overrides.update(preset.pop("train", {}))
+        explicit = {a.lstrip("-").split("=")[0] for a in argv if a.startswith("--")}
+        settings.update({k: v for k, v in preset.items() if k not in explicit})
+    train_overrides.update({k: getattr(args, k) for k in TRAIN_FLAGS
+                            if getattr(args, k) is not None})
+    return args, settings, train_overrides
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args, settings, overrides = parse_args(argv)
+    results = dict(device=device_name(), tensorflow=tf.__version__,
+                   load_average_start=load_average(), argv=argv)
+    print(f"{results['device']}, TF {tf.__version__}, load average "
+          f"{results['load_average_start']}", flush=True)
+    if args.part in ("train", "all"):
+        dtypes = ["float32", "bfloat16"]
+        if tf.config.list_logical_devices("GPU"):
+            dtypes.append("float16")
+        peaks = {dtype: matmul_peak(settings["matmul_size"], dtype,
+                                    settings["matmul_seconds"]) for dtype in dtypes}
+        results["matmul_peak_gflops_per_sec"] = peaks
+        print("matmul peak GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()),
+              flush=True)
+        precisions = [p for p in args.compare.split(",") if p] or [None]
+        rows = []
+        for precision in precisions:
+            run = dict(overrides)
+            if precision is not None:
+                run["mixed_precision"] = precision
+            rows.append(bench_train(run, warmup=settings["warmup"],
+                                    windows=settings["windows"], steps=settings["steps"],
+                                    peaks=peaks))
+            print(json.dumps(rows[-1], default=str), flush=True)
+        results["train"] = rows
+        _print_table("Train step", rows, [
+            ("config", lambda r: " ".join(f"{k}={v}" for k, v in r["config"].items())),
+            ("dtype", "compute_dtype"), ("s/step", "step_seconds"),
+            ("views/s", "views_per_sec"), ("images/s", "images_per_sec"),
+            ("GFLOP/s", "achieved_gflops_per_sec"), ("MFU", "mfu"),
+            ("load", "load_average_after")])
+    if args.part in ("input", "all"):
+        rows = []
+        for size in settings["image_sizes"]:
+            for encoded in (False, True):
+                for augment_on in ("host", "device"):
+                    rows.append(bench_input(size, num_images=settings["input_images"],
+                                            encoded=encoded, augment_on=augment_on))
+                    print(json.dumps(rows[-1]), flush=True)
+        results["input"] = rows
+        _print_table("Input pipeline (one core; host part only for augment_on=device)",
+                     rows, [("px", "image_size"), ("from", "source"),
+                            ("augment_on", "augment_on"),
+                            ("images/s/core", "images_per_sec_per_core"),
+                            ("load", "load_average")])
+    if args.part in ("ntxent", "all"):
+        rows = [bench_ntxent(b) for b in sorted(settings["batch_sizes"])]
+        results["ntxent"] = rows
+        _print_table("NT-Xent forward + backward (d = 128)", rows, [
+            ("batch", "batch_size"), ("seconds", "seconds"), ("peak MB", "peak_memory_mb"),
+            ("logits MB", "logits_mb"), ("memory", "peak_memory_kind"),
+            ("load", "load_average")])
+    results["load_average_end"] = load_average()
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2, default=str)
+    print(f"\nwrote {args.json}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

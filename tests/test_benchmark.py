@@ -1,0 +1,37 @@
+"""scripts/benchmark.py runs (a smoke test, not a benchmark): every part, tiny config."""
+import importlib.util
+import json
+import os
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_all_parts_run_on_the_smoke_preset(bench, tmp_path):
+    path = tmp_path / "bench.json"
+    results = bench.main(["all", "--preset=smoke", f"--json={path}"])
+    saved = json.loads(path.read_text())
+    assert set(saved) >= {"train", "input", "ntxent", "matmul_peak_gflops_per_sec"}
+    (row,) = results["train"]
+    assert row["views_per_sec"] > 0 and row["images_per_sec"] == row["views_per_sec"] / 2
+    assert row["forward_gflops_per_view"] > 0 and 0 < row["mfu"]
+    assert {(r["source"], r["augment_on"]) for r in results["input"]} == {
+        ("decoded", "host"), ("decoded", "device"), ("encoded", "host"), ("encoded", "device")}
+    assert [r["batch_size"] for r in results["ntxent"]] == [16, 32]
+
+
+def test_train_part_with_device_augment_and_grad_cache(bench, tmp_path):
+    results = bench.main(["train", "--preset=smoke", "--augment_on=device",
+                              "--grad_cache_chunk=2", "--mixed_precision=bfloat16",
+                              f"--json={tmp_path / 'b.json'}"])
+    (row,) = results["train"]
+    assert row["compute_dtype"] == "bfloat16" and row["views_per_sec"] > 0

@@ -1,0 +1,163 @@
+"""Gradient caching (simclr_tf.grad_cache, Trainer(grad_cache_chunk=...)).
+
+Loss and gradients must equal the full-batch computation wherever the forward of a
+chunk does not depend on the other chunks: a model without BN for any chunking; the
+BN model with one chunk (= the plain step, moving statistics included); and the BN
+model with several chunks against the same per-chunk-BN forward run under one tape
+(what gradient caching computes by design: BN statistics per chunk).
+"""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import grad_cache, losses, optimizers, train
+from standin_model import make_model, random_batch
+
+IMAGE_SIZE = 8
+BATCH = 8
+
+
+def _dense_model():
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.layers.Flatten(), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(8)])
+    model(tf.zeros([1, IMAGE_SIZE, IMAGE_SIZE, 3]))
+    return model
+
+
+@pytest.mark.parametrize("num_chunks", [1, 2, 4])
+def test_no_batch_dependence_equals_full_batch(num_chunks):
+    model = _dense_model()
+    v1, v2, _ = random_batch(BATCH, IMAGE_SIZE, seed=1)
+    variables = model.trainable_variables
+    decay = lambda: 1e-3 * tf.add_n([tf.reduce_sum(w ** 2) for w in variables])  # noqa: E731
+
+    def loss_of(z1, z2):
+        return losses.nt_xent(z1, z2, temperature=0.3).loss + decay()
+
+    with tf.GradientTape() as tape:
+        z = model(tf.concat([v1, v2], 0))
+        full_loss = loss_of(*tf.split(z, 2))
+    full_grads = tape.gradient(full_loss, variables)
+
+    c = BATCH // num_chunks
+    v1c, v2c = v1.reshape(num_chunks, c, *v1.shape[1:]), v2.reshape(num_chunks, c, *v2.shape[1:])
+
+    def forward(i):
+        return {"z": model(tf.concat([tf.gather(v1c, i), tf.gather(v2c, i)], 0))}
+
+    def objective(stacked):
+        z1 = tf.reshape(stacked["z"][:, :c], [BATCH, -1])
+        z2 = tf.reshape(stacked["z"][:, c:], [BATCH, -1])
+        loss = loss_of(z1, z2)
+        return loss, loss
+
+    for run in (lambda f: f(), lambda f: tf.function(f)()):
+        loss, grads = run(lambda: grad_cache.cached_gradients(
+            forward, num_chunks, objective, variables, output_names=["z"]))
+        np.testing.assert_allclose(loss, full_loss, rtol=1e-6)
+        for g, f in zip(grads, full_grads):
+            np.testing.assert_allclose(g, f, rtol=1e-5, atol=1e-7)
+
+
+def _trainer(chunk, optimizer_name="momentum"):
+    model = make_model(IMAGE_SIZE)  # fixed initializer seeds: identical copies
+    optimizer = optimizers.build_optimizer(optimizer_name, 0.5, weight_decay=1e-3,
+                                           model=model)
+    trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer,
+                            temperature=0.5, weight_decay=1e-3,
+                            optimizer_name=optimizer_name, grad_cache_chunk=chunk)
+    return trainer, model
+
+
+def _iterator(steps=2):
+    batches = [random_batch(BATCH, IMAGE_SIZE, seed=10 + s) for s in range(steps)]
+    v1, v2, labels = (np.concatenate(c) for c in zip(*batches))
+    return iter(tf.data.Dataset.from_tensor_slices(((v1, v2), labels)).batch(
+        BATCH, drop_remainder=True))
+
+
+@pytest.mark.parametrize("optimizer_name", ["momentum", "lars"])
+def test_one_chunk_equals_the_plain_step_bn_included(optimizer_name):
+    cached, model_a = _trainer(BATCH, optimizer_name)
+    plain, model_b = _trainer(0, optimizer_name)
+    logs_a = cached.train_steps(_iterator(), 2)
+    logs_b = plain.train_steps(_iterator(), 2)
+    for name in ("loss", "contrast_loss", "sup_loss", "contrast_acc", "grad_norm"):
+        np.testing.assert_allclose(logs_a[name], logs_b[name], rtol=1e-5, err_msg=name)
+    # Every weight, BN moving statistics included (updated once per chunk, not twice).
+    for a, b in zip(model_a.weights, model_b.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=a.path)
+
+
+def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
+    chunk = 2
+    cached, model_a = _trainer(chunk)
+    logs = cached.train_steps(_iterator(1), 1)
+
+    # The reference: every chunk's forward recorded under one tape (all activations
+    # stored), BN per chunk, the loss over the whole batch, one SGD-momentum step.
+    _, model_b = _trainer(0)
+    optimizer = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_b)
+    v1, v2, labels = random_batch(BATCH, IMAGE_SIZE, seed=10)
+    with tf.GradientTape() as tape:
+        z1, z2, logits1, logits2 = [], [], [], []
+        for i in range(0, BATCH, chunk):
+            out = model_b(tf.concat([v1[i:i + chunk], v2[i:i + chunk]], 0), training=True)
+            a, b = tf.split(out["proj_head_output"], 2)
+            la, lb = tf.split(out["logits_sup"], 2)
+            z1.append(a), z2.append(b), logits1.append(la), logits2.append(lb)
+        loss = losses.nt_xent(tf.concat(z1, 0), tf.concat(z2, 0), temperature=0.5).loss
+        loss += losses.supervised_loss(np.concatenate([labels, labels]),
+                                       tf.concat(logits1 + logits2, 0))
+        loss += optimizers.weight_decay_loss(model_b, "momentum", 1e-3)
+    grads = tape.gradient(loss, model_b.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model_b.trainable_variables))
+
+    np.testing.assert_allclose(logs["loss"], loss.numpy(), rtol=1e-5)
+    for a, b in zip(model_a.weights, model_b.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=a.path)
+
+
+def test_per_chunk_bn_differs_from_full_batch_bn():
+    # The documented behaviour: with BN, several chunks are not the full-batch step.
+    cached, _ = _trainer(2)
+    plain, _ = _trainer(0)
+    loss_cached = cached.train_steps(_iterator(1), 1)["contrast_loss"]
+    loss_plain = plain.train_steps(_iterator(1), 1)["contrast_loss"]
+    assert abs(loss_cached - loss_plain) > 1e-4
+
+
+def test_bad_chunk_sizes():
+    with pytest.raises(ValueError, match="must divide"):
+        _trainer(3)[0].train_steps(_iterator(1), 1)
+    model = make_model(IMAGE_SIZE)
+    with pytest.raises(ValueError, match="grad_cache_chunk=-1"):
+        train.Trainer(tf.distribute.get_strategy(), model, keras.optimizers.SGD(0.1),
+                      grad_cache_chunk=-1)
+    with pytest.raises(ValueError, match="pretraining only"):
+        train.Trainer(tf.distribute.get_strategy(), model, keras.optimizers.SGD(0.1),
+                      train_mode="finetune", grad_cache_chunk=2)
+
+
+def test_two_replicas_one_chunk_each_equal_one_replica():
+    # Synchronised BN over 2 replicas x 1 chunk = the global batch's statistics, and the
+    # BN state restore works on mirrored variables in a replica context.
+    from standin_model import distributed_pretrain_iterator
+    tf.distribute.MirroredStrategy._collective_key_base += 100000
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = make_model(IMAGE_SIZE)
+        optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-3, model=model)
+    trainer = train.Trainer(strategy, model, optimizer, temperature=0.5, weight_decay=1e-3,
+                            grad_cache_chunk=BATCH // 2)
+    steps = [random_batch(BATCH, IMAGE_SIZE, seed=10 + s) for s in range(2)]
+    logs = trainer.train_steps(distributed_pretrain_iterator(strategy, steps), 2)
+    single, model_1 = _trainer(0, "lars")
+    logs_1 = single.train_steps(_iterator(2), 2)
+    np.testing.assert_allclose(logs["loss"], logs_1["loss"], rtol=1e-5)
+    for a, b in zip(model.weights, model_1.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=5e-5, err_msg=a.path)
