@@ -7,8 +7,10 @@ another number of classes), and at least the encoder must load: a checkpoint tha
 matches nothing fails instead of silently leaving random weights.
 """
 import os
+import re
 
 import tensorflow as tf
+from absl import logging
 
 from simclr_tf import export
 
@@ -46,45 +48,131 @@ def resolve_checkpoint_path(path):
         return path
     raise FileNotFoundError(
         f"--checkpoint {path!r} is neither a directory of checkpoints nor a checkpoint "
-        "prefix (no '.index' file next to it).")
+        "prefix (no '.index' file next to it); pass a run directory, a prefix such as "
+        "'/run/ckpt-1000', or a SavedModel directory.")
 
 
 class CheckpointState:
-    """The checkpoint of a training run in `model_dir`.
+    """The checkpoints of a training run in `model_dir`.
+
+    Writes are atomic as far as a reader of model_dir can tell: TensorFlow writes a
+    checkpoint's shards under `<prefix>_temp/`, merges them into `<prefix>.index` /
+    `.data-*`, and only then rewrites the `checkpoint` state file (write to a temporary
+    file, then rename). A process killed mid-write leaves the state file pointing at
+    the previous, complete checkpoint plus some orphaned files, which the next start
+    removes (`remove_partial_writes`). Restoring falls back to older checkpoints when
+    the newest does not load, with a warning naming it.
 
     Args:
-        model_dir: the run's directory.
+        model_dir: the run's directory; checkpoints are always restored from here.
         model: the model (built).
         optimizer: the optimizer (built), or None for evaluation.
         max_to_keep: checkpoints kept (`keep_checkpoint_max`).
+        save_dir: where this process writes its checkpoints, if not model_dir: a
+            non-chief worker of a multi-worker run must take part in every save (the
+            variables' values are synchronised across workers while saving) but must
+            not write over the chief's files, so it writes to a scratch directory.
     """
 
-    def __init__(self, model_dir, model, optimizer=None, max_to_keep=5):
+    def __init__(self, model_dir, model, optimizer=None, max_to_keep=5, save_dir=None):
         items = dict(model=model)
         if optimizer is not None:
             items["optimizer"] = optimizer
         self.model = model
         self.has_optimizer = optimizer is not None
+        self.model_dir = model_dir
+        self.save_dir = save_dir or model_dir
         self.checkpoint = tf.train.Checkpoint(**items)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, model_dir,
-                                                  max_to_keep=max_to_keep)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self.save_dir,
+            max_to_keep=max_to_keep if self.save_dir == model_dir else 1)
 
     @property
     def latest(self):
-        return self.manager.latest_checkpoint
+        """The newest complete checkpoint in model_dir (None when there is none)."""
+        return tf.train.latest_checkpoint(self.model_dir)
+
+    def candidates(self):
+        """Checkpoints recorded in model_dir's state file, newest first."""
+        state = tf.train.get_checkpoint_state(self.model_dir)
+        if state is None:
+            return []
+        paths = list(state.all_model_checkpoint_paths or [])
+        if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+            paths.append(state.model_checkpoint_path)
+        paths = [p if os.path.isabs(p) else os.path.join(self.model_dir, p) for p in paths]
+        return sorted(set(paths), key=_checkpoint_step, reverse=True)
 
     def restore_latest(self):
-        """Restores the latest checkpoint in model_dir; returns its path or None."""
-        latest = self.latest
-        if latest is not None:
-            if self.has_optimizer:
-                self.checkpoint.restore(latest).assert_existing_objects_matched()
-            else:
-                restore_model(self.model, latest)
-        return latest
+        """Restores the newest checkpoint of model_dir that loads; returns its path.
+
+        Returns None when model_dir has no checkpoint. A checkpoint that fails to load
+        (missing or damaged files) is skipped with a warning and the previous one is
+        tried; RuntimeError when none of them loads.
+        """
+        candidates = self.candidates()
+        failures = []
+        for prefix in candidates:
+            try:
+                if self.has_optimizer:
+                    self.checkpoint.restore(prefix).assert_existing_objects_matched()
+                else:
+                    restore_model(self.model, prefix)
+            # Damaged files surface as OpErrors, or IndexError ('Read less bytes').
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as error:
+                reason = str(error).strip().splitlines()[0][:300]
+                failures.append(f"{prefix}: {reason}")
+                logging.warning("Checkpoint %s does not load (%s); falling back to the "
+                                "previous checkpoint.", prefix, reason)
+                continue
+            if failures:
+                logging.warning("Resuming from %s, the newest checkpoint that loads.", prefix)
+            return prefix
+        if candidates:
+            raise RuntimeError("No checkpoint in %r loads:\n  %s" % (
+                self.model_dir, "\n  ".join(failures)))
+        return None
+
+    def remove_partial_writes(self):
+        """Deletes what a killed save left in save_dir; returns the removed paths.
+
+        Removed: `<prefix>_temp*` shard folders, and files of checkpoints newer than
+        the newest recorded one (never recorded, so possibly incomplete; training
+        writes them again). Recorded and older checkpoints are never touched.
+        """
+        if not tf.io.gfile.isdir(self.save_dir):
+            return []
+        state = tf.train.get_checkpoint_state(self.save_dir)
+        latest_step = -1
+        if state is not None and state.model_checkpoint_path:
+            latest_step = _checkpoint_step(state.model_checkpoint_path)
+        base = os.path.basename(self.manager._checkpoint_prefix)  # pylint: disable=protected-access
+        removed = []
+        for name in tf.io.gfile.listdir(self.save_dir):
+            name = name.rstrip("/")
+            match = re.fullmatch(re.escape(base) + r"-(\d+)(_temp.*|\.index|\.data-.*)",
+                                 name)
+            if match is None:
+                continue
+            if match.group(2).startswith("_temp") or int(match.group(1)) > latest_step:
+                path = os.path.join(self.save_dir, name)
+                if tf.io.gfile.isdir(path):
+                    tf.io.gfile.rmtree(path)
+                else:
+                    tf.io.gfile.remove(path)
+                removed.append(path)
+        if removed:
+            logging.warning("Removed %d file(s) of an interrupted checkpoint write: %s",
+                            len(removed), ", ".join(sorted(removed)))
+        return removed
 
     def save(self, step):
         return self.manager.save(checkpoint_number=int(step))
+
+
+def _checkpoint_step(prefix):
+    tail = prefix.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def restore_model(model, prefix):

@@ -72,7 +72,8 @@ class Config:
     cache_dataset: bool = _field(False, "Whether to cache the entire dataset in memory.")
     mode: str = _field("train", "Whether to perform training or evaluation ('export': "
                        "write a SavedModel of model_dir's latest checkpoint).",
-                       ("train", "eval", "train_then_eval", "export"))
+                       ("train", "eval", "train_then_eval", "export", "linear_probe",
+                        "embed"))
     train_mode: str = _field("pretrain", "The train mode controls different objectives "
                              "and trainable components.", ("pretrain", "finetune"))
     lineareval_while_pretraining: bool = _field(
@@ -139,6 +140,16 @@ class Config:
     jit_compile: bool = _field(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
         "and it fails under MirroredStrategy on CPU.")
+    augment_on: str = _field(
+        "host", "Where pretraining augmentations run: 'host' (tf.data, per image) or "
+        "'device' (crop, flip, colour jitter, grayscale batched in the train step; "
+        "the host only decodes and resizes). Blur always runs on the device.",
+        ("host", "device"))
+    grad_cache_chunk: int = _field(
+        0, "Gradient caching: 0 = off, else process each replica's batch in chunks of "
+        "this many images (embeddings first without gradients, then each chunk again "
+        "with them): memory of one chunk, loss over the whole batch, BN statistics "
+        "per chunk, ~1.33x compute. Must divide the per-replica batch.")
     eval_wait_secs: int = _field(
         0, "With --mode=eval: 0 evaluates the latest checkpoint once; > 0 keeps "
         "evaluating each new checkpoint until none appears for this many seconds.")
@@ -150,6 +161,42 @@ class Config:
         False, "After training, fit an L-BFGS logistic-regression probe on frozen h "
         "(train split) and report its eval-split accuracy next to the same probe on a "
         "randomly initialised encoder.")
+    knn_eval_split: Optional[str] = _field(
+        None, "kNN monitor while pretraining: a labelled split classified by weighted "
+        "kNN on h every --knn_eval_every steps (None = off).")
+    knn_bank_split: Optional[str] = _field(
+        None, "Labelled split whose h forms the kNN monitor's bank, eval-preprocessed "
+        "(None = --train_split).")
+    knn_eval_every: int = _field(
+        0, "Steps between kNN evaluations (0 = at every checkpoint).")
+    knn_k: int = _field(200, "Neighbours of the weighted kNN classifier.")
+    knn_temperature: float = _field(
+        0.07, "kNN votes are exp(cosine similarity / knn_temperature).")
+    knn_max_bank: int = _field(
+        10000, "At most this many bank examples (a fixed stratified subset; 0 = all): "
+        "bounds the kNN monitor's cost.")
+    knn_max_queries: int = _field(
+        10000, "At most this many query examples (a fixed stratified subset; 0 = all).")
+    embed_split: Optional[str] = _field(
+        None, "--mode=embed: the split to embed (None = --eval_split); unlabelled "
+        "splits and folders work.")
+    embed_output: Optional[str] = _field(
+        None, "--mode=embed: output file, .npz or .parquet (None = "
+        "model_dir/embeddings/<split>.npz).")
+    embed_projection: bool = _field(
+        False, "--mode=embed: also write z (the projection head output).")
+    embed_projector_size: int = _field(
+        1000, "--mode=embed: examples in the TensorBoard projector view with image "
+        "sprites, written to model_dir/projector (0 = none).")
+    deterministic: bool = _field(
+        False, "Bit-exact reproducible training: TensorFlow op determinism "
+        "(tf.config.experimental.enable_op_determinism) on top of the fixed seeds and "
+        "the restored data position, so a resumed run ends with exactly the weights of "
+        "an uninterrupted one. Can be slower.")
+    skip_corrupt_images: bool = _field(
+        True, "Folder datasets: skip (and count) files that are empty, truncated, not "
+        "images, or too large to decode, with a summary line; off: the first such file "
+        "fails the run before training, naming its path.")
 
     # ---------------------------------------------------------------- derived
     @property
@@ -249,19 +296,44 @@ class Config:
                               f"{self.label_fraction!r}.")
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
-                              "(pretraining uses no labels).")
-        if self.mode not in ("eval",) and self.model_dir in (None, ""):
+                              "(pretraining uses no labels); drop it or fine-tune.")
+        _read_only_modes = ("eval", "linear_probe", "embed")
+        if self.mode not in _read_only_modes and self.model_dir in (None, ""):
             raise ConfigError("model_dir", "is required: the directory for checkpoints, "
                               "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
-        if self.mode == "eval" and self.model_dir in (None, "") and not self.checkpoint:
-            raise ConfigError("model_dir", "or --checkpoint is required with --mode=eval: "
-                              "the run to evaluate.")
+        if self.mode in _read_only_modes and self.model_dir in (None, "") \
+                and not self.checkpoint:
+            raise ConfigError("model_dir", f"or --checkpoint is required with "
+                              f"--mode={self.mode}: the run to evaluate.")
+        if self.knn_k < 1:
+            raise ConfigError("knn_k", f"must be >= 1, e.g. 200; got {self.knn_k!r}.")
+        if not (math.isfinite(self.knn_temperature) and self.knn_temperature > 0):
+            raise ConfigError("knn_temperature", "must be > 0, e.g. 0.07; got "
+                              f"{self.knn_temperature!r}.")
+        for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
+                     "embed_projector_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0; got {getattr(self, name)!r}.")
+        if self.mode == "embed" and self.embed_output and not self.embed_output.endswith(
+                (".npz", ".parquet")):
+            raise ConfigError("embed_output", "must end with .npz or .parquet; got "
+                              f"{self.embed_output!r}.")
         if self.use_tpu and self.strategy not in ("auto", "tpu"):
             raise ConfigError("strategy", f"--use_tpu conflicts with --strategy={self.strategy}; "
                               "drop one of them.")
         if self.mixed_precision == "float16" and (self.use_tpu or self.strategy == "tpu"):
             raise ConfigError("mixed_precision", "TPUs do not support float16; use "
                               "--mixed_precision=bfloat16.")
+        if self.grad_cache_chunk < 0:
+            raise ConfigError("grad_cache_chunk", "must be >= 0 (0 = off, e.g. 256); got "
+                              f"{self.grad_cache_chunk!r}.")
+        if self.grad_cache_chunk and self.train_mode != "pretrain":
+            raise ConfigError("grad_cache_chunk", "applies to --train_mode=pretrain only "
+                              "(the supervised loss needs no whole-batch coupling).")
+        if self.grad_cache_chunk and self.train_batch_size % self.grad_cache_chunk:
+            raise ConfigError("grad_cache_chunk", f"must divide the per-replica batch; "
+                              f"{self.grad_cache_chunk} does not divide "
+                              f"--train_batch_size={self.train_batch_size}.")
         if self.jit_compile and self.strategy == "mirrored":
             raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "

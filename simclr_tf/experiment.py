@@ -6,41 +6,57 @@ model_dir, an existing --checkpoint). Then train (pretrain or finetune) with
 checkpoints every `checkpoint_steps`, resuming from model_dir, then evaluate, then
 optionally the linear probe of the pretrained encoder next to a random one.
 """
-import functools
 import json
 import os
+import signal
+import threading
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import (checkpoints, distribute, export, official, optimizers, probe,
-                       schedules)
+from simclr_tf import (checkpoints, distribute, embed, export, knn, official, optimizers,
+                       probe, schedules, transfer)
 from simclr_tf.config import ConfigError
-from simclr_tf.data import augment, datasets, pipeline
+from simclr_tf.data import augment, datasets, device_augment, pipeline
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
-from simclr_tf.train import Trainer
+from simclr_tf.train import NonFiniteLossError, Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
 def run(config):
-    """Runs `config.mode` and returns a dict of results (also written to model_dir)."""
+    """Runs `config.mode` and returns a dict of results (also written to model_dir).
+
+    A SIGTERM during training saves a checkpoint at the current step and returns
+    early with `results["interrupted"] = True` (nothing is evaluated or exported).
+    """
     keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        # Process-wide and irreversible; seeds and the data position are already
+        # fixed, this removes the remaining run-to-run differences of kernels.
+        tf.config.experimental.enable_op_determinism()
     strategy = create_strategy(config)
     source = load_source(config)
     context = prepare(config, strategy, source)
     results = {}
     if config.mode in ("train", "train_then_eval"):
         results.update(train(config, strategy, context))
+        if results.get("interrupted"):
+            return results
     if config.mode in ("eval", "train_then_eval"):
         results.update(evaluate(config, strategy, context))
     if config.mode == "export":
         results.update(export_latest(config, strategy, context))
+    if config.mode == "linear_probe":
+        results.update(linear_probe_mode(config, strategy, context))
+    if config.mode == "embed":
+        results.update(embed_mode(config, strategy, context))
     if config.final_linear_probe:
         results.update(final_linear_probe(config, context))
-    if results and config.model_dir:
+    if results and config.model_dir and _is_chief(strategy):
         write_json(os.path.join(config.model_dir, "result.json"), results)
     return results
 
@@ -65,7 +81,12 @@ def create_strategy(config):
 
 def load_source(config):
     try:
-        return datasets.get_dataset(config.dataset, data_dir=config.data_dir)
+        return datasets.get_dataset(config.dataset, data_dir=config.data_dir,
+                                    skip_corrupt_images=config.skip_corrupt_images)
+    except datasets.CorruptImageError as error:
+        raise ConfigError("skip_corrupt_images", f"is off and {error.path!r} is "
+                          f"{error.reason.replace('_', ' ')}; delete or replace the file, "
+                          "or turn --skip_corrupt_images on to skip such files.") from None
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError("dataset", str(error)) from None
 
@@ -90,6 +111,14 @@ def prepare(config, strategy, source):
             raise ConfigError("train_batch_size", f"{config.train_batch_size} is not "
                               f"divisible by the {replicas} replicas; use a multiple of "
                               f"{replicas}.")
+        per_replica = config.train_batch_size // replicas
+        if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
+                and _onednn_cpu_training(strategy)):
+            raise ConfigError(
+                "train_batch_size", f"gives {per_replica} images per replica; an odd "
+                "batch crashes TensorFlow 2.21's oneDNN CPU kernel for the strided 1x1 "
+                "shortcut convolutions (Conv2DBackpropFilter aborts). Use an even "
+                "per-replica batch, or set TF_ENABLE_ONEDNN_OPTS=0.")
         if config.train_mode == "finetune" and not source.has_labels(config.train_split):
             raise ConfigError("train_mode", f"finetune needs labels, but split "
                               f"{config.train_split!r} of {source.name!r} has none; "
@@ -104,6 +133,7 @@ def prepare(config, strategy, source):
             raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
                               "run has no classifier to evaluate; turn it on or use "
                               "--final_linear_probe.")
+    _check_evaluation_splits(config, source, training)
     if config.checkpoint:
         try:
             checkpoints.resolve_checkpoint_path(config.checkpoint)
@@ -111,18 +141,79 @@ def prepare(config, strategy, source):
             raise ConfigError("checkpoint", str(error)) from None
         if official.is_official_savedmodel(config.checkpoint):
             context["official"] = check_official_architecture(config)
+        else:
+            _check_checkpoint_readable(config.checkpoint)
     if config.model_dir:
         try:
             tf.io.gfile.makedirs(config.model_dir)
-            probe_file = os.path.join(config.model_dir, ".write_test")
+            # One name per process: the workers of a multi-worker run probe together.
+            probe_file = os.path.join(config.model_dir, f".write_test_{os.getpid()}")
             with tf.io.gfile.GFile(probe_file, "w") as f:
                 f.write("ok")
             tf.io.gfile.remove(probe_file)
         except (OSError, tf.errors.OpError) as error:
             raise ConfigError("model_dir", f"{config.model_dir!r} is not writable "
                               f"({error}); choose another directory.") from None
-        write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
+        if _is_chief(strategy):
+            write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
+    _check_something_to_load(config)
     return context
+
+
+def _check_something_to_load(config):
+    """--mode=eval / export need a checkpoint now (unless eval waits for one)."""
+    if config.mode not in ("eval", "export") or (config.mode == "eval"
+                                                  and config.eval_wait_secs > 0):
+        return
+    if config.model_dir and tf.train.latest_checkpoint(config.model_dir):
+        return
+    if config.mode == "eval" and config.checkpoint:
+        return
+    raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
+                      f"{config.model_dir!r}; train first"
+                      + (", pass --checkpoint, or wait for one with --eval_wait_secs."
+                         if config.mode == "eval" else "."))
+
+
+def _check_labelled_split(source, flag, split):
+    _check_split(source, flag, split)
+    if not source.has_labels(split):
+        raise ConfigError(flag, f"split {split!r} of {source.name!r} has no labels; the "
+                          "kNN and linear-probe protocols need a labelled split.")
+
+
+def _check_evaluation_splits(config, source, training):
+    """Splits of the kNN monitor, --mode=linear_probe and --mode=embed."""
+    bank_flag = "knn_bank_split" if config.knn_bank_split else "train_split"
+    if training and config.knn_eval_split and config.train_mode == "pretrain":
+        _check_labelled_split(source, "knn_eval_split", config.knn_eval_split)
+        _check_labelled_split(source, bank_flag, _knn_bank_split(config))
+    if config.mode == "linear_probe":
+        _check_labelled_split(source, "train_split", config.train_split)
+        _check_labelled_split(source, "eval_split", config.eval_split)
+    if config.mode == "embed":
+        _check_split(source, "embed_split", config.embed_split or config.eval_split)
+
+
+def _knn_bank_split(config):
+    return config.knn_bank_split or config.train_split
+
+
+def _check_checkpoint_readable(path):
+    """--checkpoint must be a checkpoint TensorFlow can read (index and data intact)."""
+    prefix = checkpoints.resolve_checkpoint_path(path)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        reader.get_variable_to_shape_map()
+        shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+        expected = int(shards[0].rsplit("-of-", 1)[1]) if shards else 1
+        if len(shards) != expected:
+            raise ValueError(f"{expected - len(shards)} of its {expected} data files are "
+                             "missing")
+    except (tf.errors.OpError, ValueError, IndexError) as error:
+        reason = str(error).strip().splitlines()[0][:300]
+        raise ConfigError("checkpoint", f"{prefix!r} cannot be read ({reason}); pass an "
+                          "intact checkpoint prefix, run directory or SavedModel.") from None
 
 
 # Flags that must agree with a released model's architecture -> SimCLRModel argument.
@@ -156,9 +247,23 @@ def _same(a, b):
     return float(a) == float(b)
 
 
+def _onednn_cpu_training(strategy):
+    """Whether the replicas run on CPUs with TensorFlow's oneDNN kernels enabled."""
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") == "0":
+        return False
+    try:
+        devices = strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy has none: it uses the first GPU, if any
+        devices = [d.name for d in tf.config.list_logical_devices("GPU")[:1]] or ["CPU"]
+    return all("CPU" in device.upper() for device in devices)
+
+
 def write_json(path, values):
-    with tf.io.gfile.GFile(path, "w") as f:
+    """Writes JSON atomically (temporary file, then rename): a kill never leaves half."""
+    temporary = f"{path}.tmp{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
         f.write(json.dumps(values, indent=2, sort_keys=True, default=float))
+    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 # ------------------------------------------------------------------ model
@@ -178,11 +283,34 @@ def build_model(config, strategy, num_classes):
     return model
 
 
-def _blur_fn(config):
+def _blur_fn(config, optimizer):
     if config.train_mode != "pretrain" or not config.use_blur:
         return None
-    return functools.partial(augment.batch_random_blur, height=config.image_size,
-                             width=config.image_size)
+
+    def blur(views):
+        # Seeded by (seed, step, replica), not by a stateful generator, whose state
+        # no checkpoint keeps: a resumed run blurs exactly as an uninterrupted one.
+        seed = tf.random.experimental.stateless_fold_in(
+            tf.constant([config.seed, 1], tf.int64),
+            tf.cast(optimizer.iterations, tf.int64))
+        seed = tf.random.experimental.stateless_fold_in(
+            seed, tf.cast(distribute.replica_id(), tf.int64))
+        return augment.batch_random_blur(views, height=config.image_size,
+                                         width=config.image_size, seed=seed)
+
+    return blur
+
+
+def _view_fn(config):
+    """--augment_on=device: the views are drawn in the train step."""
+    if config.train_mode != "pretrain" or config.augment_on != "device":
+        return None
+    return device_augment.make_view_fn(config.image_size,
+                                       color_jitter_strength=config.color_jitter_strength)
+
+
+def _all_cpu(strategy):
+    return all("CPU" in device.upper() for device in strategy.extended.worker_devices)
 
 
 # ------------------------------------------------------------------ modes
@@ -219,9 +347,18 @@ def train(config, strategy, context):
     trainer = Trainer(strategy, model, optimizer, train_mode=config.train_mode,
                       temperature=config.temperature, hidden_norm=config.hidden_norm,
                       weight_decay=config.weight_decay, optimizer_name=config.optimizer,
-                      blur_fn=_blur_fn(config), jit_compile=config.jit_compile)
+                      blur_fn=_blur_fn(config, optimizer), jit_compile=config.jit_compile,
+                      view_fn=_view_fn(config), grad_cache_chunk=config.grad_cache_chunk)
+    if config.jit_compile and _all_cpu(strategy):
+        logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
+                        "oneDNN kernels here (docs/performance.md); drop it on CPU.")
+    chief = _is_chief(strategy)
+    # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
+    scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
     state = checkpoints.CheckpointState(config.model_dir, model, optimizer,
-                                        max_to_keep=config.keep_checkpoint_max)
+                                        max_to_keep=config.keep_checkpoint_max,
+                                        save_dir=scratch_dir)
+    state.remove_partial_writes()
     resumed = state.restore_latest()
     if resumed:
         logging.info("Resumed from %s", resumed)
@@ -239,32 +376,101 @@ def train(config, strategy, context):
         strategy, source, split, global_batch_size=config.train_batch_size,
         is_training=True, train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
-        seed=config.seed, label_subset_ids=subset_ids, start_step=step)
+        seed=config.seed, label_subset_ids=subset_ids, start_step=step,
+        augment_on=config.augment_on if config.train_mode == "pretrain" else "host")
     iterator = iter(dataset)
-    writer = tf.summary.create_file_writer(config.model_dir)
-    if step == 0:
+    writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
+    if step == 0 and chief:
         write_view_summary(config, source, split, writer)
     logs = {}
     start = time.perf_counter()
-    chief = _is_chief(strategy)
     print(f"Training {plan.total_steps} steps ({step} done), checkpoint every "
           f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
           f"{strategy.num_replicas_in_sync} replica(s).", flush=True)
-    while step < plan.total_steps:
-        chunk = min(plan.checkpoint_steps - step % plan.checkpoint_steps,
-                    plan.total_steps - step)
-        logs = trainer.run(iterator, chunk, verbose=1 if chief else 0)
-        step = int(optimizer.iterations.numpy())
-        state.save(step)
-        write_scalars(writer, step, {f"train/{SUMMARY_NAMES.get(k, k)}": v
-                                     for k, v in logs.items() if k != "num_examples"})
+    knn_monitor, knn_every, knn_results = None, 0, {}
+    if config.knn_eval_split and config.train_mode == "pretrain":
+        knn_monitor, knn_every = make_knn_monitor(config, strategy, model, source), (
+            config.knn_eval_every or plan.checkpoint_steps)
+    with _StopOnSigterm() as sigterm:
+        while step < plan.total_steps:
+            chunk = min(plan.checkpoint_steps - step % plan.checkpoint_steps,
+                        plan.total_steps - step)
+            if knn_every:
+                # Stop at kNN steps too: the same steps run in more calls, so training
+                # numerics do not change.
+                chunk = min(chunk, knn_every - step % knn_every)
+            try:
+                logs = trainer.run(iterator, chunk, verbose=1 if chief else 0,
+                                   hooks=[sigterm.hook])
+            except NonFiniteLossError as error:
+                # Nothing after the last good checkpoint is saved: the weights of the
+                # failing step are not finite.
+                raise NonFiniteLossError(
+                    f"{error} Last good checkpoint (kept, not overwritten): "
+                    f"{state.latest or 'none yet'}.") from None
+            except _Terminated:
+                step = int(optimizer.iterations.numpy())
+                path = state.save(step) if _step_of(state.latest or "") != step else \
+                    state.latest
+                print(f"SIGTERM received: saved a checkpoint at step {step} ({path}) and "
+                      "stopped; run the same command again to resume.", flush=True)
+                return dict(global_step=step, interrupted=True)
+            step = int(optimizer.iterations.numpy())
+            if step % plan.checkpoint_steps == 0 or step == plan.total_steps:
+                state.save(step)
+                write_scalars(writer, step, {f"train/{SUMMARY_NAMES.get(k, k)}": v
+                                             for k, v in logs.items() if k != "num_examples"})
+            if knn_monitor is not None and (step % knn_every == 0
+                                            or step == plan.total_steps):
+                knn_results = run_knn_monitor(knn_monitor, step, writer, verbose=chief)
     results = dict(global_step=step, train_seconds=time.perf_counter() - start,
                    **{f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()})
+    results.update(knn_results)
+    if scratch_dir is not None:
+        writer.close()
+        tf.io.gfile.rmtree(scratch_dir)
     if chief:
         results["saved_model"] = export.export_for_step(
             model, config.model_dir, step, image_size=config.image_size,
             keep_hub_module_max=config.keep_hub_module_max)
     return results
+
+
+class _Terminated(Exception):
+    """Raised from a training hook after a SIGTERM."""
+
+
+class _StopOnSigterm:
+    """While active, SIGTERM makes the next training hook raise `_Terminated`, so the
+    loop stops between two steps and saves a checkpoint (preemption notices on cloud
+    VMs and Kubernetes arrive as SIGTERM). The previous handler is restored after.
+    Only the main thread can install handlers; elsewhere this does nothing."""
+
+    def __init__(self):
+        self.received = False
+        self._previous = None
+
+    def _handle(self, signum, frame):  # pylint: disable=unused-argument
+        self.received = True
+
+    def hook(self, step, logs):  # pylint: disable=unused-argument
+        if self.received:
+            raise _Terminated()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        return False
+
+
+def _worker_scratch_dir(model_dir, strategy):
+    resolver = strategy.cluster_resolver
+    return os.path.join(model_dir, f".scratch_{resolver.task_type}_{resolver.task_id}")
 
 
 # Trainer log names -> the TensorBoard / result.json names users know.
@@ -391,4 +597,114 @@ def final_linear_probe(config, context):
     print(f"Linear probe (L-BFGS logistic regression on frozen h, {config.eval_split}): "
           f"pretrained encoder {results['linear_probe/pretrained']:.4f} vs randomly "
           f"initialised encoder {results['linear_probe/random_init']:.4f}", flush=True)
+    return results
+
+
+# ------------------------------------------------------------------ frozen-encoder
+# evaluation: kNN monitor, --mode=linear_probe, --mode=embed
+
+
+def make_knn_monitor(config, strategy, model, source):
+    """The kNN monitor of a pretraining run (see `simclr_tf.knn.KnnMonitor`)."""
+    return knn.KnnMonitor(
+        strategy, model, source, bank_split=_knn_bank_split(config),
+        query_split=config.knn_eval_split, image_size=config.image_size,
+        batch_size=config.eval_batch_size, k=config.knn_k,
+        temperature=config.knn_temperature, max_bank=config.knn_max_bank,
+        max_queries=config.knn_max_queries, seed=config.seed)
+
+
+def run_knn_monitor(monitor, step, writer, verbose=True):
+    """Evaluates, logs to TensorBoard (knn/...) and prints; returns result entries."""
+    result = monitor.evaluate()
+    values = {"knn/top_1_accuracy": result["top_1_accuracy"],
+              "knn/seconds": result["seconds"]}
+    write_scalars(writer, step, values)
+    if verbose:
+        print(f"kNN at step {step}: top-1 {result['top_1_accuracy']:.4f} on "
+              f"{monitor.query_split} ({result['num_queries']} queries, bank of "
+              f"{result['bank_size']} from {monitor.bank_split}, k={monitor.k}, "
+              f"T={monitor.temperature:g}) in {result['seconds']:.1f} s", flush=True)
+    return dict(values, **{"knn/global_step": step})
+
+
+def load_trained_encoder(config, strategy, context):
+    """The encoder to evaluate (no supervised head): model_dir's latest checkpoint,
+    else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
+    model = build_model(config, strategy, None)
+    latest = tf.train.latest_checkpoint(config.model_dir) if config.model_dir else None
+    if latest is not None:
+        checkpoints.restore_model(model, latest)
+        return model, latest
+    if "official" in context:
+        official.load_official_weights(model, config.checkpoint, supervised_head=False)
+        return model, official.checkpoint_prefix(config.checkpoint)
+    if config.checkpoint:
+        return model, checkpoints.initialize_from(model, config.checkpoint)
+    raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
+                      "first or pass --checkpoint.")
+
+
+def linear_probe_mode(config, strategy, context):
+    """--mode=linear_probe: kNN and the paper's L-BFGS linear probe on frozen h, train
+    split -> eval split, features cached in model_dir/features/."""
+    model, prefix = load_trained_encoder(config, strategy, context)
+    cache_dir = os.path.join(config.model_dir, "features") if config.model_dir else None
+    row = transfer.evaluate_protocols(
+        model, context["source"], strategy=strategy, image_size=config.image_size,
+        train_split=config.train_split, test_split=config.eval_split,
+        batch_size=config.eval_batch_size, knn_k=config.knn_k,
+        knn_temperature=config.knn_temperature, cache_dir=cache_dir,
+        encoder_id=transfer.encoder_identity(prefix), seed=config.seed)
+    print(f"Linear probe (L-BFGS logistic regression on frozen h, C={row['linear_probe_c']:g} "
+          f"chosen on a held-out part of {config.train_split}): top-1 "
+          f"{row['linear_probe_top_1']:.4f} on {config.eval_split}; weighted kNN "
+          f"(k={config.knn_k}) {row['knn_top_1']:.4f}; {row['num_train']} / "
+          f"{row['num_test']} examples, features {'cached' if row['cached'] else 'computed'}"
+          f" ({prefix}).", flush=True)
+    return {"linear_probe/top_1_accuracy": row["linear_probe_top_1"],
+            "linear_probe/c": row["linear_probe_c"],
+            "linear_probe/validation_accuracy": row["linear_probe_validation_accuracy"],
+            "knn/top_1_accuracy": row["knn_top_1"], "linear_probe/checkpoint": prefix,
+            "linear_probe/num_train": row["num_train"],
+            "linear_probe/num_test": row["num_test"]}
+
+
+PROJECTOR_THUMBNAIL = 64  # sprite tiles at most this many pixels a side
+
+
+def embed_mode(config, strategy, context):
+    """--mode=embed: h (and z) of a split with ids and names to .npz / .parquet, and a
+    TensorBoard projector view of a sample (model_dir/projector)."""
+    source = context["source"]
+    split = config.embed_split or config.eval_split
+    path = config.embed_output
+    if path is None:
+        if not config.model_dir:
+            raise ConfigError("embed_output", "is required when there is no --model_dir.")
+        path = os.path.join(config.model_dir, "embeddings", f"{embed.slug(split)}.npz")
+    model, prefix = load_trained_encoder(config, strategy, context)
+    outputs = (embed.H, embed.Z) if config.embed_projection else (embed.H,)
+    features = embed.extract(strategy, model, source, split, image_size=config.image_size,
+                             batch_size=config.eval_batch_size, outputs=outputs)
+    names = embed.example_names(source, split, features["ids"])
+    embed.write_embeddings(path, features, names=names)
+    print(f"Wrote {len(names)} embeddings of {source.name}:{split} "
+          f"(h{' and z' if config.embed_projection else ''}, {prefix}) to {path}", flush=True)
+    results = {"embed/output": path, "embed/num_examples": len(names)}
+    if config.embed_projector_size and config.model_dir:
+        sample = embed.bounded_ids(source, split, config.embed_projector_size,
+                                   seed=config.seed)
+        rows = (np.arange(len(names)) if sample is None
+                else np.searchsorted(features["ids"], sample))
+        images = embed.sample_images(source, split, features["ids"][rows],
+                                     image_size=config.image_size)
+        side = min(config.image_size, PROJECTOR_THUMBNAIL)
+        images = tf.image.resize(images, [side, side]).numpy()
+        log_dir = os.path.join(config.model_dir, "projector")
+        embed.write_projector(log_dir, features[embed.H][rows], features["labels"][rows],
+                              names[rows], images)
+        print(f"Projector view of {len(rows)} examples: tensorboard --logdir {log_dir}",
+              flush=True)
+        results["embed/projector"] = log_dir
     return results

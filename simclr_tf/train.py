@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf import distribute
+from simclr_tf import grad_cache
 from simclr_tf import losses
 from simclr_tf import optimizers
 
@@ -61,6 +62,15 @@ class Trainer:
             host round trips, e.g. on TPU); progress and hooks see every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
             it fails under MirroredStrategy.
+        view_fn: optional callable run on device that turns the first element of a
+            pretraining batch into `(view1, view2)` (augmentation on the device,
+            `simclr_tf.data.device_augment.make_view_fn`). None: the batch carries
+            the views.
+        grad_cache_chunk: 0 (off) or the number of images per chunk for gradient
+            caching (`simclr_tf.grad_cache`): the per-replica batch is processed
+            in chunks of this many images (2x views), activation memory bounded by
+            one chunk; BN then normalises with per-chunk statistics. Pretraining only;
+            must divide the per-replica batch.
 
     Example:
         with strategy.scope():
@@ -74,7 +84,7 @@ class Trainer:
     def __init__(self, strategy, model, optimizer, *, train_mode="pretrain",
                  temperature=0.1, hidden_norm=True, weight_decay=0.0,
                  optimizer_name="lars", blur_fn=None, steps_per_loop=1,
-                 jit_compile=False):
+                 jit_compile=False, view_fn=None, grad_cache_chunk=0):
         if train_mode not in TRAIN_MODES:
             raise ValueError(
                 f"train_mode must be one of {TRAIN_MODES}. Received: train_mode={train_mode!r}")
@@ -92,6 +102,14 @@ class Trainer:
                 f"steps_per_loop={steps_per_loop!r}")
         if blur_fn is not None and not callable(blur_fn):
             raise ValueError(f"blur_fn must be callable or None. Received: blur_fn={blur_fn!r}")
+        if view_fn is not None and not callable(view_fn):
+            raise ValueError(f"view_fn must be callable or None. Received: view_fn={view_fn!r}")
+        if not isinstance(grad_cache_chunk, int) or grad_cache_chunk < 0:
+            raise ValueError("grad_cache_chunk must be an int >= 0. Received: "
+                             f"grad_cache_chunk={grad_cache_chunk!r}")
+        if grad_cache_chunk and train_mode != "pretrain":
+            raise ValueError("grad_cache_chunk applies to pretraining only. Received: "
+                             f"train_mode={train_mode!r}")
         if not model.built:
             raise ValueError("The model must be built (called once) before the Trainer.")
         compute_dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
@@ -112,6 +130,8 @@ class Trainer:
         self.blur_fn = blur_fn
         self.steps_per_loop = steps_per_loop
         self.jit_compile = jit_compile
+        self.view_fn = view_fn
+        self.grad_cache_chunk = grad_cache_chunk
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         self._train_function = None
@@ -134,32 +154,80 @@ class Trainer:
         Returns:
             Dict of float32 scalars for this replica.
         """
-        (view1, view2), labels = batch
+        views, labels = batch
+        view1, view2 = views if self.view_fn is None else self.view_fn(views)
         if self.blur_fn is not None:
             view1, view2 = self.blur_fn([view1, view2])
-        images = tf.concat([view1, view2], axis=0)  # [2n, H, W, 3]: BN sees both views
         # Both views of an image carry its label (online linear evaluation).
         labels = tf.concat([labels, labels], axis=0)
+        if self.grad_cache_chunk:
+            metrics = self._optimize_cached(view1, view2, labels)
+        else:
+            images = tf.concat([view1, view2], axis=0)  # [2n, H, W, 3]: BN sees both
 
-        def compute_loss():
-            outputs = self.model(images, training=True)
-            z1, z2 = tf.split(outputs["proj_head_output"], 2, axis=0)
-            contrastive = losses.nt_xent(z1, z2, temperature=self.temperature,
-                                         hidden_norm=self.hidden_norm)
-            metrics = dict(contrast_loss=contrastive.loss,
-                           contrast_acc=losses.contrast_acc(contrastive),
-                           contrast_entropy=losses.contrast_entropy(contrastive))
-            loss = contrastive.loss
-            if "logits_sup" in outputs:
-                sup_loss = losses.supervised_loss(labels, outputs["logits_sup"])
-                metrics.update(sup_loss=sup_loss,
-                               **self._label_accuracy(labels, outputs["logits_sup"]))
-                loss = loss + sup_loss
-            return loss, metrics
+            def compute_loss():
+                outputs = self.model(images, training=True)
+                z1, z2 = tf.split(outputs["proj_head_output"], 2, axis=0)
+                return self._pretrain_loss(z1, z2, outputs.get("logits_sup"), labels)
 
-        metrics = self._optimize(compute_loss)
+            metrics = self._optimize(compute_loss)
         metrics["num_examples"] = tf.cast(tf.shape(view1)[0], tf.float32)
         return metrics
+
+    def _pretrain_loss(self, z1, z2, logits, labels):
+        """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
+        contrastive = losses.nt_xent(z1, z2, temperature=self.temperature,
+                                     hidden_norm=self.hidden_norm)
+        metrics = dict(contrast_loss=contrastive.loss,
+                       contrast_acc=losses.contrast_acc(contrastive),
+                       contrast_entropy=losses.contrast_entropy(contrastive))
+        loss = contrastive.loss
+        if logits is not None:
+            sup_loss = losses.supervised_loss(labels, logits)
+            metrics.update(sup_loss=sup_loss, **self._label_accuracy(labels, logits))
+            loss = loss + sup_loss
+        return loss, metrics
+
+    def _optimize_cached(self, view1, view2, labels):
+        """`_optimize` by gradient caching over chunks of `grad_cache_chunk` images.
+
+        Chunk i holds images [i c, (i + 1) c) with both their views, as the plain
+        step's batch holds both views of every image (BN sees pairs together).
+        """
+        n, chunk = view1.shape[0], self.grad_cache_chunk
+        if n is None or n % chunk:
+            raise ValueError(
+                f"grad_cache_chunk={chunk} must divide the per-replica batch ({n}) "
+                "and the batch must have a static size.")
+        num_chunks = n // chunk
+        split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
+        view1, view2 = split(view1), split(view2)
+        has_head = self.model.supervised_head is not None
+        names = ("proj_head_output", "logits_sup") if has_head else ("proj_head_output",)
+
+        def forward(i):
+            outputs = self.model(tf.concat([view1[i], view2[i]], axis=0), training=True)
+            return {name: outputs[name] for name in names}
+
+        def unchunk(stacked):
+            # [k, 2c, ...] -> first views [n, ...], second views [n, ...]
+            first = tf.reshape(stacked[:, :chunk], [n, *stacked.shape[2:]])
+            second = tf.reshape(stacked[:, chunk:], [n, *stacked.shape[2:]])
+            return first, second
+
+        def objective(stacked):
+            z1, z2 = unchunk(stacked["proj_head_output"])
+            logits = tf.concat(unchunk(stacked["logits_sup"]), 0) if has_head else None
+            loss, metrics = self._pretrain_loss(z1, z2, logits, labels)
+            loss, decay, scaled_loss = self._total_loss(loss)
+            return scaled_loss, (loss, decay, metrics)
+
+        learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
+        variables = self.model.trainable_variables
+        (loss, decay, metrics), grads = grad_cache.cached_gradients(
+            forward, num_chunks, objective, variables, output_names=names,
+            state_variables=self.model.non_trainable_variables)
+        return self._apply(grads, variables, metrics, loss, decay, learning_rate)
 
     def finetune_step(self, batch):
         """Supervised loss on one view + weight decay.
@@ -209,14 +277,26 @@ class Trainer:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             loss, metrics = compute_loss()
-            decay = optimizers.weight_decay_loss(self.model, self.optimizer_name,
-                                                 self.weight_decay)
-            loss = loss + decay
-            # The optimizer sums gradients over replicas, so each replica contributes
-            # 1/R of the global loss. This must happen inside the tape.
-            replica_loss = loss / distribute.num_replicas_in_sync()
-            scaled_loss = self.optimizer.scale_loss(replica_loss)
+            loss, decay, scaled_loss = self._total_loss(loss)
         grads = tape.gradient(scaled_loss, variables)
+        return self._apply(grads, variables, metrics, loss, decay, learning_rate)
+
+    def _total_loss(self, loss):
+        """(loss + weight decay, the decay, the replica's scaled loss to differentiate)."""
+        decay = optimizers.weight_decay_loss(self.model, self.optimizer_name,
+                                             self.weight_decay)
+        loss = loss + decay
+        # The optimizer sums gradients over replicas, so each replica contributes
+        # 1/R of the global loss. This must happen inside the tape.
+        replica_loss = loss / distribute.num_replicas_in_sync()
+        return loss, decay, self.optimizer.scale_loss(replica_loss)
+
+    def _apply(self, grads, variables, metrics, loss, decay, learning_rate):
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # Checked after the step (`_check_finite`); an Inf gradient with a finite
+            # loss would otherwise only show up as a NaN loss one step later. (Loss
+            # scaling handles non-finite float16 gradients itself by skipping.)
+            metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(grads), tf.float32)
         self.optimizer.apply_gradients(zip(grads, variables))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics
@@ -322,11 +402,14 @@ class Trainer:
 
     def _check_finite(self, logs, step):
         loss = float(logs["loss"])
-        if math.isfinite(loss):
+        grad_norm = float(logs.get("grad_norm", 0.0))
+        if math.isfinite(loss) and math.isfinite(grad_norm):
             return
         float16 = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        what = (f"loss is {loss}" if not math.isfinite(loss)
+                else f"gradient norm is {grad_norm} (loss {loss:g})")
         raise NonFiniteLossError(
-            f"The training loss is {loss} at step {step}; stopping. Likely causes: "
+            f"The training {what} at step {step}; stopping. Likely causes: "
             f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
             "lower --learning_rate or lengthen --warmup_epochs), a temperature too "
             f"low (temperature={self.temperature:g}), or "

@@ -16,3 +16,18 @@ _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS
 )
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_collective_keys():
+    """Each test's MirroredStrategy starts from its own collective-key base.
+
+    Several strategies in one process otherwise reuse collective instance keys, and a
+    later test's all-gather meets an earlier one's ("Collective instance 100 expected
+    type 0 and data_type 1 but got type 2 and data_type 3").
+    """
+    tf.distribute.MirroredStrategy._collective_key_base += 100000  # pylint: disable=protected-access
+    yield

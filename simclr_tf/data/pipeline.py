@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf.data import augment
+from simclr_tf.data import augment, device_augment
 from simclr_tf.data.datasets import DatasetSource
 
 TRAIN_MODES = ("pretrain", "finetune")
@@ -65,6 +65,7 @@ def build_input_fn(
     shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
     eval_center_crop: bool | None = None,
     start_step: int = 0,
+    augment_on: str = "host",
 ) -> InputFn:
     """Returns `input_fn(input_context) -> tf.data.Dataset` of per-replica batches.
 
@@ -91,6 +92,10 @@ def build_input_fn(
       start_step: training steps already taken (resume): the stream starts at the
         epoch and position that step reached. Skipping within that epoch reads (and
         decodes) the skipped examples once, at most one epoch's worth.
+      augment_on: 'host' (default) or 'device': pretraining batches are then
+        `(dict(image=uint8 [n, S, S, 3], size=int32 [n, 2], seed=int64 [n, 2]),
+        labels)` from `device_augment.host_preprocess` (decode and resize only), and
+        the train step draws the views (`device_augment.make_view_fn`).
 
     Returns:
       The input function; called with None it gives global batches on one device.
@@ -146,7 +151,18 @@ def build_input_fn(
         return augment.preprocess_for_eval(image, image_size, image_size,
                                            crop=eval_center_crop), label
 
-    if pretraining:
+    if augment_on not in ("host", "device"):
+        raise ValueError("`augment_on` must be 'host' or 'device'. "
+                         f"Received: augment_on={augment_on!r}")
+    if augment_on == "device" and not pretraining:
+        raise ValueError("`augment_on='device'` applies to pretraining only.")
+
+    def preprocess_pretrain_device(image, label, image_seed):
+        return device_augment.host_preprocess(image, image_size, image_seed), label
+
+    if pretraining and augment_on == "device":
+        preprocess = preprocess_pretrain_device
+    elif pretraining:
         preprocess = preprocess_pretrain
     elif is_training:
         preprocess = preprocess_finetune
