@@ -1,5 +1,4 @@
 """Tests for simclr_tf.data.datasets: digits, TFDS (mocked), folders, label subsets."""
-import io
 import os
 
 import numpy as np
