@@ -6,7 +6,6 @@ the global batch.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -15,22 +14,11 @@ import pytest
 import tensorflow as tf
 
 import multiworker_worker
+from process_fixtures import free_ports, wait_all
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
 TIMEOUT_S = 90
-
-
-def _free_ports(count):
-    sockets = []
-    for _ in range(count):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("127.0.0.1", 0))  # loopback only: the workers never leave this host
-        sockets.append(s)
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _load(path):
@@ -42,7 +30,7 @@ def _load(path):
 
 @pytest.mark.slow
 def test_two_workers_match_one_process(tmp_path):
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, TESTS_DIR, env.get("PYTHONPATH", "")])
     env["CUDA_VISIBLE_DEVICES"] = ""
@@ -59,17 +47,8 @@ def test_two_workers_match_one_process(tmp_path):
     # The single-process reference runs meanwhile (the workers mostly wait on imports).
     initial, final, losses = multiworker_worker.pretrain(tf.distribute.get_strategy())
 
-    try:
-        for process, _ in processes:
-            process.wait(timeout=TIMEOUT_S)
-    finally:
-        for process, log in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log.close()
-    for index, (process, _) in enumerate(processes):
-        assert process.returncode == 0, (tmp_path / f"worker{index}.log").read_text()[-3000:]
+    for index, code in enumerate(wait_all(processes, TIMEOUT_S)):
+        assert code == 0, (tmp_path / f"worker{index}.log").read_text()[-3000:]
 
     results = [_load(tmp_path / f"worker{index}.npz") for index in range(2)]
     assert max(np.abs(f - i).max() for f, i in zip(final, initial)) > 1e-2

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ REPO = os.path.dirname(TESTS_DIR)
 sys.path.insert(0, REPO)
 import run  # noqa: E402  pylint: disable=wrong-import-position
 
+from process_fixtures import free_ports, wait_all
 from run_fixtures import TINY, config  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
@@ -395,22 +395,12 @@ def test_bad_flags_fail_before_the_model_is_built(extra, flag, bad_inputs, tmp_p
 # ------------------------------------------------------------------ multi-worker restart
 
 
-def _free_ports(count):
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 MULTIWORKER_STEPS = 8
 
 
 def _start_workers(model_dir, log_dir, tag):
     """Two run.py workers (MultiWorkerMirroredStrategy over 127.0.0.1) on model_dir."""
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     command = [sys.executable, os.path.join(REPO, "run.py"), "--strategy=multiworker",
                f"--train_steps={MULTIWORKER_STEPS}", "--checkpoint_steps=2",
                f"--model_dir={model_dir}", "--mode=train", "--train_split=train[:128]",
@@ -427,22 +417,6 @@ def _start_workers(model_dir, log_dir, tag):
     return processes
 
 
-def _wait_all(processes, timeout):
-    deadline = time.monotonic() + timeout
-    try:
-        for process, _ in processes:
-            process.wait(timeout=max(deadline - time.monotonic(), 1))
-    except subprocess.TimeoutExpired:
-        pass  # killed below; the caller checks the return codes
-    finally:
-        for process, log in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log.close()
-    return [process.returncode for process, _ in processes]
-
-
 def _recorded_step(model_dir):
     latest = tf.train.latest_checkpoint(str(model_dir))
     return int(latest.rsplit("-", 1)[1]) if latest else 0
@@ -456,7 +430,7 @@ def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_p
     wrote into model_dir."""
     logs = str(tmp_path)
     reference, resumed = tmp_path / "uninterrupted", tmp_path / "restarted"
-    codes = _wait_all(_start_workers(reference, logs, "reference"), 240)
+    codes = wait_all(_start_workers(reference, logs, "reference"), 240)
     assert codes == [0, 0], open(f"{logs}/reference_worker1.log").read()[-3000:]
 
     processes = _start_workers(resumed, logs, "killed")
@@ -467,11 +441,11 @@ def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_p
         time.sleep(0.05)
     processes[1][0].kill()  # SIGKILL worker 1
     time.sleep(5)  # worker 0 fails its next collective or waits in it
-    _wait_all(processes, 30)
+    wait_all(processes, 30)
     stopped_at = _recorded_step(resumed)
     assert 2 <= stopped_at < MULTIWORKER_STEPS, open(f"{logs}/killed_worker0.log").read()
 
-    codes = _wait_all(_start_workers(resumed, logs, "restarted"), 240)
+    codes = wait_all(_start_workers(resumed, logs, "restarted"), 240)
     chief_log = open(f"{logs}/restarted_worker0.log").read()
     assert codes == [0, 0], chief_log[-3000:]
     assert f"Training {MULTIWORKER_STEPS} steps ({stopped_at} done)" in chief_log
