@@ -249,8 +249,11 @@ def _same(a, b):
 
 def _onednn_cpu_training(strategy):
     """Whether the replicas run on CPUs with TensorFlow's oneDNN kernels enabled."""
-    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") == "0":
-        return False
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0" and _all_cpu(strategy)
+
+
+def _all_cpu(strategy):
+    """Whether every replica of `strategy` runs on a CPU."""
     try:
         devices = strategy.extended.worker_devices
     except RuntimeError:  # the default strategy has none: it uses the first GPU, if any
@@ -307,10 +310,6 @@ def _view_fn(config):
         return None
     return device_augment.make_view_fn(config.image_size,
                                        color_jitter_strength=config.color_jitter_strength)
-
-
-def _all_cpu(strategy):
-    return all("CPU" in device.upper() for device in strategy.extended.worker_devices)
 
 
 # ------------------------------------------------------------------ modes

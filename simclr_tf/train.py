@@ -327,11 +327,18 @@ class Trainer:
                     value, axis=None)
                 for name, value in per_replica.items()}
 
-    def _make_train_function(self):
-        def one_step(iterator):
-            return self._reduce(self.strategy.run(self.train_step, args=(next(iterator),)))
+    def _compiled(self, step_fn):
+        """`step_fn` XLA-compiled when `jit_compile`: the per-replica step only, since
+        the loop around it reads the iterator, which XLA cannot compile."""
+        return tf.function(step_fn, jit_compile=True) if self.jit_compile else step_fn
 
-        @tf.function(jit_compile=self.jit_compile)
+    def _make_train_function(self):
+        train_step = self._compiled(self.train_step)
+
+        def one_step(iterator):
+            return self._reduce(self.strategy.run(train_step, args=(next(iterator),)))
+
+        @tf.function
         def train_function(iterator, num_steps):
             logs = one_step(iterator)
             for _ in tf.range(num_steps - 1):
@@ -434,10 +441,11 @@ class Trainer:
             dataset = self.strategy.experimental_distribute_dataset(dataset)
         if self._eval_function is None:
             # A partial last batch has another shape: retrace without warnings.
+            eval_step = self._compiled(self.eval_step)
             self._eval_function = tf.function(
-                lambda batch: self._reduce(self.strategy.run(self.eval_step, args=(batch,)),
+                lambda batch: self._reduce(self.strategy.run(eval_step, args=(batch,)),
                                            summed=_EVAL_COUNTS),
-                jit_compile=self.jit_compile, reduce_retracing=True)
+                reduce_retracing=True)
         totals = dict.fromkeys(_EVAL_COUNTS, 0.0)
         for index, batch in enumerate(dataset):
             if steps and index >= steps:
