@@ -544,13 +544,8 @@ def _checkpoints_to_evaluate(config):
     """Checkpoint prefixes to evaluate, in order."""
     latest = tf.train.latest_checkpoint(config.model_dir) if config.model_dir else None
     if config.eval_wait_secs <= 0:
-        if latest is None:
-            if not config.checkpoint:
-                raise ConfigError("model_dir", f"has no checkpoint to evaluate in "
-                                  f"{config.model_dir!r}; train first, pass --checkpoint, "
-                                  "or wait for one with --eval_wait_secs.")
-            latest = checkpoints.resolve_checkpoint_path(config.checkpoint)
-        yield latest
+        # prepare() has checked that one of the two exists.
+        yield latest or checkpoints.resolve_checkpoint_path(config.checkpoint)
         return
     # Follow a training run: evaluate each new checkpoint as it appears.
     for prefix in tf.train.checkpoints_iterator(config.model_dir, min_interval_secs=1,
@@ -560,10 +555,7 @@ def _checkpoints_to_evaluate(config):
 
 def export_latest(config, strategy, context):
     """--mode=export: a SavedModel of the latest checkpoint in model_dir."""
-    latest = tf.train.latest_checkpoint(config.model_dir)
-    if latest is None:
-        raise ConfigError("model_dir", f"has no checkpoint to export in "
-                          f"{config.model_dir!r}; train first.")
+    latest = tf.train.latest_checkpoint(config.model_dir)  # prepare() checked it exists
     model = build_model(config, strategy, context["num_classes"])
     checkpoints.restore_model(model, latest)
     path = export.export_for_step(model, config.model_dir, _step_of(latest),
