@@ -36,6 +36,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+# A plain script: runs from a checkout without `pip install -e .` too.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 # Model and step flags the train benchmark accepts: the Config fields of the same name.
 TRAIN_FLAGS = dict(
     resnet_depth=int, width_multiplier=float, sk_ratio=float, se_ratio=float,
@@ -182,8 +185,13 @@ def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
         view_fn = device_augment.make_view_fn(
             config.image_size, color_jitter_strength=config.color_jitter_strength)
     if config.use_blur:
-        blur_fn = lambda views: augment.batch_random_blur(  # noqa: E731
-            views, config.image_size, config.image_size)
+        def blur_fn(views, chunk=None):
+            # Stateless: both passes of gradient caching must blur a chunk alike.
+            seed = tf.constant([0, 1], tf.int64)
+            if chunk is not None:
+                seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(chunk, tf.int64))
+            return augment.batch_random_blur(views, config.image_size, config.image_size,
+                                             seed=seed)
     trainer = train.Trainer(strategy, model, optimizer, temperature=config.temperature,
                             weight_decay=config.weight_decay, optimizer_name=config.optimizer,
                             blur_fn=blur_fn, jit_compile=config.jit_compile,

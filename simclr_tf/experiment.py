@@ -290,14 +290,17 @@ def _blur_fn(config, optimizer):
     if config.train_mode != "pretrain" or not config.use_blur:
         return None
 
-    def blur(views):
-        # Seeded by (seed, step, replica), not by a stateful generator, whose state
-        # no checkpoint keeps: a resumed run blurs exactly as an uninterrupted one.
+    def blur(views, chunk=None):
+        # Seeded by (seed, step, replica[, chunk]), not by a stateful generator, whose
+        # state no checkpoint keeps: a resumed run blurs exactly as an uninterrupted
+        # one, and both passes of gradient caching blur a chunk alike.
         seed = tf.random.experimental.stateless_fold_in(
             tf.constant([config.seed, 1], tf.int64),
             tf.cast(optimizer.iterations, tf.int64))
         seed = tf.random.experimental.stateless_fold_in(
             seed, tf.cast(distribute.replica_id(), tf.int64))
+        if chunk is not None:
+            seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(chunk, tf.int64))
         return augment.batch_random_blur(views, height=config.image_size,
                                          width=config.image_size, seed=seed)
 

@@ -57,7 +57,11 @@ class Trainer:
         blur_fn: optional callable applied on device to the list `[view1, view2]`
             of view batches, returning the blurred list (e.g.
             `functools.partial(simclr_tf.data.augment.batch_random_blur, ...)`).
-            Pretraining only.
+            Pretraining only. With `view_fn` and `grad_cache_chunk` it is called per
+            chunk as `blur_fn(views, chunk=i)` (i an int32 scalar tensor) and must
+            return the same result for the same chunk in the same step (both passes
+            of gradient caching draw the views), e.g. by folding `chunk` into a
+            stateless seed.
         steps_per_loop: training steps per call of the compiled function (fewer
             host round trips, e.g. on TPU); progress and hooks see every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
@@ -155,14 +159,15 @@ class Trainer:
             Dict of float32 scalars for this replica.
         """
         views, labels = batch
-        view1, view2 = views if self.view_fn is None else self.view_fn(views)
-        if self.blur_fn is not None:
-            view1, view2 = self.blur_fn([view1, view2])
+        num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
         # Both views of an image carry its label (online linear evaluation).
         labels = tf.concat([labels, labels], axis=0)
         if self.grad_cache_chunk:
-            metrics = self._optimize_cached(view1, view2, labels)
+            metrics = self._optimize_cached(views, labels)
         else:
+            view1, view2 = views if self.view_fn is None else self.view_fn(views)
+            if self.blur_fn is not None:
+                view1, view2 = self.blur_fn([view1, view2])
             images = tf.concat([view1, view2], axis=0)  # [2n, H, W, 3]: BN sees both
 
             def compute_loss():
@@ -171,7 +176,7 @@ class Trainer:
                 return self._pretrain_loss(z1, z2, outputs.get("logits_sup"), labels)
 
             metrics = self._optimize(compute_loss)
-        metrics["num_examples"] = tf.cast(tf.shape(view1)[0], tf.float32)
+        metrics["num_examples"] = num_examples
         return metrics
 
     def _pretrain_loss(self, z1, z2, logits, labels):
@@ -188,25 +193,45 @@ class Trainer:
             loss = loss + sup_loss
         return loss, metrics
 
-    def _optimize_cached(self, view1, view2, labels):
+    def _optimize_cached(self, views, labels):
         """`_optimize` by gradient caching over chunks of `grad_cache_chunk` images.
 
         Chunk i holds images [i c, (i + 1) c) with both their views, as the plain
         step's batch holds both views of every image (BN sees pairs together).
+        With `view_fn` (augmentation on the device) the views of a chunk are drawn
+        from its source images inside each pass, so no more than one chunk's views
+        ever exist: the step holds the (uint8) source batch, one chunk's activations
+        and the cached embeddings. Both passes draw the same views (stateless seeds).
         """
-        n, chunk = view1.shape[0], self.grad_cache_chunk
+        batch = labels.shape[0]
+        n, chunk = (None if batch is None else batch // 2), self.grad_cache_chunk
         if n is None or n % chunk:
             raise ValueError(
                 f"grad_cache_chunk={chunk} must divide the per-replica batch ({n}) "
                 "and the batch must have a static size.")
         num_chunks = n // chunk
         split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
-        view1, view2 = split(view1), split(view2)
+        if self.view_fn is None:
+            view1, view2 = views
+            if self.blur_fn is not None:
+                view1, view2 = self.blur_fn([view1, view2])
+            view1, view2 = split(view1), split(view2)
+
+            def chunk_images(i):
+                return tf.concat([view1[i], view2[i]], axis=0)
+        else:
+            sources = tf.nest.map_structure(split, views)
+
+            def chunk_images(i):
+                first, second = self.view_fn(tf.nest.map_structure(lambda x: x[i], sources))
+                if self.blur_fn is not None:
+                    first, second = self.blur_fn([first, second], chunk=i)
+                return tf.concat([first, second], axis=0)
         has_head = self.model.supervised_head is not None
         names = ("proj_head_output", "logits_sup") if has_head else ("proj_head_output",)
 
         def forward(i):
-            outputs = self.model(tf.concat([view1[i], view2[i]], axis=0), training=True)
+            outputs = self.model(chunk_images(i), training=True)
             return {name: outputs[name] for name in names}
 
         def unchunk(stacked):

@@ -98,14 +98,18 @@ def test_pretrain_resume_finetune_eval(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variant", [
+    {},
+    # Views drawn in the step, chunk by chunk in both passes of gradient caching.
+    dict(augment_on="device", use_blur=True, grad_cache_chunk=16)])
 def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
-                                                                     monkeypatch):
+                                                                     monkeypatch, variant):
     """Model, optimizer slots, step and data position (order and augmentations) are
     all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
     again ends with the weights of a run that was never stopped."""
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
-                  train_split="train[:200]")
+                  train_split="train[:200]", **variant)
     experiment.run(config(model_dir=straight, **common))
 
     class Stopped(Exception):

@@ -161,3 +161,56 @@ def test_two_replicas_one_chunk_each_equal_one_replica():
     np.testing.assert_allclose(logs["loss"], logs_1["loss"], rtol=1e-5)
     for a, b in zip(model.weights, model_1.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=5e-5, err_msg=a.path)
+
+
+def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
+    # --augment_on=device with gradient caching: each chunk's views are drawn from its
+    # source images inside each pass (never the whole batch's views at once). If the
+    # two passes drew different views, the cached embedding gradients would belong to
+    # other images and the step would differ from this reference.
+    from simclr_tf.data import augment, device_augment
+    chunk, seed = 2, tf.constant([7, 1], tf.int64)
+    view_fn = device_augment.make_view_fn(IMAGE_SIZE)
+
+    def blur_fn(views, chunk=None):
+        chunk_seed = seed if chunk is None else tf.random.experimental.stateless_fold_in(
+            seed, tf.cast(chunk, tf.int64))
+        return augment.batch_random_blur(views, IMAGE_SIZE, IMAGE_SIZE, seed=chunk_seed)
+
+    rng = np.random.default_rng(5)
+    size = device_augment.source_size(IMAGE_SIZE)
+    sources = dict(image=rng.integers(0, 256, (BATCH, size, size, 3)).astype(np.uint8),
+                   size=np.full([BATCH, 2], size, np.int32),
+                   seed=rng.integers(0, 2**31 - 1, (BATCH, 2)).astype(np.int64))
+    labels = rng.integers(0, 5, BATCH).astype(np.int32)
+
+    model_a = make_model(IMAGE_SIZE)
+    optimizer_a = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_a)
+    cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a, temperature=0.5,
+                           weight_decay=1e-3, optimizer_name="momentum", view_fn=view_fn,
+                           blur_fn=blur_fn, grad_cache_chunk=chunk)
+    dataset = tf.data.Dataset.from_tensor_slices((sources, labels)).batch(BATCH, drop_remainder=True)
+    logs = cached.train_steps(iter(dataset), 1)
+
+    model_b = make_model(IMAGE_SIZE)
+    optimizer_b = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_b)
+    with tf.GradientTape() as tape:
+        z1, z2, logits1, logits2 = [], [], [], []
+        for k, i in enumerate(range(0, BATCH, chunk)):
+            first, second = view_fn({key: value[i:i + chunk] for key, value in sources.items()})
+            first, second = blur_fn([first, second], chunk=tf.constant(k))
+            out = model_b(tf.concat([first, second], 0), training=True)
+            a, b = tf.split(out["proj_head_output"], 2)
+            la, lb = tf.split(out["logits_sup"], 2)
+            z1.append(a), z2.append(b), logits1.append(la), logits2.append(lb)
+        loss = losses.nt_xent(tf.concat(z1, 0), tf.concat(z2, 0), temperature=0.5).loss
+        loss += losses.supervised_loss(np.concatenate([labels, labels]),
+                                       tf.concat(logits1 + logits2, 0))
+        loss += optimizers.weight_decay_loss(model_b, "momentum", 1e-3)
+    grads = tape.gradient(loss, model_b.trainable_variables)
+    optimizer_b.apply_gradients(zip(grads, model_b.trainable_variables))
+
+    np.testing.assert_allclose(logs["loss"], loss.numpy(), rtol=1e-5)
+    for a, b in zip(model_a.weights, model_b.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=a.path)
