@@ -12,6 +12,9 @@ Three parts, each printing a table and adding to one JSON file (--json):
            augmentation, two views per image, from decoded and from encoded (PNG at
            32 px, JPEG at 224 px) images; plus the host part of --augment_on=device.
   ntxent   NT-Xent forward + backward time and peak memory against the batch size.
+  memory   peak memory of one train step per global batch size (--batch_sizes), each
+           in a fresh process; with --grad_cache_chunk also the plain step of one
+           chunk. Not part of `all`.
 
 Examples:
   python scripts/benchmark.py train --resnet_depth=18 --image_size=32 \\
@@ -21,6 +24,7 @@ Examples:
   python scripts/benchmark.py input --image_sizes=32,224
   python scripts/benchmark.py ntxent --batch_sizes=256,1024,4096
   python scripts/benchmark.py all --preset=smoke      # seconds; what the test runs
+  python scripts/benchmark.py memory --preset=r50_224_4096   # ~15 min on 2 CPU cores
   python scripts/benchmark.py train --preset=gpu_r50  # scripts/gpu_check.sh
 """
 import argparse
@@ -28,6 +32,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -58,6 +63,12 @@ PRESETS = {
                                  use_blur=False, num_proj_layers=3)),
     "r50_224": dict(train=dict(resnet_depth=50, image_size=224, train_batch_size=32,
                                use_blur=True, num_proj_layers=3)),
+    # Issue: a global batch of 4096 at 224 px in the memory of one chunk
+    # (`memory` part: plain step of 32 images, then 256 and 4096 in chunks of 32).
+    "r50_224_4096": dict(train=dict(resnet_depth=50, image_size=224, use_blur=True,
+                                    num_proj_layers=3, mixed_precision="bfloat16",
+                                    augment_on="device", grad_cache_chunk=32),
+                         batch_sizes=[256, 4096]),
     # The GPU check (scripts/gpu_check.sh): R50 at 224 px, bf16, one GPU.
     "gpu_r50": dict(train=dict(resnet_depth=50, image_size=224, train_batch_size=128,
                                use_blur=True, num_proj_layers=3,
@@ -166,8 +177,8 @@ def _synthetic_batch(config, rng):
     return (view1, view2), labels
 
 
-def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
-    """Train-step throughput of the configuration `overrides` (Config fields)."""
+def _make_trainer(overrides, prefetch=2):
+    """(config, model, trainer, iterator) for `overrides`, on synthetic data."""
     import keras
     from simclr_tf import experiment, optimizers, train
     config = build_config(overrides)
@@ -197,8 +208,16 @@ def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
                             blur_fn=blur_fn, jit_compile=config.jit_compile,
                             view_fn=view_fn, grad_cache_chunk=config.grad_cache_chunk)
     batch = _synthetic_batch(config, np.random.default_rng(0))
-    dataset = tf.data.Dataset.from_tensors(batch).repeat().prefetch(2)
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    if prefetch:
+        dataset = dataset.prefetch(prefetch)
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    return config, model, trainer, iterator
+
+
+def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
+    """Train-step throughput of the configuration `overrides` (Config fields)."""
+    config, model, trainer, iterator = _make_trainer(overrides)
     load_before = load_average()
     start = time.perf_counter()
     trainer.train_steps(iterator, 1)
@@ -227,6 +246,62 @@ def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
         mfu=achieved / peak if peak else None,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         load_average_before=load_before, load_average_after=load_average())
+
+
+# ----------------------------------------------------------------- memory
+
+
+def _rss_mb():
+    """The process's current resident memory (Linux), MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_memory_one(overrides):
+    """Peak memory of ONE train step of `overrides` (run it in a fresh process)."""
+    config, _, trainer, iterator = _make_trainer(overrides, prefetch=0)
+    gpu = bool(tf.config.list_logical_devices("GPU"))
+    if gpu:
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    batch = _synthetic_batch(config, np.random.default_rng(0))
+    input_mb = sum(np.asarray(x).nbytes for x in tf.nest.flatten(batch)) / 2**20
+    before = _rss_mb()
+    start = time.perf_counter()
+    logs = trainer.train_steps(iterator, 1)
+    seconds = time.perf_counter() - start
+    peak = _peak_memory_bytes() / 2**20
+    return dict(train_batch_size=config.train_batch_size,
+                grad_cache_chunk=config.grad_cache_chunk, augment_on=config.augment_on,
+                views=2 * config.train_batch_size, input_batch_mb=input_mb,
+                memory_before_step_mb=None if gpu else before, peak_memory_mb=peak,
+                peak_memory_kind="GPU peak" if gpu else "CPU RSS high-water",
+                first_step_seconds=seconds, loss=float(logs["loss"]),
+                load_average=load_average())
+
+
+def bench_memory(overrides, batch_sizes):
+    """One step per global batch size, each in a fresh process (peak memory is a
+    per-process high-water mark); with gradient caching also the plain step of one
+    chunk, the memory that the chunked steps are measured against."""
+    chunk = overrides.get("grad_cache_chunk") or 0
+    runs = [dict(overrides, train_batch_size=b) for b in batch_sizes]
+    if chunk:
+        runs.insert(0, dict(overrides, train_batch_size=chunk, grad_cache_chunk=0))
+    rows = []
+    for run in runs:
+        command = [sys.executable, os.path.abspath(__file__), "memory_one"]
+        command += [f"--{k}={v}" for k, v in run.items()]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        lines = [l for l in done.stdout.splitlines() if l.startswith("MEMORY ")]
+        if done.returncode or not lines:
+            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n"
+                               f"{done.stderr[-3000:]}")
+        rows.append(json.loads(lines[-1][len("MEMORY "):]))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 # ----------------------------------------------------------------- input pipeline
@@ -339,7 +414,8 @@ def _print_table(title, rows, columns):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=("train", "input", "ntxent", "all"))
+    parser.add_argument("part", choices=("train", "input", "ntxent", "memory", "all",
+                                         "memory_one"))
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--json", default="benchmark.json", help="results file")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (incl. compile)")
@@ -379,6 +455,9 @@ def main(argv=None):
                    load_average_start=load_average(), argv=argv)
     print(f"{results['device']}, TF {tf.__version__}, load average "
           f"{results['load_average_start']}", flush=True)
+    if args.part == "memory_one":  # the child process of the memory part
+        print("MEMORY " + json.dumps(bench_memory_one(overrides)), flush=True)
+        return None
     if args.part in ("train", "all"):
         dtypes = ["float32", "bfloat16"]
         if tf.config.list_logical_devices("GPU"):
@@ -425,6 +504,15 @@ def main(argv=None):
         _print_table("NT-Xent forward + backward (d = 128)", rows, [
             ("batch", "batch_size"), ("seconds", "seconds"), ("peak MB", "peak_memory_mb"),
             ("logits MB", "logits_mb"), ("memory", "peak_memory_kind"),
+            ("load", "load_average")])
+    if args.part == "memory":  # not in "all": whole steps in child processes
+        rows = bench_memory(overrides, sorted(settings["batch_sizes"]))
+        results["memory"] = rows
+        _print_table("Peak memory of one train step (each in a fresh process)", rows, [
+            ("batch", "train_batch_size"), ("views", "views"), ("chunk", "grad_cache_chunk"),
+            ("augment_on", "augment_on"), ("input MB", "input_batch_mb"),
+            ("before step MB", "memory_before_step_mb"), ("peak MB", "peak_memory_mb"),
+            ("memory", "peak_memory_kind"), ("first step s", "first_step_seconds"),
             ("load", "load_average")])
     results["load_average_end"] = load_average()
     with open(args.json, "w") as f:

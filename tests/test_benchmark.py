@@ -29,9 +29,15 @@ def test_all_parts_run_on_the_smoke_preset(bench, tmp_path):
     assert [r["batch_size"] for r in results["ntxent"]] == [16, 32]
 
 
-def test_train_part_with_device_augment_and_grad_cache(bench, tmp_path):
-    results = bench.main(["train", "--preset=smoke", "--augment_on=device",
-                              "--grad_cache_chunk=2", "--mixed_precision=bfloat16",
-                              f"--json={tmp_path / 'b.json'}"])
-    (row,) = results["train"]
-    assert row["compute_dtype"] == "bfloat16" and row["views_per_sec"] > 0
+def test_memory_part_runs_each_step_in_a_fresh_process(bench, tmp_path):
+    # Also the train step with device augmentation, gradient caching and bf16.
+    results = bench.main(["memory", "--preset=smoke", "--augment_on=device",
+                          "--grad_cache_chunk=2", "--batch_sizes=8",
+                          "--mixed_precision=bfloat16",
+                          f"--json={tmp_path / 'm.json'}"])
+    plain, chunked = results["memory"]
+    assert (plain["train_batch_size"], plain["grad_cache_chunk"]) == (2, 0)
+    assert (chunked["train_batch_size"], chunked["grad_cache_chunk"]) == (8, 2)
+    for row in (plain, chunked):
+        assert row["peak_memory_mb"] > row["memory_before_step_mb"] > 0
+        assert row["input_batch_mb"] > 0 and row["loss"] == row["loss"]  # finite, not NaN
