@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU check (issue 9): ResNet-50 at 224 px, mixed bfloat16, one GPU: train-step
 # throughput (views/s, images/s), achieved GFLOP/s and MFU against a bf16 matmul peak
-# measured in the same process; with and without XLA, host vs device augmentation.
-# About 3-4 minutes on an H100/H200-class GPU. Writes gpu_check*.json; paste the
-# printed tables into README.md ("Performance") and docs/performance.md.
+# measured in the same process; with and without XLA, host vs device augmentation;
+# and the peak GPU memory of one gradient-cached step with a global batch of 4096.
+# Expected 4-5 minutes on an H100/H200-class GPU (not yet run: no GPU so far). Writes
+# gpu_check*.json and gpu_memory_4096.json; paste the printed tables into README.md
+# ("Performance") and docs/performance.md.
 #
 #   bash scripts/gpu_check.sh            # needs a CUDA build of TensorFlow 2.21
 set -euo pipefail
@@ -21,6 +23,10 @@ $B --jit_compile=false --augment_on=device --json="$out/gpu_check_r50_bf16_devic
 # 3. float32 for reference (TF32 matmuls on Ampere+).
 $B --jit_compile=false --mixed_precision=none --steps=5 --windows=3 \
    --json="$out/gpu_check_r50_fp32.json"
+# 4. Gradient caching: one step with a global batch of 4096 at 224 px (chunks of 32,
+#    device augmentation), GPU peak memory against the plain step of 32 images.
+python scripts/benchmark.py memory --preset=r50_224_4096 --batch_sizes=4096 \
+   --json="$out/gpu_memory_4096.json" || echo "memory run failed (see above)"
 python - "$out" <<'PY'
 import glob, json, sys
 print("\nrun | views/s | images/s | s/step | GFLOP/s | peak GFLOP/s | MFU")

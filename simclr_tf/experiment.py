@@ -571,8 +571,6 @@ def export_latest(config, strategy, context):
 def final_linear_probe(config, context):
     """Probe accuracy of the trained encoder and of a randomly initialised one."""
     source = context["source"]
-    train_data = _eval_dataset(config, source, config.train_split, config.eval_batch_size)
-    eval_data = _eval_dataset(config, source, config.eval_split, config.eval_batch_size)
     strategy = tf.distribute.get_strategy()
     trained = build_model(config, strategy, context["num_classes"])
     latest = tf.train.latest_checkpoint(config.model_dir)
@@ -584,9 +582,12 @@ def final_linear_probe(config, context):
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}
     for name, model in (("pretrained", trained), ("random_init", random_init)):
-        train_x, train_y = probe.extract_features(model, train_data)
-        test_x, test_y = probe.extract_features(model, eval_data)
-        result = probe.linear_probe(train_x, train_y, test_x, test_y, seed=config.seed)
+        train, test = (embed.extract(strategy, model, source, split,
+                                     image_size=config.image_size,
+                                     batch_size=config.eval_batch_size)
+                       for split in (config.train_split, config.eval_split))
+        result = probe.linear_probe(train[embed.H], train["labels"], test[embed.H],
+                                    test["labels"], seed=config.seed)
         results[f"linear_probe/{name}"] = result["top_1_accuracy"]
     print(f"Linear probe (L-BFGS logistic regression on frozen h, {config.eval_split}): "
           f"pretrained encoder {results['linear_probe/pretrained']:.4f} vs randomly "

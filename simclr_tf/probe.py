@@ -1,37 +1,16 @@
 """Linear probe on frozen features: the paper's L-BFGS logistic regression.
 
-Features are extracted once (inference mode) and a multinomial L2-regularised
-logistic regression is fitted with scikit-learn's L-BFGS; the regularisation strength
+Features are extracted once (inference mode, `simclr_tf.embed.extract`) and a
+multinomial L2-regularised logistic regression is fitted with scikit-learn's L-BFGS; the regularisation strength
 is chosen on a held-out part of the training features, then the probe is refitted on
 all of them.
 """
-import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 # Inverse regularisation strengths tried (scikit-learn's C = 1 / lambda).
 DEFAULT_C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
-
-
-def extract_features(model, dataset, feature="final_avg_pool"):
-    """Runs `model` in inference mode over `(images, labels)` batches.
-
-    Args:
-        model: a model returning a dict of named features (e.g. `SimCLRModel`).
-        dataset: iterable of `(images, labels)` batches.
-        feature: which output to collect (h = 'final_avg_pool').
-
-    Returns:
-        (features float32 [N, D], labels int64 [N]).
-    """
-    features, labels = [], []
-    for images, batch_labels in dataset:
-        features.append(np.asarray(model(images, training=False)[feature], np.float32))
-        labels.append(np.asarray(batch_labels, np.int64))
-    if not features:
-        raise ValueError("The dataset given to extract_features yielded no batch.")
-    return np.concatenate(features), np.concatenate(labels)
 
 
 def _fit(train_x, train_y, c, max_iter, seed):
