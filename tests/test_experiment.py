@@ -231,3 +231,18 @@ def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path):
     assert xla["global_step"] == plain["global_step"] == 1
     np.testing.assert_allclose(xla["train/contrast_loss"], plain["train/contrast_loss"],
                                rtol=1e-4)
+
+
+def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path):
+    """The quick start's closing probe: features of every example of both splits (the
+    distributed extractor), an L-BFGS probe for the trained and for a random encoder."""
+    cfg = config(train_steps=2, mode="train", final_linear_probe=True,
+                 train_split="train[:300]", eval_split="test[:200]",
+                 model_dir=str(tmp_path / "run"))
+    results = experiment.run(cfg)
+    for name in ("linear_probe/pretrained", "linear_probe/random_init"):
+        # Accuracies over the 200 test examples, well above chance on digits.
+        assert 0.2 < results[name] <= 1.0
+        assert round(results[name] * 200) == pytest.approx(results[name] * 200, abs=1e-6)
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert saved["linear_probe/pretrained"] == pytest.approx(results["linear_probe/pretrained"])
