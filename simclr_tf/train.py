@@ -9,6 +9,7 @@ Batches (see docs/design.md):
               labels int32 [n] (-1 = unlabelled);
     finetune / eval: (images, labels).
 """
+import inspect
 import math
 import time
 
@@ -32,6 +33,16 @@ _EVAL_COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""
+
+
+def _accepts_keyword(fn, name):
+    """Whether `fn` can be called with the keyword argument `name`."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True  # not introspectable (e.g. some builtins): let the call decide
+    return any(p.name == name and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
+               for p in parameters)
 
 
 class Trainer:
@@ -60,8 +71,9 @@ class Trainer:
             Pretraining only. With `view_fn` and `grad_cache_chunk` it is called per
             chunk as `blur_fn(views, chunk=i)` (i an int32 scalar tensor) and must
             return the same result for the same chunk in the same step (both passes
-            of gradient caching draw the views), e.g. by folding `chunk` into a
-            stateless seed.
+            of gradient caching draw the views): fold `chunk` into a stateless seed
+            (as `experiment` does); a blur without an explicit seed draws a new one
+            per call and would blur the two passes differently.
         steps_per_loop: training steps per call of the compiled function (fewer
             host round trips, e.g. on TPU); progress and hooks see every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
@@ -111,6 +123,13 @@ class Trainer:
         if not isinstance(grad_cache_chunk, int) or grad_cache_chunk < 0:
             raise ValueError("grad_cache_chunk must be an int >= 0. Received: "
                              f"grad_cache_chunk={grad_cache_chunk!r}")
+        if grad_cache_chunk and view_fn is not None and blur_fn is not None:
+            if not _accepts_keyword(blur_fn, "chunk"):
+                raise ValueError(
+                    "With view_fn and grad_cache_chunk, blur_fn is called per chunk as "
+                    "blur_fn(views, chunk=i) and must blur a chunk alike in both passes "
+                    "(fold `chunk` into a stateless seed); this blur_fn takes no `chunk` "
+                    f"argument. Received: blur_fn={blur_fn!r}")
         if grad_cache_chunk and train_mode != "pretrain":
             raise ValueError("grad_cache_chunk applies to pretraining only. Received: "
                              f"train_mode={train_mode!r}")

@@ -145,3 +145,19 @@ def test_models_use_the_fused_layer():
     norms = [layer for layer in model._flatten_layers()
              if isinstance(layer, keras.layers.BatchNormalization)]
     assert norms and all(isinstance(layer, layers.BatchNormalization) for layer in norms)
+
+
+def test_synchronised_layer_in_inference_uses_the_moving_statistics_over_replicas():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    shape = (8, 3, 3, 4)
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    with strategy.scope():
+        layer = make_layer((4,) + shape[1:], synchronized=True)
+    gamma, beta = params(layer, shape[-1])
+    mean, var = layer.moving_mean.numpy(), layer.moving_variance.numpy()
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(8)
+    batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+    result = strategy.run(tf.function(lambda v: layer(v, training=False)), (batch,))
+    got = np.concatenate([t.numpy() for t in strategy.experimental_local_results(result)])
+    want, _, _ = numpy_bn(x.astype(np.float64), gamma, beta, mean, var)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -214,3 +214,13 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     for a, b in zip(model_a.weights, model_b.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
                                    err_msg=a.path)
+
+
+def test_device_views_with_chunks_need_a_chunk_aware_blur():
+    from simclr_tf.data import augment, device_augment
+    model = make_model(IMAGE_SIZE)
+    optimizer = optimizers.build_optimizer("momentum", 0.5, model=model)
+    with pytest.raises(ValueError, match="blur_fn is called per chunk"):
+        train.Trainer(tf.distribute.get_strategy(), model, optimizer,
+                      view_fn=device_augment.make_view_fn(IMAGE_SIZE), grad_cache_chunk=2,
+                      blur_fn=lambda views: augment.batch_random_blur(views, 8, 8))

@@ -133,8 +133,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     Falls back to Keras' own computation where the kernel does not apply: a mask,
     renorm, a channel axis other than the last, an input rank other than 2 or 4, a
-    tensor `training`, or synchronised statistics with more than one replica (the
-    kernel only sees the local batch).
+    tensor `training`, or synchronised batch statistics with more than one replica (the
+    kernel only sees the local batch; inference with moving statistics stays fused).
     """
 
     def _fusable(self, inputs, training, mask):
@@ -143,7 +143,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
         rank = len(inputs.shape)
         if rank not in (2, 4) or self.axis not in (-1, rank - 1):
             return False
-        if self.synchronized and tf.distribute.has_strategy():
+        if self.synchronized and training and self.trainable and tf.distribute.has_strategy():
+            # Batch statistics of the global batch: the kernel only sees this replica's.
             return tf.distribute.get_strategy().num_replicas_in_sync == 1
         return True
 
@@ -160,7 +161,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
             empty = tf.zeros([0], tf.float32)
             y, mean, corrected = _fused_batch_norm(x, scale, offset, empty, empty,
                                                    self.epsilon, is_training=True)
-            count = tf.cast(tf.size(x) // channels, tf.float32)
+            # int64: a BN input can exceed 2**31 elements (R50's first at 224 px, batch 1400).
+            count = tf.cast(tf.size(x, out_type=tf.int64) // channels, tf.float32)
             variance = corrected * (count - 1.0) / tf.maximum(count, 1.0)
             self.moving_mean.assign(
                 self.moving_mean * self.momentum + mean * (1.0 - self.momentum))
