@@ -16,6 +16,7 @@ from standin_model import make_model, random_batch
 
 IMAGE_SIZE = 8
 BATCH = 8
+CHUNK = 2  # images per chunk in the several-chunk tests
 
 
 def _dense_model():
@@ -92,20 +93,16 @@ def test_one_chunk_equals_the_plain_step_bn_included(optimizer_name):
                                    err_msg=a.path)
 
 
-def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
-    chunk = 2
-    cached, model_a = _trainer(chunk)
-    logs = cached.train_steps(_iterator(1), 1)
-
-    # The reference: every chunk's forward recorded under one tape (all activations
-    # stored), BN per chunk, the loss over the whole batch, one SGD-momentum step.
-    _, model_b = _trainer(0)
+def _one_tape_reference(chunk_views, labels, model_a, logs, weight_rtol=1e-5):
+    """Checks a cached step against its reference: every chunk's forward recorded under
+    one tape (all activations stored), BN per chunk, the loss over the whole batch, one
+    SGD-momentum step. `chunk_views(k) -> (first, second)` gives chunk k's views."""
+    model_b = make_model(IMAGE_SIZE)  # fixed initializer seeds: model_a's start
     optimizer = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_b)
-    v1, v2, labels = random_batch(BATCH, IMAGE_SIZE, seed=10)
     with tf.GradientTape() as tape:
         z1, z2, logits1, logits2 = [], [], [], []
-        for i in range(0, BATCH, chunk):
-            out = model_b(tf.concat([v1[i:i + chunk], v2[i:i + chunk]], 0), training=True)
+        for k in range(len(labels) // CHUNK):
+            out = model_b(tf.concat(chunk_views(k), 0), training=True)
             a, b = tf.split(out["proj_head_output"], 2)
             la, lb = tf.split(out["logits_sup"], 2)
             z1.append(a), z2.append(b), logits1.append(la), logits2.append(lb)
@@ -118,8 +115,16 @@ def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
 
     np.testing.assert_allclose(logs["loss"], loss.numpy(), rtol=1e-5)
     for a, b in zip(model_a.weights, model_b.weights):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=weight_rtol, atol=weight_rtol / 10,
                                    err_msg=a.path)
+
+
+def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
+    cached, model_a = _trainer(CHUNK)
+    logs = cached.train_steps(_iterator(1), 1)
+    v1, v2, labels = random_batch(BATCH, IMAGE_SIZE, seed=10)
+    rows = lambda k: slice(k * CHUNK, (k + 1) * CHUNK)  # noqa: E731
+    _one_tape_reference(lambda k: (v1[rows(k)], v2[rows(k)]), labels, model_a, logs)
 
 
 def test_per_chunk_bn_differs_from_full_batch_bn():
@@ -169,13 +174,15 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     # two passes drew different views, the cached embedding gradients would belong to
     # other images and the step would differ from this reference.
     from simclr_tf.data import augment, device_augment
-    chunk, seed = 2, tf.constant([7, 1], tf.int64)
+    seed = tf.constant([7, 1], tf.int64)
     view_fn = device_augment.make_view_fn(IMAGE_SIZE)
 
     def blur_fn(views, chunk=None):
         chunk_seed = seed if chunk is None else tf.random.experimental.stateless_fold_in(
             seed, tf.cast(chunk, tf.int64))
-        return augment.batch_random_blur(views, IMAGE_SIZE, IMAGE_SIZE, seed=chunk_seed)
+        # The kernel is set by the size (size // 10): 8 px would give an identity
+        # 1-tap blur, which could not tell the passes apart; 32 gives 3 taps.
+        return augment.batch_random_blur(views, 32, 32, seed=chunk_seed, blur_probability=1.0)
 
     rng = np.random.default_rng(5)
     size = device_augment.source_size(IMAGE_SIZE)
@@ -188,32 +195,19 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     optimizer_a = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_a)
     cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a, temperature=0.5,
                            weight_decay=1e-3, optimizer_name="momentum", view_fn=view_fn,
-                           blur_fn=blur_fn, grad_cache_chunk=chunk)
-    dataset = tf.data.Dataset.from_tensor_slices((sources, labels)).batch(BATCH, drop_remainder=True)
+                           blur_fn=blur_fn, grad_cache_chunk=CHUNK)
+    dataset = tf.data.Dataset.from_tensor_slices((sources, labels)).batch(
+        BATCH, drop_remainder=True)
     logs = cached.train_steps(iter(dataset), 1)
 
-    model_b = make_model(IMAGE_SIZE)
-    optimizer_b = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_b)
-    with tf.GradientTape() as tape:
-        z1, z2, logits1, logits2 = [], [], [], []
-        for k, i in enumerate(range(0, BATCH, chunk)):
-            first, second = view_fn({key: value[i:i + chunk] for key, value in sources.items()})
-            first, second = blur_fn([first, second], chunk=tf.constant(k))
-            out = model_b(tf.concat([first, second], 0), training=True)
-            a, b = tf.split(out["proj_head_output"], 2)
-            la, lb = tf.split(out["logits_sup"], 2)
-            z1.append(a), z2.append(b), logits1.append(la), logits2.append(lb)
-        loss = losses.nt_xent(tf.concat(z1, 0), tf.concat(z2, 0), temperature=0.5).loss
-        loss += losses.supervised_loss(np.concatenate([labels, labels]),
-                                       tf.concat(logits1 + logits2, 0))
-        loss += optimizers.weight_decay_loss(model_b, "momentum", 1e-3)
-    grads = tape.gradient(loss, model_b.trainable_variables)
-    optimizer_b.apply_gradients(zip(grads, model_b.trainable_variables))
+    def chunk_views(k):
+        first, second = view_fn({key: value[k * CHUNK:(k + 1) * CHUNK]
+                                 for key, value in sources.items()})
+        return blur_fn([first, second], chunk=tf.constant(k))
 
-    np.testing.assert_allclose(logs["loss"], loss.numpy(), rtol=1e-5)
-    for a, b in zip(model_a.weights, model_b.weights):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6,
-                                   err_msg=a.path)
+    # Blurred in the compiled step vs eagerly here: weights agree to ~4e-5 relative;
+    # views or blurs that differed between the passes change the loss by ~1e-3.
+    _one_tape_reference(chunk_views, labels, model_a, logs, weight_rtol=2e-4)
 
 
 def test_device_views_with_chunks_need_a_chunk_aware_blur():
