@@ -191,23 +191,11 @@ def _make_trainer(overrides, prefetch=2):
                                            weight_decay=config.weight_decay, model=model)
     if config.mixed_precision == "float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    from simclr_tf.data import augment, device_augment
-    view_fn = blur_fn = None
-    if config.augment_on == "device":
-        view_fn = device_augment.make_view_fn(
-            config.image_size, color_jitter_strength=config.color_jitter_strength)
-    if config.use_blur:
-        def blur_fn(views, chunk=None):
-            # Stateless: both passes of gradient caching must blur a chunk alike.
-            seed = tf.constant([0, 1], tf.int64)
-            if chunk is not None:
-                seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(chunk, tf.int64))
-            return augment.batch_random_blur(views, config.image_size, config.image_size,
-                                             seed=seed)
     trainer = train.Trainer(strategy, model, optimizer, temperature=config.temperature,
                             weight_decay=config.weight_decay, optimizer_name=config.optimizer,
-                            blur_fn=blur_fn, jit_compile=config.jit_compile,
-                            view_fn=view_fn, grad_cache_chunk=config.grad_cache_chunk)
+                            blur_fn=experiment.blur_fn(config, optimizer),
+                            jit_compile=config.jit_compile, view_fn=experiment.view_fn(config),
+                            grad_cache_chunk=config.grad_cache_chunk)
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:

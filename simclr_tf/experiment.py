@@ -286,7 +286,9 @@ def build_model(config, strategy, num_classes):
     return model
 
 
-def _blur_fn(config, optimizer):
+def blur_fn(config, optimizer):
+    """The train step's batched blur (None when off), seeded by (seed, step, replica,
+    chunk)."""
     if config.train_mode != "pretrain" or not config.use_blur:
         return None
 
@@ -307,7 +309,7 @@ def _blur_fn(config, optimizer):
     return blur
 
 
-def _view_fn(config):
+def view_fn(config):
     """--augment_on=device: the views are drawn in the train step."""
     if config.train_mode != "pretrain" or config.augment_on != "device":
         return None
@@ -349,8 +351,8 @@ def train(config, strategy, context):
     trainer = Trainer(strategy, model, optimizer, train_mode=config.train_mode,
                       temperature=config.temperature, hidden_norm=config.hidden_norm,
                       weight_decay=config.weight_decay, optimizer_name=config.optimizer,
-                      blur_fn=_blur_fn(config, optimizer), jit_compile=config.jit_compile,
-                      view_fn=_view_fn(config), grad_cache_chunk=config.grad_cache_chunk)
+                      blur_fn=blur_fn(config, optimizer), jit_compile=config.jit_compile,
+                      view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk)
     if config.jit_compile and _all_cpu(strategy):
         logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
                         "oneDNN kernels here (docs/performance.md); drop it on CPU.")

@@ -184,10 +184,7 @@ class Trainer:
         if self.grad_cache_chunk:
             metrics = self._optimize_cached(views, labels)
         else:
-            view1, view2 = views if self.view_fn is None else self.view_fn(views)
-            if self.blur_fn is not None:
-                view1, view2 = self.blur_fn([view1, view2])
-            images = tf.concat([view1, view2], axis=0)  # [2n, H, W, 3]: BN sees both
+            images = tf.concat(self._views(views), axis=0)  # [2n, H, W, 3]: BN sees both
 
             def compute_loss():
                 outputs = self.model(images, training=True)
@@ -197,6 +194,16 @@ class Trainer:
             metrics = self._optimize(compute_loss)
         metrics["num_examples"] = num_examples
         return metrics
+
+    def _views(self, views, chunk=None):
+        """(view1, view2) of a batch (or of chunk `chunk`'s part of it): drawn by
+        `view_fn` when the batch carries source images, then blurred."""
+        view1, view2 = views if self.view_fn is None else self.view_fn(views)
+        if self.blur_fn is None:
+            return view1, view2
+        if chunk is None:
+            return tuple(self.blur_fn([view1, view2]))
+        return tuple(self.blur_fn([view1, view2], chunk=chunk))
 
     def _pretrain_loss(self, z1, z2, logits, labels):
         """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
@@ -222,8 +229,7 @@ class Trainer:
         ever exist: the step holds the (uint8) source batch, one chunk's activations
         and the cached embeddings. Both passes draw the same views (stateless seeds).
         """
-        batch = labels.shape[0]
-        n, chunk = (None if batch is None else batch // 2), self.grad_cache_chunk
+        n, chunk = tf.nest.flatten(views)[0].shape[0], self.grad_cache_chunk
         if n is None or n % chunk:
             raise ValueError(
                 f"grad_cache_chunk={chunk} must divide the per-replica batch ({n}) "
@@ -231,10 +237,7 @@ class Trainer:
         num_chunks = n // chunk
         split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
         if self.view_fn is None:
-            view1, view2 = views
-            if self.blur_fn is not None:
-                view1, view2 = self.blur_fn([view1, view2])
-            view1, view2 = split(view1), split(view2)
+            view1, view2 = (split(v) for v in self._views(views))
 
             def chunk_images(i):
                 return tf.concat([view1[i], view2[i]], axis=0)
@@ -242,10 +245,8 @@ class Trainer:
             sources = tf.nest.map_structure(split, views)
 
             def chunk_images(i):
-                first, second = self.view_fn(tf.nest.map_structure(lambda x: x[i], sources))
-                if self.blur_fn is not None:
-                    first, second = self.blur_fn([first, second], chunk=i)
-                return tf.concat([first, second], axis=0)
+                chunk_sources = tf.nest.map_structure(lambda x: x[i], sources)
+                return tf.concat(self._views(chunk_sources, chunk=i), axis=0)
         has_head = self.model.supervised_head is not None
         names = ("proj_head_output", "logits_sup") if has_head else ("proj_head_output",)
 

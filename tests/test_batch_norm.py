@@ -120,9 +120,11 @@ def test_mixed_precision_matches_keras_layer(policy):
                                rtol=1e-3)
 
 
-def test_synchronised_statistics_over_replicas_fall_back_to_keras():
-    # With two replicas the kernel would see only the local half of the batch;
-    # the synchronised layer must normalise with the statistics of the global batch.
+@pytest.mark.parametrize("training", [True, False])
+def test_synchronised_layer_over_two_replicas(training):
+    # Training: the kernel would see only the local half of the batch, so the layer
+    # must normalise with the global batch's statistics (Keras' synchronised path).
+    # Inference: the moving statistics, on every replica (the fused kernel).
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     shape = (8, 3, 3, 4)
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
@@ -130,12 +132,15 @@ def test_synchronised_statistics_over_replicas_fall_back_to_keras():
     with strategy.scope():
         layer = make_layer((4,) + shape[1:], synchronized=True)
     gamma, beta = params(layer, shape[-1])
+    moving = (None, None) if training else (layer.moving_mean.numpy(),
+                                            layer.moving_variance.numpy())
     dataset = tf.data.Dataset.from_tensor_slices(x).batch(8)
     batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
-    result = strategy.run(tf.function(lambda v: layer(v, training=True)), (batch,))
+    result = strategy.run(tf.function(lambda v: layer(v, training=training)), (batch,))
     got = np.concatenate([t.numpy() for t in strategy.experimental_local_results(result)])
-    want, _, _ = numpy_bn(x.astype(np.float64), gamma, beta)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    want, _, _ = numpy_bn(x.astype(np.float64), gamma, beta, *moving)
+    tolerance = 1e-4 if training else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
 
 
 def test_models_use_the_fused_layer():
@@ -146,18 +151,3 @@ def test_models_use_the_fused_layer():
              if isinstance(layer, keras.layers.BatchNormalization)]
     assert norms and all(isinstance(layer, layers.BatchNormalization) for layer in norms)
 
-
-def test_synchronised_layer_in_inference_uses_the_moving_statistics_over_replicas():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    shape = (8, 3, 3, 4)
-    x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
-    with strategy.scope():
-        layer = make_layer((4,) + shape[1:], synchronized=True)
-    gamma, beta = params(layer, shape[-1])
-    mean, var = layer.moving_mean.numpy(), layer.moving_variance.numpy()
-    dataset = tf.data.Dataset.from_tensor_slices(x).batch(8)
-    batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
-    result = strategy.run(tf.function(lambda v: layer(v, training=False)), (batch,))
-    got = np.concatenate([t.numpy() for t in strategy.experimental_local_results(result)])
-    want, _, _ = numpy_bn(x.astype(np.float64), gamma, beta, mean, var)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
