@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, official
+from simclr_tf import checkpoints, experiment, official, preflight
 from simclr_tf.config import ConfigError
 
 from run_fixtures import config
@@ -68,7 +68,7 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     # to the in-memory fine-tuned model on the same images.
     model = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(finetune_dir))
-    source = experiment.load_source(finetune)
+    source = preflight.load_source(finetune)
     images, _ = next(iter(experiment._eval_dataset(finetune, source, "test", 4)))
     raw = [tf.image.encode_png(tf.cast(tf.round(i * 255), tf.uint8)).numpy()
            for i in images]

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from simclr_tf import checkpoints, experiment
+from simclr_tf import checkpoints, experiment, preflight
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import datasets
 from simclr_tf.train import NonFiniteLossError
@@ -247,7 +247,7 @@ def test_broken_image_fails_with_its_path_when_skipping_is_off(broken_folder, tm
     cfg = config(dataset=f"folder:{broken_folder}", skip_corrupt_images=False,
                  model_dir=str(tmp_path / "run"), train_steps=1)
     with pytest.raises(ConfigError) as error:
-        experiment.load_source(cfg)
+        preflight.load_source(cfg)
     assert error.value.flag == "skip_corrupt_images"
     assert "2_truncated.jpg" in str(error.value) and "truncated" in str(error.value)
 

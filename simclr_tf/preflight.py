@@ -1,0 +1,196 @@
+"""Checks that run before any model is built.
+
+Everything that can be known from the Config, the dataset and the strategy is checked
+here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
+names the flag and the fix, before any expensive work starts.
+"""
+import os
+
+import tensorflow as tf
+
+from simclr_tf import checkpoints, official
+from simclr_tf.config import ConfigError
+from simclr_tf.data import datasets
+
+def load_source(config):
+    try:
+        return datasets.get_dataset(config.dataset, data_dir=config.data_dir,
+                                    skip_corrupt_images=config.skip_corrupt_images)
+    except datasets.CorruptImageError as error:
+        raise ConfigError("skip_corrupt_images", f"is off and {error.path!r} is "
+                          f"{error.reason.replace('_', ' ')}; delete or replace the file, "
+                          "or turn --skip_corrupt_images on to skip such files.") from None
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError("dataset", str(error)) from None
+
+
+def _check_split(source, flag, split):
+    try:
+        return source.num_examples(split)
+    except ValueError as error:
+        raise ConfigError(flag, f"{error} (dataset {source.name!r} has splits "
+                          f"{', '.join(source.splits)}).") from None
+
+
+def prepare(config, strategy, source):
+    """Validates what depends on the dataset and strategy; returns the run context."""
+    from simclr_tf.experiment import _is_chief, write_json  # pylint: disable=import-outside-toplevel
+    training = config.mode in ("train", "train_then_eval")
+    evaluating = config.mode in ("eval", "train_then_eval") or config.final_linear_probe
+    replicas = strategy.num_replicas_in_sync
+    context = dict(source=source, num_classes=source.num_classes or None)
+    if training:
+        context["num_train_examples"] = _check_split(source, "train_split", config.train_split)
+        if config.train_batch_size % replicas:
+            raise ConfigError("train_batch_size", f"{config.train_batch_size} is not "
+                              f"divisible by the {replicas} replicas; use a multiple of "
+                              f"{replicas}.")
+        per_replica = config.train_batch_size // replicas
+        if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
+                and _onednn_cpu_training(strategy)):
+            raise ConfigError(
+                "train_batch_size", f"gives {per_replica} images per replica; an odd "
+                "batch crashes TensorFlow 2.21's oneDNN CPU kernel for the strided 1x1 "
+                "shortcut convolutions (Conv2DBackpropFilter aborts). Use an even "
+                "per-replica batch, or set TF_ENABLE_ONEDNN_OPTS=0.")
+        if config.train_mode == "finetune" and not source.has_labels(config.train_split):
+            raise ConfigError("train_mode", f"finetune needs labels, but split "
+                              f"{config.train_split!r} of {source.name!r} has none; "
+                              "choose a labelled --train_split or --train_mode=pretrain.")
+    if evaluating:
+        _check_split(source, "eval_split", config.eval_split)
+        if not source.has_labels(config.eval_split):
+            raise ConfigError("eval_split", f"split {config.eval_split!r} of "
+                              f"{source.name!r} has no labels to evaluate against.")
+        if config.train_mode == "pretrain" and not config.lineareval_while_pretraining \
+                and config.mode != "train":
+            raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
+                              "run has no classifier to evaluate; turn it on or use "
+                              "--final_linear_probe.")
+    _check_evaluation_splits(config, source, training)
+    if config.checkpoint:
+        try:
+            checkpoints.resolve_checkpoint_path(config.checkpoint)
+        except FileNotFoundError as error:
+            raise ConfigError("checkpoint", str(error)) from None
+        if official.is_official_savedmodel(config.checkpoint):
+            context["official"] = check_official_architecture(config)
+        else:
+            _check_checkpoint_readable(config.checkpoint)
+    if config.model_dir:
+        try:
+            tf.io.gfile.makedirs(config.model_dir)
+            # One name per process: the workers of a multi-worker run probe together.
+            probe_file = os.path.join(config.model_dir, f".write_test_{os.getpid()}")
+            with tf.io.gfile.GFile(probe_file, "w") as f:
+                f.write("ok")
+            tf.io.gfile.remove(probe_file)
+        except (OSError, tf.errors.OpError) as error:
+            raise ConfigError("model_dir", f"{config.model_dir!r} is not writable "
+                              f"({error}); choose another directory.") from None
+        if _is_chief(strategy):
+            write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
+    _check_something_to_load(config)
+    return context
+
+
+
+def _check_something_to_load(config):
+    """--mode=eval / export need a checkpoint now (unless eval waits for one)."""
+    if config.mode not in ("eval", "export") or (config.mode == "eval"
+                                                  and config.eval_wait_secs > 0):
+        return
+    if config.model_dir and tf.train.latest_checkpoint(config.model_dir):
+        return
+    if config.mode == "eval" and config.checkpoint:
+        return
+    raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
+                      f"{config.model_dir!r}; train first"
+                      + (", pass --checkpoint, or wait for one with --eval_wait_secs."
+                         if config.mode == "eval" else "."))
+
+
+def _check_labelled_split(source, flag, split):
+    _check_split(source, flag, split)
+    if not source.has_labels(split):
+        raise ConfigError(flag, f"split {split!r} of {source.name!r} has no labels; the "
+                          "kNN and linear-probe protocols need a labelled split.")
+
+
+def _check_evaluation_splits(config, source, training):
+    """Splits of the kNN monitor, --mode=linear_probe and --mode=embed."""
+    bank_flag = "knn_bank_split" if config.knn_bank_split else "train_split"
+    if training and config.knn_eval_split and config.train_mode == "pretrain":
+        _check_labelled_split(source, "knn_eval_split", config.knn_eval_split)
+        _check_labelled_split(source, bank_flag, knn_bank_split(config))
+    if config.mode == "linear_probe":
+        _check_labelled_split(source, "train_split", config.train_split)
+        _check_labelled_split(source, "eval_split", config.eval_split)
+    if config.mode == "embed":
+        _check_split(source, "embed_split", config.embed_split or config.eval_split)
+
+
+def knn_bank_split(config):
+    return config.knn_bank_split or config.train_split
+
+
+def _check_checkpoint_readable(path):
+    """--checkpoint must be a checkpoint TensorFlow can read (index and data intact)."""
+    prefix = checkpoints.resolve_checkpoint_path(path)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        reader.get_variable_to_shape_map()
+        shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+        expected = int(shards[0].rsplit("-of-", 1)[1]) if shards else 1
+        if len(shards) != expected:
+            raise ValueError(f"{expected - len(shards)} of its {expected} data files are "
+                             "missing")
+    except (tf.errors.OpError, ValueError, IndexError) as error:
+        reason = str(error).strip().splitlines()[0][:300]
+        raise ConfigError("checkpoint", f"{prefix!r} cannot be read ({reason}); pass an "
+                          "intact checkpoint prefix, run directory or SavedModel.") from None
+
+
+# Flags that must agree with a released model's architecture -> SimCLRModel argument.
+_OFFICIAL_ARCHITECTURE = dict(resnet_depth="depth", width_multiplier="width_multiplier",
+                              sk_ratio="sk_ratio", se_ratio="se_ratio",
+                              proj_head_mode="proj_head_mode", proj_out_dim="proj_out_dim")
+
+
+def check_official_architecture(config):
+    """The authors' released model at --checkpoint must match the flags' model."""
+    try:
+        info = official.inspect_official(config.checkpoint)
+    except (ValueError, FileNotFoundError) as error:
+        raise ConfigError("checkpoint", f"cannot import the released model: {error}") from None
+    ours, wanted = config.model_kwargs(), info.config
+    flags = dict(_OFFICIAL_ARCHITECTURE)
+    if wanted.get("proj_head_mode") == "nonlinear":
+        flags["num_proj_layers"] = "num_proj_layers"
+    mismatched = [f"--{flag}={wanted[arg]}" for flag, arg in flags.items()
+                  if arg in wanted and not _same(ours[arg], wanted[arg])]
+    if mismatched:
+        raise ConfigError("checkpoint", f"{config.checkpoint!r} is a released model whose "
+                          f"architecture needs {' '.join(mismatched)} (the flags say "
+                          "otherwise); pass those flags.")
+    return info
+
+
+def _same(a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return float(a) == float(b)
+
+
+def _onednn_cpu_training(strategy):
+    """Whether the replicas run on CPUs with TensorFlow's oneDNN kernels enabled."""
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0" and all_cpu(strategy)
+
+
+def all_cpu(strategy):
+    """Whether every replica of `strategy` runs on a CPU."""
+    try:
+        devices = strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy has none: it uses the first GPU, if any
+        devices = [d.name for d in tf.config.list_logical_devices("GPU")[:1]] or ["CPU"]
+    return all("CPU" in device.upper() for device in devices)
