@@ -330,10 +330,6 @@ class Config:
         if self.grad_cache_chunk and self.train_mode != "pretrain":
             raise ConfigError("grad_cache_chunk", "applies to --train_mode=pretrain only "
                               "(the supervised loss needs no whole-batch coupling).")
-        if self.grad_cache_chunk and self.train_batch_size % self.grad_cache_chunk:
-            raise ConfigError("grad_cache_chunk", f"must divide the per-replica batch; "
-                              f"{self.grad_cache_chunk} does not divide "
-                              f"--train_batch_size={self.train_batch_size}.")
         if self.jit_compile and self.strategy == "mirrored":
             raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "

@@ -40,7 +40,9 @@ def run(config):
         tf.config.experimental.enable_op_determinism()
     strategy = create_strategy(config)
     source = preflight.load_source(config)
-    context = preflight.prepare(config, strategy, source)
+    context = preflight.check(config, strategy, source)
+    if config.model_dir:
+        _create_model_dir(config, strategy)
     results = {}
     if config.mode in ("train", "train_then_eval"):
         results.update(train(config, strategy, context))
@@ -78,6 +80,17 @@ def create_strategy(config):
                                       tpu_zone=config.tpu_zone,
                                       gcp_project=config.gcp_project, master=config.master)
 
+
+
+def _create_model_dir(config, strategy):
+    """model_dir, with the resolved configuration in flags.json (chief only)."""
+    try:
+        tf.io.gfile.makedirs(config.model_dir)
+    except (OSError, tf.errors.OpError) as error:
+        raise ConfigError("model_dir", f"{config.model_dir!r} cannot be created "
+                          f"({error}); choose another directory.") from None
+    if _is_chief(strategy):
+        write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
 
 
 def write_json(path, values):

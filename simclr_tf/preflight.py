@@ -32,67 +32,107 @@ def _check_split(source, flag, split):
                           f"{', '.join(source.splits)}).") from None
 
 
-def prepare(config, strategy, source):
-    """Validates what depends on the dataset and strategy; returns the run context."""
-    from simclr_tf.experiment import _is_chief, write_json  # pylint: disable=import-outside-toplevel
+def check(config, strategy, source):
+    """Validates what depends on the dataset and strategy; returns the run context.
+
+    Nothing is created or written: `experiment` makes model_dir and writes the run's
+    record only once every check has passed.
+    """
     training = config.mode in ("train", "train_then_eval")
-    evaluating = config.mode in ("eval", "train_then_eval") or config.final_linear_probe
-    replicas = strategy.num_replicas_in_sync
     context = dict(source=source, num_classes=source.num_classes or None)
     if training:
-        context["num_train_examples"] = _check_split(source, "train_split", config.train_split)
-        if config.train_batch_size % replicas:
-            raise ConfigError("train_batch_size", f"{config.train_batch_size} is not "
-                              f"divisible by the {replicas} replicas; use a multiple of "
-                              f"{replicas}.")
-        per_replica = config.train_batch_size // replicas
-        if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
-                and _onednn_cpu_training(strategy)):
-            raise ConfigError(
-                "train_batch_size", f"gives {per_replica} images per replica; an odd "
-                "batch crashes TensorFlow 2.21's oneDNN CPU kernel for the strided 1x1 "
-                "shortcut convolutions (Conv2DBackpropFilter aborts). Use an even "
-                "per-replica batch, or set TF_ENABLE_ONEDNN_OPTS=0.")
-        if config.train_mode == "finetune" and not source.has_labels(config.train_split):
-            raise ConfigError("train_mode", f"finetune needs labels, but split "
-                              f"{config.train_split!r} of {source.name!r} has none; "
-                              "choose a labelled --train_split or --train_mode=pretrain.")
-    if evaluating:
-        _check_split(source, "eval_split", config.eval_split)
-        if not source.has_labels(config.eval_split):
-            raise ConfigError("eval_split", f"split {config.eval_split!r} of "
-                              f"{source.name!r} has no labels to evaluate against.")
-        if config.train_mode == "pretrain" and not config.lineareval_while_pretraining \
-                and config.mode != "train":
-            raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
-                              "run has no classifier to evaluate; turn it on or use "
-                              "--final_linear_probe.")
+        context["num_train_examples"] = _check_training(config, strategy, source)
+    if config.mode in ("eval", "train_then_eval") or config.final_linear_probe:
+        _check_evaluating(config, source)
     _check_evaluation_splits(config, source, training)
     if config.checkpoint:
-        try:
-            checkpoints.resolve_checkpoint_path(config.checkpoint)
-        except FileNotFoundError as error:
-            raise ConfigError("checkpoint", str(error)) from None
-        if official.is_official_savedmodel(config.checkpoint):
-            context["official"] = check_official_architecture(config)
-        else:
-            _check_checkpoint_readable(config.checkpoint)
+        official_info = _check_checkpoint(config)
+        if official_info is not None:
+            context["official"] = official_info
     if config.model_dir:
-        try:
-            tf.io.gfile.makedirs(config.model_dir)
-            # One name per process: the workers of a multi-worker run probe together.
-            probe_file = os.path.join(config.model_dir, f".write_test_{os.getpid()}")
-            with tf.io.gfile.GFile(probe_file, "w") as f:
-                f.write("ok")
-            tf.io.gfile.remove(probe_file)
-        except (OSError, tf.errors.OpError) as error:
-            raise ConfigError("model_dir", f"{config.model_dir!r} is not writable "
-                              f"({error}); choose another directory.") from None
-        if _is_chief(strategy):
-            write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
+        _check_model_dir(config.model_dir)
     _check_something_to_load(config)
     return context
 
+
+def _check_training(config, strategy, source):
+    """Train split, per-replica batch and labels; returns the split's size."""
+    num_examples = _check_split(source, "train_split", config.train_split)
+    replicas = strategy.num_replicas_in_sync
+    if config.train_batch_size % replicas:
+        raise ConfigError("train_batch_size", f"{config.train_batch_size} is not "
+                          f"divisible by the {replicas} replicas; use a multiple of "
+                          f"{replicas}.")
+    per_replica = config.train_batch_size // replicas
+    chunk = config.grad_cache_chunk
+    if chunk and per_replica % chunk:
+        raise ConfigError("grad_cache_chunk", f"must divide the per-replica batch; {chunk} "
+                          f"does not divide the {per_replica} images per replica "
+                          f"(--train_batch_size={config.train_batch_size} over {replicas} "
+                          f"replicas): use a divisor of {per_replica}.")
+    if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
+            and _onednn_cpu_training(strategy)):
+        raise ConfigError(
+            "train_batch_size", f"gives {per_replica} images per replica; an odd "
+            "batch crashes TensorFlow 2.21's oneDNN CPU kernel for the strided 1x1 "
+            "shortcut convolutions (Conv2DBackpropFilter aborts). Use an even "
+            "per-replica batch, or set TF_ENABLE_ONEDNN_OPTS=0.")
+    if config.train_mode == "finetune" and not source.has_labels(config.train_split):
+        raise ConfigError("train_mode", f"finetune needs labels, but split "
+                          f"{config.train_split!r} of {source.name!r} has none; "
+                          "choose a labelled --train_split or --train_mode=pretrain.")
+    return num_examples
+
+
+def _check_evaluating(config, source):
+    """The eval split has labels, and the run has a classifier to evaluate."""
+    _check_split(source, "eval_split", config.eval_split)
+    if not source.has_labels(config.eval_split):
+        raise ConfigError("eval_split", f"split {config.eval_split!r} of "
+                          f"{source.name!r} has no labels to evaluate against.")
+    if config.train_mode == "pretrain" and not config.lineareval_while_pretraining \
+            and config.mode != "train":
+        raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
+                          "run has no classifier to evaluate; turn it on or use "
+                          "--final_linear_probe.")
+
+
+def _check_checkpoint(config):
+    """--checkpoint exists and reads; returns the released model's info, if it is one."""
+    try:
+        checkpoints.resolve_checkpoint_path(config.checkpoint)
+    except FileNotFoundError as error:
+        raise ConfigError("checkpoint", str(error)) from None
+    if official.is_official_savedmodel(config.checkpoint):
+        return check_official_architecture(config)
+    _check_checkpoint_readable(config.checkpoint)
+    return None
+
+
+def _check_model_dir(model_dir):
+    """model_dir is a writable directory, or can be created as one.
+
+    Probed with a file removed at once, written into model_dir or, when it does not
+    exist yet, into its nearest existing parent (which must be a directory), so
+    nothing is left behind and no directory is created.
+    """
+    existing = model_dir
+    while not tf.io.gfile.exists(existing):
+        parent = os.path.dirname(existing.rstrip("/"))
+        if parent in ("", existing):
+            break
+        existing = parent
+    try:
+        if tf.io.gfile.exists(existing) and not tf.io.gfile.isdir(existing):
+            raise NotADirectoryError(f"{existing!r} is a file")
+        # One name per process: the workers of a multi-worker run probe together.
+        probe_file = os.path.join(existing, f".write_test_{os.getpid()}")
+        with tf.io.gfile.GFile(probe_file, "w") as f:
+            f.write("ok")
+        tf.io.gfile.remove(probe_file)
+    except (OSError, tf.errors.OpError) as error:
+        raise ConfigError("model_dir", f"{model_dir!r} is not writable "
+                          f"({error}); choose another directory.") from None
 
 
 def _check_something_to_load(config):
