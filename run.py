@@ -81,7 +81,7 @@ def main(argv):
         sys.exit(2)
     # Imported late so that --help and flag errors never wait for TensorFlow.
     from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
-    from simclr_tf.train import NonFiniteLossError  # pylint: disable=import-outside-toplevel
+    from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
     try:
         experiment.run(config)
     except ConfigError as error:

@@ -8,21 +8,18 @@ optionally the linear probe of the pretrained encoder next to a random one.
 """
 import json
 import os
-import signal
-import threading
-import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import (checkpoints, distribute, embed, export, knn, official, optimizers,
-                       preflight, probe, schedules, transfer)
+from simclr_tf import (checkpoints, distribute, embed, export, knn, loop, official,
+                       optimizers, preflight, probe, schedules, transfer)
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, datasets, device_augment, pipeline
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
-from simclr_tf.train import NonFiniteLossError, Trainer
+from simclr_tf.train import Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
@@ -207,101 +204,50 @@ def train(config, strategy, context):
         logging.info("Initialised from the released model %s", config.checkpoint)
     elif config.checkpoint:
         logging.info("Initialised from %s", checkpoints.initialize_from(model, config.checkpoint))
-    step = int(optimizer.iterations.numpy())
+    step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
         is_training=True, train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
         seed=config.seed, label_subset_ids=subset_ids, start_step=step,
         augment_on=config.augment_on if config.train_mode == "pretrain" else "host")
-    iterator = iter(dataset)
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if step == 0 and chief:
         write_view_summary(config, source, split, writer)
-    logs = {}
-    start = time.perf_counter()
     print(f"Training {plan.total_steps} steps ({step} done), checkpoint every "
           f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
           f"{strategy.num_replicas_in_sync} replica(s).", flush=True)
-    knn_monitor, knn_every, knn_results = None, 0, {}
+    hooks = [loop.Every(plan.checkpoint_steps, lambda step, logs: write_scalars(
+        writer, step, _train_summaries(logs, exclude=("num_examples",))))]
     if config.knn_eval_split and config.train_mode == "pretrain":
-        knn_monitor, knn_every = make_knn_monitor(config, strategy, model, source), (
-            config.knn_eval_every or plan.checkpoint_steps)
-    with _StopOnSigterm() as sigterm:
-        while step < plan.total_steps:
-            chunk = min(plan.checkpoint_steps - step % plan.checkpoint_steps,
-                        plan.total_steps - step)
-            if knn_every:
-                # Stop at kNN steps too: the same steps run in more calls, so training
-                # numerics do not change.
-                chunk = min(chunk, knn_every - step % knn_every)
-            try:
-                logs = trainer.run(iterator, chunk, verbose=1 if chief else 0,
-                                   hooks=[sigterm.hook])
-            except NonFiniteLossError as error:
-                # Nothing after the last good checkpoint is saved: the weights of the
-                # failing step are not finite.
-                raise NonFiniteLossError(
-                    f"{error} Last good checkpoint (kept, not overwritten): "
-                    f"{state.latest or 'none yet'}.") from None
-            except _Terminated:
-                step = int(optimizer.iterations.numpy())
-                path = state.save(step) if _step_of(state.latest or "") != step else \
-                    state.latest
-                print(f"SIGTERM received: saved a checkpoint at step {step} ({path}) and "
-                      "stopped; run the same command again to resume.", flush=True)
-                return dict(global_step=step, interrupted=True)
-            step = int(optimizer.iterations.numpy())
-            if step % plan.checkpoint_steps == 0 or step == plan.total_steps:
-                state.save(step)
-                write_scalars(writer, step, {f"train/{SUMMARY_NAMES.get(k, k)}": v
-                                             for k, v in logs.items() if k != "num_examples"})
-            if knn_monitor is not None and (step % knn_every == 0
-                                            or step == plan.total_steps):
-                knn_results = run_knn_monitor(knn_monitor, step, writer, verbose=chief)
-    results = dict(global_step=step, train_seconds=time.perf_counter() - start,
-                   **{f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()})
-    results.update(knn_results)
+        monitor = make_knn_monitor(config, strategy, model, source)
+        hooks.append(loop.Every(config.knn_eval_every or plan.checkpoint_steps,
+                                lambda step, logs: run_knn_monitor(monitor, step, writer,
+                                                                   verbose=chief)))
     if scratch_dir is not None:
-        writer.close()
-        tf.io.gfile.rmtree(scratch_dir)
+        hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
-        results["saved_model"] = export.export_for_step(
+        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=export.export_for_step(
             model, config.model_dir, step, image_size=config.image_size,
-            keep_hub_module_max=config.keep_hub_module_max)
-    return results
+            keep_hub_module_max=config.keep_hub_module_max))))
+    results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
+                         total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
+                         hooks=hooks, verbose=chief)
+    if results["interrupted"]:
+        return results
+    logs = results.pop("logs")
+    del results["interrupted"]
+    return dict(results, **_train_summaries(logs))
 
 
-class _Terminated(Exception):
-    """Raised from a training hook after a SIGTERM."""
+def _train_summaries(logs, exclude=()):
+    return {f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()
+            if k not in exclude}
 
 
-class _StopOnSigterm:
-    """While active, SIGTERM makes the next training hook raise `_Terminated`, so the
-    loop stops between two steps and saves a checkpoint (preemption notices on cloud
-    VMs and Kubernetes arrive as SIGTERM). The previous handler is restored after.
-    Only the main thread can install handlers; elsewhere this does nothing."""
-
-    def __init__(self):
-        self.received = False
-        self._previous = None
-
-    def _handle(self, signum, frame):  # pylint: disable=unused-argument
-        self.received = True
-
-    def hook(self, step, logs):  # pylint: disable=unused-argument
-        if self.received:
-            raise _Terminated()
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-        return False
+def _remove_scratch(writer, scratch_dir):
+    writer.close()
+    tf.io.gfile.rmtree(scratch_dir)
 
 
 def _worker_scratch_dir(model_dir, strategy):

@@ -1,6 +1,7 @@
-"""The SimCLR train / fine-tune / eval steps and the loop around `strategy.run`.
+"""The SimCLR train / fine-tune / eval steps, compiled around `strategy.run`.
 
-A loop of our own rather than `model.fit`: `fit` fails under
+The steps only: `simclr_tf.loop` runs them (checkpoints, hooks, SIGTERM, non-finite
+losses). A loop of our own rather than `model.fit`: `fit` fails under
 MultiWorkerMirroredStrategy (keras-team/keras#20585), and the contrastive loss needs
 a replica context to gather negatives from every replica.
 
@@ -10,11 +11,8 @@ Batches (see docs/design.md):
     finetune / eval: (images, labels).
 """
 import inspect
-import math
-import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from simclr_tf import distribute
@@ -29,10 +27,6 @@ TRAIN_MODES = ("pretrain", "finetune")
 _SUMMED = ("num_examples",)
 # What `eval_step` returns: all counts and sums.
 _EVAL_COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN or infinite loss."""
 
 
 def _accepts_keyword(fn, name):
@@ -75,7 +69,7 @@ class Trainer:
             (as `experiment` does); a blur without an explicit seed draws a new one
             per call and would blur the two passes differently.
         steps_per_loop: training steps per call of the compiled function (fewer
-            host round trips, e.g. on TPU); progress and hooks see every call.
+            host round trips, e.g. on TPU); `simclr_tf.loop` sees every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
             it fails under MirroredStrategy.
         view_fn: optional callable run on device that turns the first element of a
@@ -94,7 +88,7 @@ class Trainer:
             optimizer = optimizers.build_optimizer('lars', schedule,
                                                    weight_decay=1e-6, model=model)
         trainer = Trainer(strategy, model, optimizer, temperature=0.5)
-        trainer.run(iter(strategy.experimental_distribute_dataset(ds)), steps)
+        logs = trainer.train_steps(iter(strategy.experimental_distribute_dataset(ds)), steps)
     """
 
     def __init__(self, strategy, model, optimizer, *, train_mode="pretrain",
@@ -159,6 +153,11 @@ class Trainer:
             optimizer.build(model.trainable_variables)
         self._train_function = None
         self._eval_function = None
+
+    @property
+    def step(self):
+        """The global step: optimizer updates applied so far."""
+        return int(self.optimizer.iterations.numpy())
 
     # ----- steps (each runs in a replica context) ---------------------------------
 
@@ -409,66 +408,6 @@ class Trainer:
             self._train_function = self._make_train_function()
         logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
         return {name: value.numpy() for name, value in logs.items()}
-
-    def run(self, iterator, num_steps, *, hooks=(), verbose=1):
-        """Trains `num_steps` steps with a progress bar.
-
-        Args:
-            iterator: an iterator over a distributed dataset (see `train_steps`).
-            num_steps: how many steps to run now (not the global target).
-            hooks: callables `hook(step, logs)` called after each compiled call, with
-                the optimizer's global step after it and the last step's logs (e.g.
-                to checkpoint or write summaries).
-            verbose: 1 shows a `keras.utils.Progbar`, 0 is silent (e.g. on
-                non-chief workers).
-
-        Returns:
-            The logs of the last step.
-
-        Raises:
-            NonFiniteLossError: when the loss becomes NaN or infinite.
-        """
-        if not isinstance(num_steps, int) or num_steps < 0:
-            raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
-        progbar = keras.utils.Progbar(
-            num_steps, verbose=verbose,
-            stateful_metrics=("learning_rate", "examples_per_sec"))
-        done, logs = 0, {}
-        while done < num_steps:
-            chunk = min(self.steps_per_loop, num_steps - done)
-            start = time.perf_counter()
-            logs = self.train_steps(iterator, chunk)
-            elapsed = time.perf_counter() - start
-            done += chunk
-            step = int(self.optimizer.iterations.numpy())
-            self._check_finite(logs, step)
-            # Images per second (a pretraining example is one image, two views).
-            logs["examples_per_sec"] = np.float32(
-                logs["num_examples"] * chunk / max(elapsed, 1e-9))
-            shown = [(k, logs[k]) for k in ("loss", "contrast_acc", "label_acc",
-                                            "learning_rate", "examples_per_sec") if k in logs]
-            progbar.update(done, values=shown)
-            for hook in hooks:
-                hook(step, logs)
-        return logs
-
-    def _check_finite(self, logs, step):
-        loss = float(logs["loss"])
-        grad_norm = float(logs.get("grad_norm", 0.0))
-        if math.isfinite(loss) and math.isfinite(grad_norm):
-            return
-        float16 = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        what = (f"loss is {loss}" if not math.isfinite(loss)
-                else f"gradient norm is {grad_norm} (loss {loss:g})")
-        raise NonFiniteLossError(
-            f"The training {what} at step {step}; stopping. Likely causes: "
-            f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
-            "lower --learning_rate or lengthen --warmup_epochs), a temperature too "
-            f"low (temperature={self.temperature:g}), or "
-            + ("float16 overflow (try --mixed_precision=bfloat16 or float32)"
-               if float16 else "mixed precision (try float32)")
-            + ". The weights after this step are not finite: do not save them; "
-            "resume from the last checkpoint.")
 
     def evaluate(self, dataset, steps=None):
         """Top-1 / top-5 accuracy of `logits_sup` over a dataset.

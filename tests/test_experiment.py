@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, official, preflight
+from simclr_tf import checkpoints, experiment, loop, official, preflight
 from simclr_tf.config import ConfigError
 
 from run_fixtures import config
@@ -115,16 +115,16 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     class Stopped(Exception):
         pass
 
-    original_run, calls = experiment.Trainer.run, []
+    original_run, calls = loop.run_steps, []
 
-    def run_then_stop(self, *args, **kwargs):
+    def run_then_stop(*args, **kwargs):
         if calls:
             raise Stopped()
         calls.append(1)
-        return original_run(self, *args, **kwargs)
+        return original_run(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(experiment.Trainer, "run", run_then_stop)
+        patch.setattr(loop, "run_steps", run_then_stop)
         with pytest.raises(Stopped):
             experiment.run(config(model_dir=resumed, **common))
     assert tf.train.latest_checkpoint(resumed).endswith("ckpt-3")

@@ -21,7 +21,7 @@ from absl import flags
 from simclr_tf import checkpoints, experiment, preflight
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import datasets
-from simclr_tf.train import NonFiniteLossError
+from simclr_tf.loop import NonFiniteLossError
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import distribute, losses, optimizers, schedules, train
+from simclr_tf import distribute, loop, losses, optimizers, schedules, train
 from standin_model import distributed_pretrain_iterator, make_model, random_batch
 
 GLOBAL_BATCH = 8
@@ -75,8 +75,10 @@ def test_loss_and_gradients_match_one_replica(num_replicas, initial_weights):
     loss_k, grads_k = _gradients(num_replicas, initial_weights, view1, view2)
     np.testing.assert_allclose(loss_k, loss_1, rtol=1e-5)
     for g_k, g_1 in zip(grads_k, grads_1):
-        # float32 sums in another order: 1e-5 relative to the gradient's own scale.
-        np.testing.assert_allclose(g_k, g_1, atol=1e-5 * max(1.0, np.abs(g_1).max()))
+        # float32 sums in another order: 5e-5 relative to the gradient's own scale
+        # (AVX-512 kernels stay within 1e-5; AVX2-only CPUs measured 2.1e-5 at 4
+        # replicas). The control below is off by more than 1e-3.
+        np.testing.assert_allclose(g_k, g_1, atol=5e-5 * max(1.0, np.abs(g_1).max()))
 
     # Control: without the gather's gradient, the negatives from other replicas
     # stop receiving gradient and the result is wrong.
@@ -213,8 +215,9 @@ def test_steps_per_loop_and_hooks():
     looped, model_a = _default_trainer(steps_per_loop=3)
     single, model_b = _default_trainer()
     seen = []
-    logs = looped.run(_batches(5), 5, hooks=[lambda step, logs: seen.append(step)], verbose=0)
-    single.run(_batches(5), 5, verbose=0)
+    logs = loop.run_steps(looped, _batches(5), 5, after_call=lambda: seen.append(looped.step),
+                          verbose=False)
+    loop.run_steps(single, _batches(5), 5, verbose=False)
     assert seen == [3, 5]  # one call of 3 steps, then the remaining 2
     assert {"loss", "contrast_acc", "learning_rate", "examples_per_sec"} <= set(logs)
     for a, b in zip(model_a.weights, model_b.weights):
@@ -223,9 +226,9 @@ def test_steps_per_loop_and_hooks():
 
 def test_non_finite_loss_stops_with_a_clear_message():
     trainer, _ = _default_trainer()
-    with pytest.raises(train.NonFiniteLossError,
+    with pytest.raises(loop.NonFiniteLossError,
                        match=r"(?s)nan at step 1.*learning rate.*temperature.*precision"):
-        trainer.run(_batches(2, scale=np.nan), 2, verbose=0)
+        loop.run_steps(trainer, _batches(2, scale=np.nan), 2, verbose=False)
 
 
 @pytest.fixture
@@ -238,7 +241,7 @@ def test_mixed_bfloat16_trains_with_float32_loss(policy):
     policy("mixed_bfloat16")
     trainer, model = _default_trainer()
     before = [w.numpy() for w in model.trainable_weights]
-    logs = trainer.run(_batches(2), 2, verbose=0)
+    logs = loop.run_steps(trainer, _batches(2), 2, verbose=False)
     assert logs["loss"].dtype == np.float32 and np.isfinite(logs["loss"])
     assert all(w.dtype == "float32" for w in model.trainable_weights)
     assert any(np.abs(w.numpy() - b).max() > 0 for w, b in zip(model.trainable_weights, before))
@@ -253,7 +256,7 @@ def test_float16_needs_loss_scaling(policy):
         train.Trainer(strategy, model, optimizer)
     trainer = train.Trainer(strategy, model, keras.optimizers.LossScaleOptimizer(optimizer),
                             temperature=0.5)
-    logs = trainer.run(_batches(2), 2, verbose=0)
+    logs = loop.run_steps(trainer, _batches(2), 2, verbose=False)
     assert np.isfinite(logs["loss"])
 
 

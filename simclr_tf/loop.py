@@ -1,0 +1,226 @@
+"""The one training loop: steps in segments, checkpoints, and hooks at their cadence.
+
+    train(trainer=..., iterator=..., checkpoints=..., total_steps=..., hooks=[...])
+      while step < total_steps:
+        segment = steps up to the next checkpoint, hook cadence or the end
+        run_steps: compiled calls of `trainer.train_steps` with a progress bar;
+                   after every call: the loss must be finite, SIGTERM stops
+        at a checkpoint step (or the last step): save
+        every hook whose cadence divides the step (or at the last step)
+      every hook's `end` (export, last kNN result, ...)
+
+A SIGTERM (preemption on cloud VMs, Kubernetes, Slurm) saves a checkpoint at the
+current step and returns `interrupted=True`; a non-finite loss raises
+`NonFiniteLossError` naming the last good checkpoint, and nothing after it is saved.
+Segments only decide how many steps one call runs: the same steps run in more or
+fewer calls, so cadences never change training numerics.
+"""
+import math
+import signal
+import threading
+import time
+
+import keras
+import numpy as np
+
+# Metrics shown in the progress bar, in this order, when present.
+PROGRESS_METRICS = ("loss", "contrast_acc", "label_acc", "learning_rate", "examples_per_sec")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss."""
+
+
+class Hook:
+    """A listener of the loop.
+
+    `after_steps(step, logs)` runs after each step that is a multiple of `every`, and
+    after the last one (never when `every` is 0); `end(step, logs)` once after the
+    loop ends normally (not after a SIGTERM) and returns entries for the results.
+    """
+
+    every = 0
+
+    def after_steps(self, step, logs):
+        pass
+
+    def end(self, step, logs):  # pylint: disable=unused-argument
+        return {}
+
+
+class Every(Hook):
+    """Calls `fn(step, logs)` every `every` steps and after the last one; `end` returns
+    the last dict `fn` returned (e.g. the last kNN result)."""
+
+    def __init__(self, every, fn):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an int >= 1. Received: every={every!r}")
+        self.every = every
+        self._fn = fn
+        self._last = {}
+
+    def after_steps(self, step, logs):
+        self._last = self._fn(step, logs) or {}
+
+    def end(self, step, logs):
+        return self._last
+
+
+class AtEnd(Hook):
+    """Calls `fn(step, logs)` once when training ends normally (e.g. export); `end`
+    returns what it returned."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def end(self, step, logs):
+        return self._fn(step, logs) or {}
+
+
+class _Terminated(Exception):
+    """Raised after a compiled call once a SIGTERM arrived."""
+
+
+class _StopOnSigterm:
+    """While active, a SIGTERM makes `check()` raise `_Terminated`, so the loop stops
+    between two steps. The previous handler is restored after. Only the main thread
+    can install handlers; elsewhere this does nothing."""
+
+    def __init__(self):
+        self.received = False
+        self._previous = None
+
+    def _handle(self, signum, frame):  # pylint: disable=unused-argument
+        self.received = True
+
+    def check(self):
+        if self.received:
+            raise _Terminated()
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        return False
+
+
+def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hooks=(),
+          verbose=True):
+    """Trains from the optimizer's current step to `total_steps`.
+
+    Args:
+        trainer: a `simclr_tf.train.Trainer`.
+        iterator: an iterator over the distributed training dataset, positioned at
+            the current step.
+        checkpoints: a `simclr_tf.checkpoints.CheckpointState` to save into.
+        total_steps: the step to train to.
+        checkpoint_steps: steps between checkpoints (one is also saved at the end).
+        hooks: `Hook`s, called in order after each checkpoint.
+        verbose: show progress bars (the chief of a multi-worker run only).
+
+    Returns:
+        dict(global_step, train_seconds, logs=the last step's logs, interrupted=False,
+        **the entries of every hook's `end`); after a SIGTERM only
+        dict(global_step, interrupted=True).
+
+    Raises:
+        NonFiniteLossError: naming the step and the last good checkpoint.
+    """
+    step, logs = trainer.step, {}
+    start = time.perf_counter()
+    cadences = [checkpoint_steps] + [hook.every for hook in hooks if hook.every]
+    with _StopOnSigterm() as sigterm:
+        while step < total_steps:
+            segment = min([total_steps - step] + [every - step % every for every in cadences])
+            try:
+                logs = run_steps(trainer, iterator, segment, verbose=verbose,
+                                 after_call=sigterm.check)
+            except NonFiniteLossError as error:
+                # Nothing after the last good checkpoint is saved: the weights of the
+                # failing step are not finite.
+                raise NonFiniteLossError(
+                    f"{error} Last good checkpoint (kept, not overwritten): "
+                    f"{checkpoints.latest or 'none yet'}.") from None
+            except _Terminated:
+                return _save_on_sigterm(trainer.step, checkpoints)
+            step = trainer.step
+            last = step == total_steps
+            if step % checkpoint_steps == 0 or last:
+                checkpoints.save(step)
+            for hook in hooks:
+                if hook.every and (step % hook.every == 0 or last):
+                    hook.after_steps(step, logs)
+    results = dict(global_step=step, train_seconds=time.perf_counter() - start, logs=logs,
+                   interrupted=False)
+    for hook in hooks:
+        results.update(hook.end(step, logs))
+    return results
+
+
+def _save_on_sigterm(step, checkpoints):
+    latest = checkpoints.latest
+    path = latest if latest and checkpoints.step_of(latest) == step else checkpoints.save(step)
+    print(f"SIGTERM received: saved a checkpoint at step {step} ({path}) and "
+          "stopped; run the same command again to resume.", flush=True)
+    return dict(global_step=step, interrupted=True)
+
+
+def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
+    """Trains `num_steps` steps with a progress bar; returns the last step's logs.
+
+    Args:
+        trainer: a `simclr_tf.train.Trainer` (`steps_per_loop` steps per call).
+        iterator: an iterator over a distributed dataset.
+        num_steps: how many steps to run now (not the global target).
+        after_call: optional callable run after each compiled call (e.g. to stop on
+            SIGTERM by raising).
+        verbose: show a `keras.utils.Progbar`.
+
+    Raises:
+        NonFiniteLossError: when the loss or the gradient norm is NaN or infinite.
+    """
+    if not isinstance(num_steps, int) or num_steps < 0:
+        raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
+    progbar = keras.utils.Progbar(
+        num_steps, verbose=1 if verbose else 0,
+        stateful_metrics=("learning_rate", "examples_per_sec"))
+    done, logs = 0, {}
+    while done < num_steps:
+        calls = min(trainer.steps_per_loop, num_steps - done)
+        start = time.perf_counter()
+        logs = trainer.train_steps(iterator, calls)
+        elapsed = time.perf_counter() - start
+        done += calls
+        check_finite(logs, trainer.step, temperature=trainer.temperature,
+                     loss_scaling=isinstance(trainer.optimizer,
+                                             keras.optimizers.LossScaleOptimizer))
+        # Images per second (a pretraining example is one image, two views).
+        logs["examples_per_sec"] = np.float32(
+            logs["num_examples"] * calls / max(elapsed, 1e-9))
+        progbar.update(done, values=[(k, logs[k]) for k in PROGRESS_METRICS if k in logs])
+        if after_call is not None:
+            after_call()
+    return logs
+
+
+def check_finite(logs, step, *, temperature, loss_scaling):
+    """Raises NonFiniteLossError when the loss or the gradient norm is not finite."""
+    loss = float(logs["loss"])
+    grad_norm = float(logs.get("grad_norm", 0.0))
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        return
+    what = (f"loss is {loss}" if not math.isfinite(loss)
+            else f"gradient norm is {grad_norm} (loss {loss:g})")
+    raise NonFiniteLossError(
+        f"The training {what} at step {step}; stopping. Likely causes: "
+        f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
+        "lower --learning_rate or lengthen --warmup_epochs), a temperature too "
+        f"low (temperature={temperature:g}), or "
+        + ("float16 overflow (try --mixed_precision=bfloat16 or float32)"
+           if loss_scaling else "mixed precision (try float32)")
+        + ". The weights after this step are not finite: do not save them; "
+        "resume from the last checkpoint.")
