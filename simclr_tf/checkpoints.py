@@ -101,7 +101,7 @@ class CheckpointState:
         if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
             paths.append(state.model_checkpoint_path)
         paths = [p if os.path.isabs(p) else os.path.join(self.model_dir, p) for p in paths]
-        return sorted(set(paths), key=_checkpoint_step, reverse=True)
+        return sorted(set(paths), key=lambda p: step_of(p, -1), reverse=True)
 
     def restore_latest(self):
         """Restores the newest checkpoint of model_dir that loads; returns its path.
@@ -145,7 +145,7 @@ class CheckpointState:
         state = tf.train.get_checkpoint_state(self.save_dir)
         latest_step = -1
         if state is not None and state.model_checkpoint_path:
-            latest_step = _checkpoint_step(state.model_checkpoint_path)
+            latest_step = step_of(state.model_checkpoint_path, -1)
         base = os.path.basename(self.manager._checkpoint_prefix)  # pylint: disable=protected-access
         removed = []
         for name in tf.io.gfile.listdir(self.save_dir):
@@ -170,9 +170,11 @@ class CheckpointState:
         return self.manager.save(checkpoint_number=int(step))
 
 
-def _checkpoint_step(prefix):
+def step_of(prefix, default=None):
+    """The global step in a checkpoint prefix ('.../ckpt-1000' -> 1000), else `default`
+    (e.g. a SavedModel's 'variables/variables' or a released model)."""
     tail = prefix.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
+    return int(tail) if tail.isdigit() else default
 
 
 def restore_model(model, prefix):

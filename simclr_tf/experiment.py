@@ -304,7 +304,7 @@ def evaluate(config, strategy, context):
     results = {}
     for prefix in _checkpoints_to_evaluate(config):
         checkpoints.restore_model(model, prefix)
-        step = _step_of(prefix)
+        step = checkpoints.step_of(prefix, 0)
         metrics = trainer.evaluate(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
               f"{metrics['top_1_accuracy']:.4f}, top-5 {metrics['top_5_accuracy']:.4f} "
@@ -316,11 +316,6 @@ def evaluate(config, strategy, context):
                           {k: v for k, v in results.items() if "accuracy" in k or "loss" in k})
             write_json(os.path.join(config.model_dir, f"result_{step}.json"), results)
     return results
-
-
-def _step_of(prefix):
-    tail = prefix.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
 
 
 def _checkpoints_to_evaluate(config):
@@ -341,7 +336,7 @@ def export_latest(config, strategy, context):
     latest = tf.train.latest_checkpoint(config.model_dir)  # prepare() checked it exists
     model = build_model(config, strategy, context["num_classes"])
     checkpoints.restore_model(model, latest)
-    path = export.export_for_step(model, config.model_dir, _step_of(latest),
+    path = export.export_for_step(model, config.model_dir, checkpoints.step_of(latest, 0),
                                   image_size=config.image_size,
                                   keep_hub_module_max=config.keep_hub_module_max)
     print(f"Exported {latest} to {path}", flush=True)

@@ -23,6 +23,8 @@ import time
 import keras
 import numpy as np
 
+from simclr_tf.checkpoints import step_of
+
 # Metrics shown in the progress bar, in this order, when present.
 PROGRESS_METRICS = ("loss", "contrast_acc", "label_acc", "learning_rate", "examples_per_sec")
 
@@ -163,7 +165,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
 
 def _save_on_sigterm(step, checkpoints):
     latest = checkpoints.latest
-    path = latest if latest and checkpoints.step_of(latest) == step else checkpoints.save(step)
+    path = latest if latest and step_of(latest) == step else checkpoints.save(step)
     print(f"SIGTERM received: saved a checkpoint at step {step} ({path}) and "
           "stopped; run the same command again to resume.", flush=True)
     return dict(global_step=step, interrupted=True)
