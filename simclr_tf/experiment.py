@@ -20,7 +20,7 @@ from absl import logging
 from simclr_tf import (checkpoints, distribute, embed, export, knn, official, optimizers,
                        probe, schedules, transfer)
 from simclr_tf.config import ConfigError
-from simclr_tf.data import augment, datasets, device_augment, pipeline
+from simclr_tf.data import augment, device_augment, folders, pipeline, registry, subsets
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.train import NonFiniteLossError, Trainer
 
@@ -81,9 +81,9 @@ def create_strategy(config):
 
 def load_source(config):
     try:
-        return datasets.get_dataset(config.dataset, data_dir=config.data_dir,
+        return registry.get_dataset(config.dataset, data_dir=config.data_dir,
                                     skip_corrupt_images=config.skip_corrupt_images)
-    except datasets.CorruptImageError as error:
+    except folders.CorruptImageError as error:
         raise ConfigError("skip_corrupt_images", f"is off and {error.path!r} is "
                           f"{error.reason.replace('_', ' ')}; delete or replace the file, "
                           "or turn --skip_corrupt_images on to skip such files.") from None
@@ -325,8 +325,8 @@ def train(config, strategy, context):
     split, subset_ids = config.train_split, None
     num_examples = context["num_train_examples"]
     if config.train_mode == "finetune" and config.label_fraction < 1.0:
-        subset = datasets.make_label_subset(source, split, config.label_fraction,
-                                            seed=config.seed)
+        subset = subsets.make_label_subset(source, split, config.label_fraction,
+                                           seed=config.seed)
         subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
         source, split, subset_ids = subset.source, subset.split, subset.example_ids
         num_examples = subset.num_examples

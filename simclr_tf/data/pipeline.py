@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf.data import augment, device_augment
-from simclr_tf.data.datasets import DatasetSource
+from simclr_tf.data.sources import DatasetSource
 
 TRAIN_MODES = ("pretrain", "finetune")
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
