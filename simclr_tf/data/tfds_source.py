@@ -100,7 +100,7 @@ class TFDSSource(DatasetSource):
             raise ValueError(
                 f"Dataset {name!r} is not prepared in data_dir={self._builder.data_dir!r} "
                 "and its split sizes are not in simclr_tf's table "
-                "(simclr_tf.data.datasets.KNOWN_TFDS_DATASETS). Prepare it first "
+                "(simclr_tf.data.tfds_source.KNOWN_TFDS_DATASETS). Prepare it first "
                 f"(`tfds build {name} --data_dir=...`, then pass that data_dir), or "
                 "register its sizes in KNOWN_TFDS_DATASETS.")
         keys = info.supervised_keys
