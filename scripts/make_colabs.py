@@ -39,9 +39,9 @@ if not SAVED_MODEL:
     SAVED_MODEL = experiment.run(config)["saved_model"]
 print("SavedModel:", SAVED_MODEL)"""),
  ("md", "## The authors' interface: named features"),
- ("code", """from simclr_tf.data import augment, datasets
+ ("code", """from simclr_tf.data import augment, registry
 
-source = datasets.get_dataset("digits")
+source = registry.get_dataset("digits")
 images = np.stack([image for image, _ in source.load("test").take(8).as_numpy_iterator()])
 labels = np.array([label for _, label in source.load("test").take(8).as_numpy_iterator()])
 model = tf.saved_model.load(SAVED_MODEL)
@@ -121,12 +121,12 @@ assert results["eval/num_examples"] == 360
 print(open(os.path.join(finetune_dir, "label_subset_ids.txt")).read()[:200])"""),
  ("md", "## 2. By hand: the exported SavedModel with a new head"),
  ("code", """from simclr_tf import export
-from simclr_tf.data import datasets, pipeline
+from simclr_tf.data import pipeline, registry
 
 hub = tf.saved_model.load(export.latest_export(PRETRAINED))
 head = keras.layers.Dense(10)
 optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
-source = datasets.get_dataset("digits")
+source = registry.get_dataset("digits")
 train = pipeline.build_input_fn(source, "train", global_batch_size=32, is_training=True,
                                 train_mode="finetune", image_size=16, seed=0)(None)
 

@@ -82,7 +82,7 @@ def main(argv=None):
 
     # Imported after parsing so that --help never waits for TensorFlow.
     from simclr_tf import embed, probe, transfer  # pylint: disable=import-outside-toplevel
-    from simclr_tf.data import datasets  # pylint: disable=import-outside-toplevel
+    from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
 
     model, image_size, description = embed.load_encoder(args.encoder)
     image_size = args.image_size or image_size
@@ -93,7 +93,7 @@ def main(argv=None):
               else probe.DEFAULT_C_GRID)
     rows = []
     for name in filter(None, args.datasets.split(",")):
-        source = datasets.get_dataset(name, data_dir=args.data_dir)
+        source = registry.get_dataset(name, data_dir=args.data_dir)
         train, test = overrides.get(name) or default_splits(source)
         row = transfer.evaluate_protocols(
             model, source, image_size=image_size, train_split=train, test_split=test,

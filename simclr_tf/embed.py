@@ -42,9 +42,9 @@ def bounded_ids(source, split, max_examples, *, seed=0):
     if not max_examples or total <= max_examples:
         return None
     if source.has_labels(split):
-        from simclr_tf.data import datasets  # pylint: disable=import-outside-toplevel
-        return datasets.stratified_subset_ids(source.load_labels(split),
-                                              num_examples=int(max_examples), seed=seed)
+        from simclr_tf.data import sources  # pylint: disable=import-outside-toplevel
+        return sources.stratified_subset_ids(source.load_labels(split),
+                                             num_examples=int(max_examples), seed=seed)
     return np.sort(np.random.RandomState(seed).choice(total, int(max_examples),
                                                       replace=False)).astype(np.int64)
 

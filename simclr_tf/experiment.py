@@ -17,7 +17,7 @@ from absl import logging
 from simclr_tf import (checkpoints, distribute, embed, export, knn, loop, official,
                        optimizers, preflight, probe, schedules, transfer)
 from simclr_tf.config import ConfigError
-from simclr_tf.data import augment, datasets, device_augment, pipeline
+from simclr_tf.data import augment, device_augment, pipeline, subsets
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.train import Trainer
 
@@ -154,8 +154,8 @@ def train(config, strategy, context):
     split, subset_ids = config.train_split, None
     num_examples = context["num_train_examples"]
     if config.train_mode == "finetune" and config.label_fraction < 1.0:
-        subset = datasets.make_label_subset(source, split, config.label_fraction,
-                                            seed=config.seed)
+        subset = subsets.make_label_subset(source, split, config.label_fraction,
+                                           seed=config.seed)
         subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
         source, split, subset_ids = subset.source, subset.split, subset.example_ids
         num_examples = subset.num_examples

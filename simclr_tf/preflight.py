@@ -10,13 +10,13 @@ import tensorflow as tf
 
 from simclr_tf import checkpoints, official
 from simclr_tf.config import ConfigError
-from simclr_tf.data import datasets
+from simclr_tf.data import folders, registry
 
 def load_source(config):
     try:
-        return datasets.get_dataset(config.dataset, data_dir=config.data_dir,
+        return registry.get_dataset(config.dataset, data_dir=config.data_dir,
                                     skip_corrupt_images=config.skip_corrupt_images)
-    except datasets.CorruptImageError as error:
+    except folders.CorruptImageError as error:
         raise ConfigError("skip_corrupt_images", f"is off and {error.path!r} is "
                           f"{error.reason.replace('_', ' ')}; delete or replace the file, "
                           "or turn --skip_corrupt_images on to skip such files.") from None

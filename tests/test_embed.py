@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from simclr_tf import checkpoints, embed, experiment
 from simclr_tf.config import Config
-from simclr_tf.data import augment, datasets
+from simclr_tf.data import augment, registry
 
 TINY = dict(image_size=16, stem="cifar", resnet_depth=18, width_multiplier=0.125,
             num_proj_layers=2, proj_out_dim=16, eval_batch_size=4)
@@ -27,7 +27,7 @@ def _model(cfg, strategy=None):
 
 def test_embeddings_deterministic_aligned_and_replica_independent():
     cfg = Config.from_dict(dict(TINY, dataset="digits"))
-    source = datasets.get_dataset("digits")
+    source = registry.get_dataset("digits")
     ids = np.arange(0, 360, 7)  # a subset: ids are positions in the whole split
     model = _model(cfg)
     one = embed.extract(tf.distribute.get_strategy(), model, source, "test",

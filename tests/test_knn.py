@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from simclr_tf import embed, experiment, knn, probe, transfer
 from simclr_tf.config import Config, ConfigError
-from simclr_tf.data import datasets
+from simclr_tf.data import registry
 from simclr_tf.models import SimCLRModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +94,7 @@ def _tiny_model(strategy):
 
 
 def test_knn_monitor_two_replicas_equal_one():
-    source = datasets.get_dataset("digits")
+    source = registry.get_dataset("digits")
     results = {}
     for name, strategy in (("one", tf.distribute.get_strategy()),
                            ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
@@ -137,7 +137,7 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
                 tags.setdefault(value.tag, []).append(event.step)
     assert tags["knn/top_1_accuracy"] == [50, 80] and "knn/seconds" in tags
 
-    source = datasets.get_dataset("digits")
+    source = registry.get_dataset("digits")
     pretrained, _ = experiment.load_trained_encoder(cfg, tf.distribute.get_strategy(), {})
     keras.utils.set_random_seed(cfg.seed + 1)
     random_init = experiment.build_model(cfg, tf.distribute.get_strategy(), None)

@@ -6,12 +6,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from simclr_tf.data import datasets, pipeline
+from simclr_tf.data import pipeline, registry, subsets
 
 
 @pytest.fixture(scope="module")
 def digits():
-    return datasets.get_dataset("digits")
+    return registry.get_dataset("digits")
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +77,13 @@ def test_eval_single_device_order_and_last_partial_batch(digits):
     labels = np.concatenate([y.numpy() for _, y in batches])
     np.testing.assert_array_equal(labels, digits.load_labels("test"))
     # At 32 px evaluation does not crop: the image is the source image, resized.
-    first = datasets.get_dataset("digits").load("test").take(1)
+    first = registry.get_dataset("digits").load("test").take(1)
     source_image = next(iter(first))[0].numpy() / 255.0
     np.testing.assert_allclose(batches[0][0][0].numpy(), source_image, atol=1e-5)
 
 
 def test_input_pipelines_shard_examples():
-    source = datasets.get_dataset("digits")
+    source = registry.get_dataset("digits")
     input_fn = pipeline.build_input_fn(source, "test", global_batch_size=8,
                                        is_training=False, image_size=8)
     counts = []
@@ -97,7 +97,7 @@ def test_input_pipelines_shard_examples():
 
 
 def test_label_subset_ids_restrict_the_examples(digits):
-    subset = datasets.make_label_subset(digits, "train", 0.05)
+    subset = subsets.make_label_subset(digits, "train", 0.05)
     dataset = pipeline.build_input_fn(
         digits, "train", global_batch_size=32, is_training=False, image_size=16,
         label_subset_ids=subset.example_ids)(None)
@@ -108,7 +108,7 @@ def test_label_subset_ids_restrict_the_examples(digits):
 
 def test_tfds_pretraining_pipeline_under_mock():
     with tfds.testing.mock_data(num_examples=10):
-        source = datasets.get_dataset("imagenet2012")
+        source = registry.get_dataset("imagenet2012")
         dataset = pipeline.build_input_fn(
             source, "train", global_batch_size=4, is_training=True,
             train_mode="pretrain", image_size=32, cache=True)(None)
@@ -121,7 +121,7 @@ def test_unlabelled_split_only_for_pretraining(tmp_path):
     from PIL import Image
     for i in range(4):
         Image.new("RGB", (8, 8), (i, i, i)).save(tmp_path / f"{i}.png")
-    source = datasets.get_dataset(f"folder:{tmp_path}")
+    source = registry.get_dataset(f"folder:{tmp_path}")
     dataset = pipeline.build_input_fn(source, "train", global_batch_size=2,
                                       is_training=True, image_size=8)(None)
     (_, _), labels = next(iter(dataset))

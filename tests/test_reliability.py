@@ -20,7 +20,7 @@ from absl import flags
 
 from simclr_tf import checkpoints, experiment, preflight
 from simclr_tf.config import Config, ConfigError
-from simclr_tf.data import datasets
+from simclr_tf.data import folders
 from simclr_tf.loop import NonFiniteLossError
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -215,7 +215,7 @@ def _decoded(source, split="train"):
 
 def test_broken_images_are_skipped_and_counted_others_decode(broken_folder, tmp_path,
                                                             caplog):
-    source = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=str(tmp_path / "c"))
+    source = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=str(tmp_path / "c"))
     assert source.skipped_files == {
         str(broken_folder / "b_bad" / "2_truncated.jpg"): "truncated",
         str(broken_folder / "b_bad" / "3_empty.jpg"): "empty",
@@ -240,9 +240,9 @@ def test_broken_images_are_skipped_and_counted_others_decode(broken_folder, tmp_
 
 
 def test_broken_image_fails_with_its_path_when_skipping_is_off(broken_folder, tmp_path):
-    with pytest.raises(datasets.CorruptImageError) as info:
-        datasets.ImageFolderSource(str(broken_folder), skip_corrupt_images=False,
-                                   scan_cache_dir=None)
+    with pytest.raises(folders.CorruptImageError) as info:
+        folders.ImageFolderSource(str(broken_folder), skip_corrupt_images=False,
+                                  scan_cache_dir=None)
     assert info.value.path == str(broken_folder / "b_bad" / "2_truncated.jpg")
     cfg = config(dataset=f"folder:{broken_folder}", skip_corrupt_images=False,
                  model_dir=str(tmp_path / "run"), train_steps=1)
@@ -255,24 +255,24 @@ def test_broken_image_fails_with_its_path_when_skipping_is_off(broken_folder, tm
 def test_image_scan_is_cached_and_too_large_images_are_skipped(broken_folder, tmp_path,
                                                               monkeypatch):
     cache = tmp_path / "cache"
-    datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
+    folders.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
     assert len(os.listdir(cache)) == 1
 
     def no_reading(path):
         raise AssertionError(f"{path} was scanned again")
 
-    monkeypatch.setattr(datasets, "scan_image_file", no_reading)
-    again = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
+    monkeypatch.setattr(folders, "scan_image_file", no_reading)
+    again = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
     assert len(again.skipped_files) == 4
     monkeypatch.undo()
-    monkeypatch.setattr(datasets, "MAX_IMAGE_PIXELS", 4000 * 3000 - 1)
-    small_limit = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
+    monkeypatch.setattr(folders, "MAX_IMAGE_PIXELS", 4000 * 3000 - 1)
+    small_limit = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
     assert small_limit.skipped_files[str(broken_folder / "a_good" / "6_large.jpg")] == \
         "too_large"
 
 
 def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder):
-    source = datasets.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
+    source = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
     victim = broken_folder / "a_good" / "1_rgb.png"
     victim.write_bytes(victim.read_bytes()[:30])
     assert len(_decoded(source)) == 6  # one fewer, and the epoch completes

@@ -19,7 +19,7 @@ statically shaped batches.
 
 Example:
 ```python
-source = datasets.get_dataset("digits")
+source = registry.get_dataset("digits")
 dist_ds = build_distributed_dataset(
     strategy, source, "train", global_batch_size=256, is_training=True,
     train_mode="pretrain", image_size=32, color_jitter_strength=0.5)
@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf.data import augment, device_augment
-from simclr_tf.data.datasets import DatasetSource
+from simclr_tf.data.sources import DatasetSource
 
 TRAIN_MODES = ("pretrain", "finetune")
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
@@ -70,7 +70,7 @@ def build_input_fn(
     """Returns `input_fn(input_context) -> tf.data.Dataset` of per-replica batches.
 
     Args:
-      source: the dataset (`datasets.get_dataset(...)`).
+      source: the dataset (`registry.get_dataset(...)`).
       split: split spec, e.g. 'train', 'train[:10%]', 'unlabelled'.
       global_batch_size: examples per step over all replicas; must divide evenly.
       is_training: training (shuffle, repeat, random augmentation, full batches) or
@@ -85,7 +85,7 @@ def build_input_fn(
         function of (seed, position in the stream), so a run resumed at `start_step`
         sees exactly the batches an uninterrupted run would. None draws one.
       label_subset_ids: keep only these example ids of `split` (semi-supervised
-        fine-tuning; see `datasets.make_label_subset`).
+        fine-tuning; see `subsets.make_label_subset`).
       shuffle_buffer_size: examples in the shuffle buffer.
       eval_center_crop: centre crop at evaluation; None applies the reference's rule
         `augment.eval_center_crop_enabled(image_size)` (no crop at <= 32 px).
@@ -101,7 +101,7 @@ def build_input_fn(
       The input function; called with None it gives global batches on one device.
     """
     if not isinstance(source, DatasetSource):
-        raise ValueError("`source` must be a DatasetSource (datasets.get_dataset). "
+        raise ValueError("`source` must be a DatasetSource (registry.get_dataset). "
                          f"Received: source={source!r}")
     _positive_int("global_batch_size", global_batch_size)
     _positive_int("image_size", image_size)

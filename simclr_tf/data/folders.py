@@ -1,0 +1,339 @@
+"""Image folders ('folder:/path') and the scan that keeps undecodable files out.
+
+A folder of JPEG, PNG, BMP and GIF files (first frame; TIFF, WebP, PPM/PGM through
+Pillow). Class subfolders make it labelled (classes sorted by name); image files
+directly in the folder make it unlabelled (label -1, pretraining only). Subfolders all
+named like splits (`train`, `validation`, `val`, `test`, `unlabelled`) make each one a
+split; otherwise the whole folder is split 'train' (use slices such as 'train[:90%]' /
+'train[90%:]' for a held-out part). Grey, grey+alpha, RGBA, palette and 16-bit images
+are all converted to 8-bit RGB.
+
+Every file is checked once when the source is built (`scan_image_files`, cached in
+`DEFAULT_SCAN_CACHE_DIR`); undecodable files are skipped and counted, or raise
+`CorruptImageError`.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import hashlib
+import io
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from simclr_tf.data.sources import FOLDER_PREFIX, UNLABELLED, ArraySource
+
+# Decoded by tf.io.decode_image (GIF: first frame only).
+TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# Formats tf.io cannot decode, read through Pillow in a tf.numpy_function.
+PIL_IMAGE_EXTENSIONS = (".tif", ".tiff", ".webp", ".ppm", ".pgm")
+FOLDER_SPLIT_NAMES = ("train", "validation", "val", "test", "unlabelled")
+
+
+def _is_image(filename: str) -> bool:
+    return (not filename.startswith(".")
+            and filename.lower().endswith(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS))
+
+
+def _images_under(directory: str) -> list[str]:
+    """Image files below `directory` (recursively), sorted for a stable order."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found.extend(os.path.join(root, f) for f in sorted(files) if _is_image(f))
+    return found
+
+
+def _subdirectories(directory: str) -> list[str]:
+    return sorted(d for d in os.listdir(directory)
+                  if not d.startswith(".") and os.path.isdir(os.path.join(directory, d)))
+
+
+def _scan_split(directory: str) -> tuple[list[str], list[str] | None]:
+    """(files, class name per file) of a split folder; classes None if unlabelled."""
+    direct_images = sorted(f for f in os.listdir(directory)
+                           if _is_image(f) and os.path.isfile(os.path.join(directory, f)))
+    classes = [d for d in _subdirectories(directory)
+               if _images_under(os.path.join(directory, d))]
+    if direct_images and classes:
+        raise ValueError(
+            f"Folder {directory!r} mixes image files with class subfolders {classes}; "
+            "put every image in a class subfolder (labelled) or none (unlabelled).")
+    if direct_images:
+        return [os.path.join(directory, f) for f in direct_images], None
+    files, names = [], []
+    for class_name in classes:
+        class_files = _images_under(os.path.join(directory, class_name))
+        files.extend(class_files)
+        names.extend([class_name] * len(class_files))
+    return files, names
+
+
+def _pil_decode(path: bytes) -> np.ndarray:
+    from PIL import Image  # Only needed for formats tf.io cannot read.
+
+    with Image.open(io.BytesIO(open(path, "rb").read())) as image:
+        image.seek(0)
+        if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+            # 16/32-bit grey: keep the top 8 bits of 16-bit data.
+            array = np.asarray(image, dtype=np.int64) >> 8
+            array = np.clip(array, 0, 255).astype(np.uint8)
+            return np.repeat(array[..., np.newaxis], 3, axis=-1)
+        return np.asarray(image.convert("RGB"), dtype=np.uint8)
+
+
+# Images with more pixels are skipped as 'too_large' (2**27 px: 384 MiB as uint8 RGB;
+# decompression bombs declare billions in a few bytes of header).
+MAX_IMAGE_PIXELS = 2 ** 27
+# Formats by magic bytes; tf.io.decode_image reads the first four, Pillow the rest.
+_MAGIC = (
+    (b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"), (b"BM", "bmp"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"),
+    (b"P5", "pnm"), (b"P6", "pnm"), (b"P2", "pnm"), (b"P3", "pnm"),
+)
+_TF_FORMATS = ("jpeg", "png", "gif", "bmp")
+# Complete files end with these markers; a file without one is decoded once to be sure
+# (some cameras append data after a JPEG's end-of-image marker).
+_END_MARKERS = {"jpeg": b"\xff\xd9", "png": b"IEND", "gif": b"\x3b"}
+_SCAN_CACHE_VERSION = 1
+DEFAULT_SCAN_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "simclr_tf",
+                                      "folder_scans")
+
+
+class CorruptImageError(ValueError):
+    """A file of an image folder cannot be decoded (with skipping turned off).
+
+    Attributes:
+      path: the file.
+      reason: 'empty', 'not_an_image', 'truncated', 'corrupt', 'too_large' or
+        'unreadable'.
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"Image file {path!r} is {reason.replace('_', ' ')}; delete or "
+                         "replace it, or skip such files (skip_corrupt_images=True).")
+
+
+def _image_format(head: bytes) -> str | None:
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def scan_image_file(path: str) -> tuple[str | None, str | None]:
+    """(format, problem) of an image file, reading its header and its last bytes.
+
+    `problem` is None for a file that decodes, else 'empty', 'not_an_image',
+    'truncated', 'corrupt', 'too_large' or 'unreadable'. JPEG, PNG and GIF files that
+    end with their end marker are accepted from the header alone; the others are
+    decoded once with Pillow.
+    """
+    from PIL import Image  # Heavy import, only for folders.
+
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            return None, "empty"
+        with open(path, "rb") as f:
+            head = f.read(32)
+            f.seek(max(size - 64, 0))
+            tail = f.read()
+    except OSError:
+        return None, "unreadable"
+    kind = _image_format(head)
+    if kind is None:
+        return None, "not_an_image"
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except Image.DecompressionBombError:
+        return kind, "too_large"
+    except Exception:  # pylint: disable=broad-except  # Pillow raises many kinds.
+        return kind, "corrupt"
+    if width * height > MAX_IMAGE_PIXELS:
+        return kind, "too_large"
+    if _END_MARKERS.get(kind, b"\x00\x00") in tail:
+        return kind, None
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except Exception as error:  # pylint: disable=broad-except
+        return kind, "truncated" if "truncated" in str(error) else "corrupt"
+    return kind, None
+
+
+def _scan_cache_path(cache_dir: str, folder: str) -> str:
+    digest = hashlib.sha1(os.path.abspath(folder).encode()).hexdigest()[:16]
+    return os.path.join(cache_dir, f"{digest}.json")
+
+
+def scan_image_files(folder: str, files: Sequence[str], *,
+                     cache_dir: str | None = DEFAULT_SCAN_CACHE_DIR,
+                     num_threads: int = 16) -> dict[str, tuple[str | None, str | None]]:
+    """`scan_image_file` for every file, in parallel, cached by (size, mtime).
+
+    Args:
+      folder: the dataset folder (names the cache file).
+      files: paths of the files.
+      cache_dir: where to keep results between runs (None: no cache). Only files
+        whose size or modification time changed are read again.
+      num_threads: files read at once.
+    """
+    cached = {}
+    cache_file = _scan_cache_path(cache_dir, folder) if cache_dir else None
+    if cache_file and os.path.exists(cache_file):
+        try:
+            with open(cache_file) as f:
+                data = json.load(f)
+            if data.get("version") == _SCAN_CACHE_VERSION:
+                cached = data["files"]
+        except (OSError, ValueError, KeyError):
+            cached = {}
+    results, entries, todo = {}, {}, []
+    for path in files:
+        try:
+            stat = os.stat(path)
+            key = [stat.st_size, stat.st_mtime_ns]
+        except OSError:
+            results[path] = (None, "unreadable")
+            continue
+        entry = cached.get(path)
+        if entry is not None and entry[:2] == key:
+            results[path] = (entry[2], entry[3])
+        else:
+            todo.append(path)
+        entries[path] = key
+    if todo:
+        with concurrent.futures.ThreadPoolExecutor(num_threads) as pool:
+            for path, result in zip(todo, pool.map(scan_image_file, todo)):
+                results[path] = result
+    if cache_file and todo:
+        payload = {"version": _SCAN_CACHE_VERSION, "folder": os.path.abspath(folder),
+                   "files": {p: [*entries[p], *results[p]] for p in entries}}
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            temporary = f"{cache_file}.tmp{os.getpid()}"
+            with open(temporary, "w") as f:
+                json.dump(payload, f)
+            os.replace(temporary, cache_file)
+        except OSError as error:
+            logging.warning("Could not cache the image scan in %s: %s", cache_file, error)
+    return results
+
+
+class ImageFolderSource(ArraySource):
+    """Images in a folder; layouts in the module docstring.
+
+    Every file is checked once when the source is built (`scan_image_files`: header
+    and end marker, cached), so that bad files never reach training and split sizes
+    are exact. Files that cannot be decoded (empty, not an image, truncated, corrupt,
+    over `MAX_IMAGE_PIXELS`) are skipped and counted, with one summary line, or with
+    `skip_corrupt_images=False` the first one raises `CorruptImageError`.
+
+    Args:
+      path: the folder.
+      skip_corrupt_images: skip undecodable files (True) or fail on the first.
+      scan_cache_dir: where scan results are cached (None: not cached).
+
+    Attributes:
+      skipped_files: {path: problem} of the skipped files.
+    """
+
+    def __init__(self, path: str, *, skip_corrupt_images: bool = True,
+                 scan_cache_dir: str | None = DEFAULT_SCAN_CACHE_DIR):
+        if not os.path.isdir(path):
+            raise ValueError(f"Image folder not found; use an existing directory of "
+                             f"images. Received: path={path!r}")
+        subdirs = _subdirectories(path)
+        root_images = [f for f in os.listdir(path) if _is_image(f)]
+        if subdirs and not root_images and all(d in FOLDER_SPLIT_NAMES for d in subdirs):
+            scanned = {d: _scan_split(os.path.join(path, d)) for d in subdirs}
+        else:
+            scanned = {"train": _scan_split(path)}
+        scanned = {split: v for split, v in scanned.items() if v[0]}
+        if not scanned:
+            raise ValueError(
+                f"No images ({', '.join(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS)}) "
+                f"found in folder {path!r}.")
+        class_names = sorted({name for _, names in scanned.values() if names
+                              for name in names})
+        index = {name: i for i, name in enumerate(class_names)}
+        scanned, formats = self._drop_bad_files(path, scanned, skip_corrupt_images,
+                                                scan_cache_dir)
+        rows, unlabelled = {}, []
+        for split, (files, names) in scanned.items():
+            if names is None:
+                unlabelled.append(split)
+                labels = np.full(len(files), UNLABELLED, np.int64)
+            else:
+                labels = np.array([index[n] for n in names], np.int64)
+            rows[split] = {
+                "path": np.array(files, dtype=object),
+                # By content, not by extension (a '.jpg' may hold a TIFF).
+                "use_pil": np.array([formats[f] not in _TF_FORMATS for f in files], bool),
+                "label": labels,
+            }
+        self.path = path
+        self.class_names = tuple(class_names)
+        self.skip_corrupt_images = skip_corrupt_images
+        super().__init__(FOLDER_PREFIX + path, len(class_names), rows, tuple(unlabelled))
+
+    def _drop_bad_files(self, path, scanned, skip, cache_dir):
+        """(scanned without undecodable files, format per kept file)."""
+        every = [f for files, _ in scanned.values() for f in files]
+        results = scan_image_files(path, every, cache_dir=cache_dir)
+        self.skipped_files = {f: results[f][1] for f in every if results[f][1]}
+        if self.skipped_files and not skip:
+            first = next(iter(self.skipped_files))
+            raise CorruptImageError(first, self.skipped_files[first])
+        kept = {}
+        for split, (files, names) in scanned.items():
+            keep = [i for i, f in enumerate(files) if f not in self.skipped_files]
+            if keep:
+                kept[split] = ([files[i] for i in keep],
+                               None if names is None else [names[i] for i in keep])
+        if self.skipped_files:
+            counts = collections.Counter(self.skipped_files.values())
+            examples = list(self.skipped_files.items())[:3]
+            logging.warning(
+                "Image folder %s: skipped %d of %d files (%s), e.g. %s.", path,
+                len(self.skipped_files), len(every),
+                ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())),
+                "; ".join(f"{f} ({reason})" for f, reason in examples))
+        if not kept:
+            raise ValueError(f"No decodable images in folder {path!r}: all "
+                             f"{len(every)} files were skipped.")
+        return kept, {f: results[f][0] for f in every}
+
+    def load(self, split, *, input_context=None, shuffle_files=False, example_ids=None):
+        dataset = super().load(split, input_context=input_context,
+                               shuffle_files=shuffle_files, example_ids=example_ids)
+        if self.skip_corrupt_images:
+            # The scan catches what it knows; a file that still fails to decode (changed
+            # since, or damaged in a way headers do not show) is dropped with a warning
+            # rather than ending the run mid-epoch.
+            dataset = dataset.ignore_errors(log_warning=True)
+        return dataset
+
+    def _decode(self, columns):
+
+        def with_tf():
+            return tf.io.decode_image(tf.io.read_file(columns["path"]), channels=3,
+                                      dtype=tf.uint8, expand_animations=False)
+
+        def with_pil():
+            return tf.numpy_function(_pil_decode, [columns["path"]], tf.uint8,
+                                     stateful=False)
+
+        image = tf.cond(columns["use_pil"], with_pil, with_tf)
+        image.set_shape([None, None, 3])
+        return image

@@ -1,0 +1,80 @@
+"""Dataset names -> `DatasetSource`s: `get_dataset`, `register_dataset`.
+
+```python
+source = get_dataset("cifar10", data_dir="/data/tfds")   # any TFDS image dataset
+source = get_dataset("folder:/data/my_images")           # a folder of images
+source = get_dataset("digits")                           # offline, scikit-learn's digits
+```
+
+Names, in the order they are tried:
+- `folder:/path`: a folder of images (`folders.ImageFolderSource`).
+- a registered name (`registered_datasets()`): 'digits' (`digits.DigitsSource`) and
+  whatever `register_dataset` added.
+- anything else: a TFDS dataset read from `data_dir` (`tfds_source.TFDSSource`).
+
+Adding a dataset touches one file:
+- a TFDS dataset: nothing once it is prepared in `data_dir`; to know its sizes before
+  that, one entry in `tfds_source.KNOWN_TFDS_DATASETS`.
+- any other dataset: one entry in `_FACTORIES` below, `name: factory(data_dir) ->
+  DatasetSource` (or `register_dataset(name, factory)` from your own code, touching
+  no file here). A new kind of source goes in a module of its own, like `digits.py`
+  (an `ArraySource` when its examples fit in arrays).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from simclr_tf.data.digits import DigitsSource
+from simclr_tf.data.folders import ImageFolderSource
+from simclr_tf.data.sources import FOLDER_PREFIX, DatasetSource
+from simclr_tf.data.tfds_source import TFDSSource
+
+_FACTORIES: dict[str, Callable[[str | None], DatasetSource]] = {
+    "digits": lambda data_dir: DigitsSource(),
+}
+
+
+def register_dataset(name: str, factory: Callable[[str | None], DatasetSource]) -> None:
+    """Registers `factory(data_dir) -> DatasetSource` under `name`.
+
+    Args:
+      name: the name for `get_dataset`; must not start with 'folder:'.
+      factory: called with `data_dir` on every `get_dataset(name)`.
+    """
+    if not isinstance(name, str) or not name or name.startswith(FOLDER_PREFIX):
+        raise ValueError(f"`name` must be a non-empty string not starting with "
+                         f"{FOLDER_PREFIX!r}. Received: name={name!r}")
+    _FACTORIES[name] = factory
+
+
+def registered_datasets() -> tuple[str, ...]:
+    """Names registered besides TFDS and folders ('digits', ...)."""
+    return tuple(sorted(_FACTORIES))
+
+
+def get_dataset(name: str, *, data_dir: str | None = None,
+                skip_corrupt_images: bool = True) -> DatasetSource:
+    """The dataset called `name`: registered, 'folder:/path', or TFDS.
+
+    Args:
+      name: 'digits', 'folder:/path/to/images', or a TFDS name such as 'cifar10'.
+      data_dir: TFDS data folder (ignored by the other kinds).
+      skip_corrupt_images: folders only: skip undecodable files (see
+        `ImageFolderSource`) instead of raising `CorruptImageError`.
+
+    Returns:
+      A `DatasetSource`.
+
+    Raises:
+      ValueError: unknown name, missing folder, or a TFDS dataset neither prepared in
+        `data_dir` nor in `KNOWN_TFDS_DATASETS`.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
+    if name.startswith(FOLDER_PREFIX):
+        return ImageFolderSource(os.path.expanduser(name[len(FOLDER_PREFIX):]),
+                                 skip_corrupt_images=skip_corrupt_images)
+    if name in _FACTORIES:
+        return _FACTORIES[name](data_dir)
+    return TFDSSource(name, data_dir=data_dir)

@@ -1,0 +1,180 @@
+"""TFDS datasets (`name` or `name/config`, optionally `:version`), never downloaded.
+
+Read from `data_dir`. Split sizes come from the prepared dataset's metadata, or for
+datasets we know (`KNOWN_TFDS_DATASETS`: imagenet2012, imagenet2012_subset/1pct and
+/10pct, cifar10, cifar100, stl10, ...) from our own table: offline, TFDS metadata has
+no split sizes until the data is prepared. A dataset neither prepared nor known raises
+ValueError. Nothing is ever downloaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from simclr_tf.data.sources import (FOLDER_PREFIX, UNLABELLED, DatasetSource,
+                                    check_example_ids, ensure_rgb, keep_ids, shard)
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownDataset:
+    """What we know about a TFDS dataset without its (offline, absent) metadata.
+
+    Attributes:
+      num_classes: number of label classes.
+      split_sizes: examples per split.
+      unlabelled_splits: splits whose labels are all -1.
+    """
+    num_classes: int
+    split_sizes: Mapping[str, int]
+    unlabelled_splits: tuple[str, ...] = ()
+
+
+KNOWN_TFDS_DATASETS: dict[str, KnownDataset] = {
+    "imagenet2012": KnownDataset(
+        1000, {"train": 1_281_167, "validation": 50_000, "test": 100_000}, ("test",)),
+    # The SimCLR authors' semi-supervised subsets of the ImageNet train split.
+    "imagenet2012_subset/1pct": KnownDataset(
+        1000, {"train": 12_811, "validation": 50_000}),
+    "imagenet2012_subset/10pct": KnownDataset(
+        1000, {"train": 128_116, "validation": 50_000}),
+    "cifar10": KnownDataset(10, {"train": 50_000, "test": 10_000}),
+    "cifar100": KnownDataset(100, {"train": 50_000, "test": 10_000}),
+    "stl10": KnownDataset(
+        10, {"train": 5_000, "test": 8_000, "unlabelled": 100_000}, ("unlabelled",)),
+    "mnist": KnownDataset(10, {"train": 60_000, "test": 10_000}),
+    "fashion_mnist": KnownDataset(10, {"train": 60_000, "test": 10_000}),
+    "svhn_cropped": KnownDataset(
+        10, {"train": 73_257, "test": 26_032, "extra": 531_131}),
+    "oxford_flowers102": KnownDataset(
+        102, {"train": 1_020, "validation": 1_020, "test": 6_149}),
+    "oxford_iiit_pet": KnownDataset(37, {"train": 3_680, "test": 3_669}),
+    "food101": KnownDataset(101, {"train": 75_750, "validation": 25_250}),
+    "dtd": KnownDataset(47, {"train": 1_880, "validation": 1_880, "test": 1_880}),
+    "tf_flowers": KnownDataset(5, {"train": 3_670}),
+}
+# `imagenet2012_subset` alone means its default config.
+KNOWN_TFDS_DATASETS["imagenet2012_subset"] = KNOWN_TFDS_DATASETS[
+    "imagenet2012_subset/1pct"]
+
+# label_fraction -> the authors' TFDS subset of the ImageNet train split.
+AUTHORS_IMAGENET_SUBSETS = {
+    0.01: "imagenet2012_subset/1pct",
+    0.1: "imagenet2012_subset/10pct",
+}
+
+
+def table_name(name: str) -> str:
+    """'cifar10:3.0.2' -> 'cifar10' (versions do not change sizes we rely on)."""
+    return name.split(":")[0]
+
+
+class TFDSSource(DatasetSource):
+    """A TFDS image-classification dataset read from `data_dir` (never downloaded).
+
+    Args:
+      name: TFDS name, e.g. 'cifar10', 'imagenet2012_subset/10pct', 'mnist:3.0.1'.
+      data_dir: TFDS data folder (TFDS's default when None).
+    """
+
+    def __init__(self, name: str, data_dir: str | None = None):
+        try:
+            self._builder = tfds.builder(name, data_dir=data_dir)
+        except tfds.core.registered.DatasetNotFoundError as e:
+            raise ValueError(
+                f"Unknown dataset {name!r}: not a TFDS dataset, not 'digits' and not "
+                f"'{FOLDER_PREFIX}/path'.") from e
+        self.name = name
+        self.data_dir = data_dir
+        info = self._builder.info
+        known = KNOWN_TFDS_DATASETS.get(table_name(name))
+        self._prepared = bool(info.splits)
+        if self._prepared:
+            self._split_sizes = {s: info.splits[s].num_examples for s in info.splits}
+        elif known is not None:
+            self._split_sizes = dict(known.split_sizes)
+        else:
+            raise ValueError(
+                f"Dataset {name!r} is not prepared in data_dir={self._builder.data_dir!r} "
+                "and its split sizes are not in simclr_tf's table "
+                "(simclr_tf.data.tfds_source.KNOWN_TFDS_DATASETS). Prepare it first "
+                f"(`tfds build {name} --data_dir=...`, then pass that data_dir), or "
+                "register its sizes in KNOWN_TFDS_DATASETS.")
+        keys = info.supervised_keys
+        if not (isinstance(keys, tuple) and len(keys) == 2
+                and all(isinstance(k, str) for k in keys)):
+            keys = ("image", "label")
+        self._image_key, self._label_key = keys
+        if self._image_key not in info.features:
+            raise ValueError(f"Dataset {name!r} has no image feature "
+                             f"{self._image_key!r}; features: {list(info.features)}.")
+        label_feature = (info.features[self._label_key]
+                         if self._label_key in info.features else None)
+        if hasattr(label_feature, "num_classes"):
+            self.num_classes = int(label_feature.num_classes)
+        elif known is not None:
+            self.num_classes = known.num_classes
+        else:
+            raise ValueError(f"Dataset {name!r} has no class label {self._label_key!r}.")
+        self._unlabelled = known.unlabelled_splits if known is not None else ()
+
+    @property
+    def split_sizes(self) -> Mapping[str, int]:
+        return self._split_sizes
+
+    @property
+    def unlabelled_splits(self) -> tuple[str, ...]:
+        return self._unlabelled
+
+    def _as_dataset(self, split, *, shuffle_files=False, read_config=None,
+                    skip_image_decoding=False):
+        self.split_ranges(split)  # Validates the split with a clear message.
+        decoders = ({self._image_key: tfds.decode.SkipDecoding()}
+                    if skip_image_decoding else None)
+        try:
+            return self._builder.as_dataset(
+                split=split, shuffle_files=shuffle_files, decoders=decoders,
+                read_config=read_config or tfds.ReadConfig())
+        except AssertionError as e:  # TFDS's way of saying "no data here".
+            raise ValueError(
+                f"Dataset {self.name!r} split {split!r} has no prepared data in "
+                f"data_dir={self._builder.data_dir!r}. Prepare it with `tfds build "
+                f"{self.name} --data_dir=...` (ImageNet needs its manual download) "
+                "and pass that data_dir.") from e
+
+    def load_labels(self, split: str) -> np.ndarray:
+        dataset = self._as_dataset(split, skip_image_decoding=True)
+        dataset = dataset.map(lambda ex: ex[self._label_key]).batch(8192)
+        batches = [np.asarray(b) for b in dataset.as_numpy_iterator()]
+        labels = np.concatenate(batches) if batches else np.zeros([0], np.int64)
+        if not self.has_labels(split):
+            labels = np.full_like(labels, UNLABELLED)
+        return labels.astype(np.int64)
+
+    def load(self, split, *, input_context=None, shuffle_files=False, example_ids=None):
+        labelled = self.has_labels(split)
+        image_feature = self._builder.info.features[self._image_key]
+
+        def to_pair(image, label):
+            label = tf.cast(label, tf.int32) if labelled else tf.constant(UNLABELLED)
+            return ensure_rgb(image), label
+
+        if example_ids is None:
+            dataset = self._as_dataset(
+                split, shuffle_files=shuffle_files,
+                read_config=tfds.ReadConfig(input_context=input_context))
+            return dataset.map(lambda ex: to_pair(ex[self._image_key], ex[self._label_key]),
+                               num_parallel_calls=tf.data.AUTOTUNE)
+        # Ids are positions in the canonical order: read everything in order, select
+        # while the images are still encoded, then shard and decode what was kept.
+        num_examples = self.num_examples(split)
+        ids = check_example_ids(example_ids, num_examples, split)
+        dataset = self._as_dataset(split, skip_image_decoding=True)
+        dataset = shard(keep_ids(dataset, ids, num_examples), input_context)
+        return dataset.map(
+            lambda ex: to_pair(image_feature.decode_example(ex[self._image_key]),
+                               ex[self._label_key]),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

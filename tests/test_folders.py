@@ -1,0 +1,93 @@
+"""Tests for simclr_tf.data.folders: image folders (broken files: test_reliability.py)."""
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from simclr_tf.data import registry, subsets
+
+
+def _all(dataset):
+    return [(np.asarray(x), int(y)) for x, y in dataset.as_numpy_iterator()]
+
+
+def _save(image, path, fmt, **kwargs):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    image.save(path, fmt, **kwargs)
+
+
+def _colour(rgb, size=(12, 10)):
+    return Image.new("RGB", size, rgb)
+
+
+@pytest.fixture(scope="module")
+def odd_folder(tmp_path_factory):
+    """cat/ and dog/ with PNG RGBA, grey JPEG, BMP, animated GIF, 16-bit PNG, TIFF."""
+    root = str(tmp_path_factory.mktemp("odd"))
+    rgba = Image.new("RGBA", (12, 10), (200, 100, 50, 30))
+    _save(rgba, f"{root}/cat/a_rgba.png", "PNG")
+    _save(Image.new("L", (9, 7), 77), f"{root}/cat/b_gray.jpg", "JPEG", quality=100)
+    _save(_colour((10, 20, 30)), f"{root}/cat/c.bmp", "BMP")
+    frames = [_colour((255, 0, 0)).convert("P"), _colour((0, 0, 255)).convert("P")]
+    _save(frames[0], f"{root}/dog/d_anim.gif", "GIF", save_all=True,
+          append_images=frames[1:])
+    sixteen = Image.fromarray(np.full((6, 8), 40000, np.uint16))
+    _save(sixteen, f"{root}/dog/e_16bit.png", "PNG")
+    _save(_colour((5, 250, 5)), f"{root}/dog/f.tiff", "TIFF")
+    _save(Image.new("LA", (5, 5), (128, 9)), f"{root}/dog/g_gray_alpha.png", "PNG")
+    with open(f"{root}/dog/notes.txt", "w") as f:
+        f.write("not an image")
+    return root
+
+
+def test_folder_labelled_with_odd_formats(odd_folder):
+    source = registry.get_dataset("folder:" + odd_folder)
+    assert source.num_classes == 2 and source.class_names == ("cat", "dog")
+    assert source.splits == ("train",) and source.num_examples("train") == 7
+    assert source.has_labels("train")
+    examples = _all(source.load("train"))
+    assert [y for _, y in examples] == [0, 0, 0, 1, 1, 1, 1]
+    for image, _ in examples:
+        assert image.ndim == 3 and image.shape[-1] == 3 and image.dtype == np.uint8
+    rgba, gray, bmp, gif, sixteen, tiff, gray_alpha = [x for x, _ in examples]
+    np.testing.assert_array_equal(rgba[0, 0], [200, 100, 50])  # alpha dropped
+    assert rgba.shape == (10, 12, 3)
+    np.testing.assert_allclose(gray[0, 0], [77, 77, 77], atol=2)  # grey -> RGB
+    np.testing.assert_array_equal(bmp[0, 0], [10, 20, 30])
+    np.testing.assert_array_equal(gif[0, 0], [255, 0, 0])  # the first frame
+    np.testing.assert_allclose(sixteen[0, 0], [40000 / 257] * 3, atol=1)  # 16 -> 8 bit
+    np.testing.assert_array_equal(tiff[0, 0], [5, 250, 5])  # through Pillow
+    np.testing.assert_array_equal(gray_alpha[0, 0], [128, 128, 128])
+
+
+def test_folder_flat_is_unlabelled(tmp_path):
+    for i in range(3):
+        _save(_colour((i, i, i)), str(tmp_path / f"{i}.png"), "PNG")
+    source = registry.get_dataset(f"folder:{tmp_path}")
+    assert source.num_classes == 0 and not source.has_labels("train")
+    assert [y for _, y in _all(source.load("train"))] == [-1, -1, -1]
+    with pytest.raises(ValueError, match="no labels"):
+        subsets.make_label_subset(source, "train", 0.5)
+
+
+def test_folder_with_split_subfolders(tmp_path):
+    for split, n in [("train", 4), ("validation", 2)]:
+        for cls in ["b", "a"]:
+            for i in range(n):
+                _save(_colour((i, 0, 0)), str(tmp_path / split / cls / f"{i}.jpg"), "JPEG")
+    source = registry.get_dataset(f"folder:{tmp_path}")
+    assert dict(source.split_sizes) == {"train": 8, "validation": 4}
+    assert source.class_names == ("a", "b")
+    assert [y for _, y in _all(source.load("validation"))] == [0, 0, 1, 1]
+
+
+def test_folder_errors(tmp_path):
+    with pytest.raises(ValueError, match="not found"):
+        registry.get_dataset(f"folder:{tmp_path}/missing")
+    with pytest.raises(ValueError, match="No images"):
+        registry.get_dataset(f"folder:{tmp_path}")
+    _save(_colour((1, 2, 3)), str(tmp_path / "loose.png"), "PNG")
+    _save(_colour((1, 2, 3)), str(tmp_path / "cls" / "x.png"), "PNG")
+    with pytest.raises(ValueError, match="mixes"):
+        registry.get_dataset(f"folder:{tmp_path}")

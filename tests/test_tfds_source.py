@@ -1,0 +1,73 @@
+"""Tests for simclr_tf.data.tfds_source: TFDS sources (mocked)."""
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from simclr_tf.data import registry
+
+
+def _all(dataset):
+    return [(np.asarray(x), int(y)) for x, y in dataset.as_numpy_iterator()]
+
+
+def test_tfds_sizes_come_from_the_table_offline():
+    cifar = registry.get_dataset("cifar10")
+    assert cifar.num_classes == 10
+    assert cifar.num_examples("train") == 50_000
+    assert cifar.num_examples("train[:10%]") == 5_000
+    assert cifar.num_examples("test") == 10_000
+    imagenet = registry.get_dataset("imagenet2012")
+    assert imagenet.num_classes == 1000
+    assert imagenet.num_examples("train") == 1_281_167
+    assert imagenet.num_examples("validation") == 50_000
+    assert registry.get_dataset("imagenet2012_subset/1pct").num_examples("train") == 12_811
+    assert registry.get_dataset("imagenet2012_subset/10pct").num_examples("train") == 128_116
+    stl = registry.get_dataset("stl10")
+    assert stl.num_examples("unlabelled") == 100_000
+    assert not stl.has_labels("unlabelled") and stl.has_labels("train")
+    assert registry.get_dataset("cifar100").num_classes == 100
+
+
+def test_tfds_unprepared_data_fails_clearly():
+    with pytest.raises(ValueError, match="tfds build cifar10"):
+        registry.get_dataset("cifar10", data_dir="/nonexistent").load("train")
+
+
+def test_tfds_unknown_and_unprepared_fails_clearly():
+    with pytest.raises(ValueError, match="emnist.*not prepared.*KNOWN_TFDS_DATASETS"):
+        registry.get_dataset("emnist")
+    with pytest.raises(ValueError, match="Unknown dataset 'no_such_dataset'"):
+        registry.get_dataset("no_such_dataset")
+
+
+@pytest.mark.parametrize("name,num_classes", [
+    ("cifar10", 10), ("imagenet2012", 1000), ("imagenet2012_subset/1pct", 1000),
+    ("mnist", 10),
+])
+def test_tfds_load_under_mock(name, num_classes):
+    with tfds.testing.mock_data(num_examples=6):
+        source = registry.get_dataset(name)
+        examples = _all(source.load("train", shuffle_files=True))
+    assert len(examples) == 6
+    for image, label in examples:
+        assert image.ndim == 3 and image.shape[-1] == 3 and image.dtype == np.uint8
+        assert 0 <= label < num_classes
+
+
+def test_tfds_unlabelled_split_has_label_minus_one():
+    with tfds.testing.mock_data(num_examples=4):
+        source = registry.get_dataset("stl10")
+        labels = [y for _, y in _all(source.load("unlabelled"))]
+    assert labels == [-1] * 4
+
+
+def test_tfds_example_ids_select_positions():
+    with tfds.testing.mock_data(num_examples=12):
+        source = registry.get_dataset("cifar10")
+        labels = source.load_labels("train")
+        ids = [1, 4, 9]
+        picked = _all(source.load("train", example_ids=ids))
+        images = [x for x, _ in _all(source.load("train"))]
+    assert [y for _, y in picked] == labels[ids].tolist()
+    for (image, _), i in zip(picked, ids):
+        np.testing.assert_array_equal(image, images[i])
