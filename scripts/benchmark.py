@@ -181,21 +181,13 @@ def _synthetic_batch(config, rng):
 def _make_trainer(overrides, prefetch=2):
     """(config, model, trainer, iterator) for `overrides`, on synthetic data."""
     import keras
-    from simclr_tf import experiment, optimizers, train
+    from simclr_tf import experiment
     config = build_config(overrides)
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
     num_classes = 10 if config.lineareval_while_pretraining else None
     model = experiment.build_model(config, strategy, num_classes)
-    optimizer = optimizers.build_optimizer(config.optimizer, 0.1, momentum=config.momentum,
-                                           weight_decay=config.weight_decay, model=model)
-    if config.mixed_precision == "float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    trainer = train.Trainer(strategy, model, optimizer, temperature=config.temperature,
-                            weight_decay=config.weight_decay, optimizer_name=config.optimizer,
-                            blur_fn=experiment.blur_fn(config, optimizer),
-                            jit_compile=config.jit_compile, view_fn=experiment.view_fn(config),
-                            grad_cache_chunk=config.grad_cache_chunk)
+    trainer = experiment.build_trainer(config, strategy, model)
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:

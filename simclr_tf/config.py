@@ -11,7 +11,7 @@ import json
 import math
 from typing import Optional
 
-from simclr_tf import variants
+from simclr_tf import rules, variants
 
 AUTHORS_FLAGS = (
     "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
@@ -75,7 +75,7 @@ class Config:
                        ("train", "eval", "train_then_eval", "export", "linear_probe",
                         "embed"))
     train_mode: str = _field("pretrain", "The train mode controls different objectives "
-                             "and trainable components.", ("pretrain", "finetune"))
+                             "and trainable components.", rules.TRAIN_MODES)
     lineareval_while_pretraining: bool = _field(
         True, "Whether to finetune a linear head on stop_gradient(h) while pretraining.")
     checkpoint: Optional[str] = _field(
@@ -95,7 +95,7 @@ class Config:
     tpu_name: Optional[str] = _field(None, "The Cloud TPU to use for training.")
     tpu_zone: Optional[str] = _field(None, "GCE zone where the Cloud TPU is located.")
     gcp_project: Optional[str] = _field(None, "Project name for the Cloud TPU.")
-    optimizer: str = _field("lars", "Optimizer to use.", ("momentum", "adam", "lars"))
+    optimizer: str = _field("lars", "Optimizer to use.", rules.OPTIMIZERS)
     momentum: float = _field(0.9, "Momentum parameter.")
     eval_name: Optional[str] = _field(None, "Name for eval.")
     keep_checkpoint_max: int = _field(5, "Maximum number of checkpoints to keep.")
@@ -104,7 +104,7 @@ class Config:
     hidden_norm: bool = _field(True, "Temperature parameter for contrastive loss "
                                "(L2-normalise z before the dot products).")
     proj_head_mode: str = _field("nonlinear", "How the head projection is done.",
-                                 ("none", "linear", "nonlinear"))
+                                 rules.PROJ_HEAD_MODES)
     proj_out_dim: int = _field(128, "Number of head projection dimension.")
     num_proj_layers: int = _field(3, "Number of non-linear head layers.")
     ft_proj_selector: int = _field(
@@ -232,7 +232,7 @@ class Config:
 
         Only what the flags alone decide is checked here; checks that need the
         dataset or the strategy (split names, labels, replica count) run in
-        `simclr_tf.experiment` before any model is built.
+        `simclr_tf.preflight` before any model is built.
         """
         for name in self.choice_fields():
             value = getattr(self, name)
@@ -243,7 +243,6 @@ class Config:
             ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
             ("train_batch_size", "e.g. 512 or 4096"),
             ("eval_batch_size", "e.g. 256"),
-            ("temperature", "e.g. 0.1 (ImageNet) or 0.5 (CIFAR-10)"),
             ("width_multiplier", "e.g. 1, 2, 4 or 0.25 for a small model"),
             ("image_size", "e.g. 224 (ImageNet) or 32 (CIFAR)"),
             ("proj_out_dim", "e.g. 128"),
@@ -254,7 +253,7 @@ class Config:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
-        _non_negative = ("eval_wait_secs", "warmup_epochs", "weight_decay", "train_steps", "eval_steps",
+        _non_negative = ("eval_wait_secs", "warmup_epochs", "train_steps", "eval_steps",
                          "checkpoint_steps", "sk_ratio", "se_ratio", "color_jitter_strength",
                          "train_epochs", "checkpoint_epochs")
         for name in _non_negative:
@@ -272,25 +271,13 @@ class Config:
                               f"{self.batch_norm_decay!r}.")
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError("momentum", f"must be in [0, 1), e.g. 0.9; got {self.momentum!r}.")
-        if self.resnet_depth not in variants.SUPPORTED_DEPTHS:
-            raise ConfigError("resnet_depth", f"must be one of {variants.SUPPORTED_DEPTHS}; "
-                              f"got {self.resnet_depth!r}.")
+        try:
+            variants.check_depth(self.resnet_depth)
+        except ValueError as error:
+            raise ConfigError("resnet_depth", str(error)) from None
         if self.variant is not None:
             self._check_variant()
-        if self.fine_tune_after_block not in (-1, 0, 1, 2, 3, 4):
-            raise ConfigError("fine_tune_after_block", "must be -1 (train everything), 0 "
-                              "(freeze the stem), 1-3 (also freeze block groups up to it) "
-                              f"or 4 (only the head); got {self.fine_tune_after_block!r}.")
-        if self.proj_head_mode == "nonlinear" and self.num_proj_layers < 1:
-            raise ConfigError("num_proj_layers", "must be >= 1 with "
-                              f"--proj_head_mode=nonlinear; got {self.num_proj_layers!r}.")
-        num_outputs = {"none": 0, "linear": 1,
-                       "nonlinear": self.num_proj_layers}[self.proj_head_mode] + 1
-        if not -num_outputs <= self.ft_proj_selector < num_outputs:
-            raise ConfigError(
-                "ft_proj_selector", f"must be in [{-num_outputs}, {num_outputs - 1}] for a "
-                f"'{self.proj_head_mode}' head with {num_outputs - 1} layer(s) (0 = h, -1 = "
-                f"the last layer); got {self.ft_proj_selector!r}.")
+        self._check_rules()
         if not 0.0 < self.label_fraction <= 1.0:
             raise ConfigError("label_fraction", "must be in (0, 1], e.g. 0.01 or 0.1; got "
                               f"{self.label_fraction!r}.")
@@ -324,9 +311,6 @@ class Config:
         if self.mixed_precision == "float16" and (self.use_tpu or self.strategy == "tpu"):
             raise ConfigError("mixed_precision", "TPUs do not support float16; use "
                               "--mixed_precision=bfloat16.")
-        if self.grad_cache_chunk < 0:
-            raise ConfigError("grad_cache_chunk", "must be >= 0 (0 = off, e.g. 256); got "
-                              f"{self.grad_cache_chunk!r}.")
         if self.grad_cache_chunk and self.train_mode != "pretrain":
             raise ConfigError("grad_cache_chunk", "applies to --train_mode=pretrain only "
                               "(the supervised loss needs no whole-batch coupling).")
@@ -335,6 +319,26 @@ class Config:
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "
                               "variables); drop --jit_compile.")
         return self
+
+    def _check_rules(self):
+        """The rules the library also applies to its arguments (`simclr_tf.rules`);
+        the per-replica part of grad_cache_chunk's runs in `simclr_tf.preflight`."""
+        checks = (
+            ("temperature", rules.check_temperature, (self.temperature,)),
+            ("weight_decay", rules.check_weight_decay, (self.weight_decay,)),
+            ("fine_tune_after_block", rules.check_fine_tune_after_block,
+             (self.fine_tune_after_block,)),
+            ("num_proj_layers", rules.check_num_proj_layers,
+             (self.proj_head_mode, self.num_proj_layers)),
+            ("ft_proj_selector", rules.check_ft_proj_selector,
+             (self.proj_head_mode, self.num_proj_layers, self.ft_proj_selector)),
+            ("grad_cache_chunk", rules.check_grad_cache_chunk, (self.grad_cache_chunk,)),
+        )
+        for flag, check, arguments in checks:
+            try:
+                check(*arguments)
+            except ValueError as error:
+                raise ConfigError(flag, str(error)) from None
 
     def _check_variant(self):
         try:

@@ -6,6 +6,7 @@ model_dir, an existing --checkpoint). Then train (pretrain or finetune) with
 checkpoints every `checkpoint_steps`, resuming from model_dir, then evaluate, then
 optionally the linear probe of the pretrained encoder next to a random one.
 """
+import functools
 import json
 import os
 
@@ -115,27 +116,41 @@ def build_model(config, strategy, num_classes):
     return model
 
 
-def blur_fn(config, optimizer):
-    """The train step's batched blur (None when off), seeded by (seed, step, replica,
-    chunk)."""
+def build_trainer(config, strategy, model, *, plan=None):
+    """The Trainer of `config` for a built `model`: learning-rate schedule, optimizer
+    and loss weight decay (resolved once), views and blur, under the strategy.
+
+    Args:
+        plan: the run's `schedules.StepPlan` (warmup + cosine over its steps); None
+            for a constant rate (benchmarks).
+    """
+    with strategy.scope():
+        learning_rate = config.learning_rate
+        if plan is not None:
+            learning_rate = schedules.WarmUpAndCosine(
+                config.learning_rate, batch_size=config.train_batch_size,
+                warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
+                scaling=config.learning_rate_scaling)
+        optimizer, decay = optimizers.build_optimization(
+            config.optimizer, learning_rate, model=model, momentum=config.momentum,
+            weight_decay=config.weight_decay,
+            loss_scaling=config.mixed_precision == "float16")
+    if config.jit_compile and preflight.all_cpu(strategy):
+        logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
+                        "oneDNN kernels here (docs/performance.md); drop it on CPU.")
+    return Trainer(strategy, model, optimizer, train_mode=config.train_mode,
+                   temperature=config.temperature, hidden_norm=config.hidden_norm,
+                   weight_decay_loss=decay, blur_fn=blur_fn(config), seed=config.seed,
+                   jit_compile=config.jit_compile, view_fn=view_fn(config),
+                   grad_cache_chunk=config.grad_cache_chunk)
+
+
+def blur_fn(config):
+    """The train step's batched blur (None when off); the Trainer seeds it."""
     if config.train_mode != "pretrain" or not config.use_blur:
         return None
-
-    def blur(views, chunk=None):
-        # Seeded by (seed, step, replica[, chunk]), not by a stateful generator, whose
-        # state no checkpoint keeps: a resumed run blurs exactly as an uninterrupted
-        # one, and both passes of gradient caching blur a chunk alike.
-        seed = tf.random.experimental.stateless_fold_in(
-            tf.constant([config.seed, 1], tf.int64),
-            tf.cast(optimizer.iterations, tf.int64))
-        seed = tf.random.experimental.stateless_fold_in(
-            seed, tf.cast(distribute.replica_id(), tf.int64))
-        if chunk is not None:
-            seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(chunk, tf.int64))
-        return augment.batch_random_blur(views, height=config.image_size,
-                                         width=config.image_size, seed=seed)
-
-    return blur
+    return functools.partial(augment.batch_random_blur, height=config.image_size,
+                             width=config.image_size)
 
 
 def view_fn(config):
@@ -167,28 +182,11 @@ def train(config, strategy, context):
         warmup_epochs=config.warmup_epochs, checkpoint_epochs=config.checkpoint_epochs,
         checkpoint_steps=config.checkpoint_steps)
     model = build_model(config, strategy, context["num_classes"])
-    with strategy.scope():
-        learning_rate = schedules.WarmUpAndCosine(
-            config.learning_rate, batch_size=config.train_batch_size,
-            warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
-            scaling=config.learning_rate_scaling)
-        optimizer = optimizers.build_optimizer(
-            config.optimizer, learning_rate, momentum=config.momentum,
-            weight_decay=config.weight_decay, model=model)
-        if config.mixed_precision == "float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    trainer = Trainer(strategy, model, optimizer, train_mode=config.train_mode,
-                      temperature=config.temperature, hidden_norm=config.hidden_norm,
-                      weight_decay=config.weight_decay, optimizer_name=config.optimizer,
-                      blur_fn=blur_fn(config, optimizer), jit_compile=config.jit_compile,
-                      view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk)
-    if config.jit_compile and preflight.all_cpu(strategy):
-        logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
-                        "oneDNN kernels here (docs/performance.md); drop it on CPU.")
+    trainer = build_trainer(config, strategy, model, plan=plan)
     chief = _is_chief(strategy)
     # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
     scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
-    state = checkpoints.CheckpointState(config.model_dir, model, optimizer,
+    state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
                                         max_to_keep=config.keep_checkpoint_max,
                                         save_dir=scratch_dir)
     state.remove_partial_writes()

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from simclr_tf import distribute
+from simclr_tf import distribute, rules
 
 # Subtracted from a view's similarity with itself so that softmax ignores it; large
 # enough to vanish in float32 softmax at any temperature used in practice.
@@ -54,8 +54,7 @@ def nt_xent(z1, z2, *, temperature, hidden_norm=True,
     Raises:
         ValueError: on a non-positive temperature or mismatched shapes.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+    rules.check_temperature(temperature)
     if z1.shape.rank != 2 or z2.shape.rank != 2 or (
             z1.shape.is_fully_defined() and z2.shape.is_fully_defined()
             and z1.shape != z2.shape):

@@ -7,7 +7,9 @@ variable-name patterns, whose spelling changed between Keras versions.
 import keras
 import tensorflow as tf
 
-OPTIMIZERS = ("lars", "momentum", "adam")
+from simclr_tf import rules
+
+OPTIMIZERS = rules.OPTIMIZERS
 
 
 def _all_layers(model):
@@ -81,25 +83,33 @@ def weight_decay_loss_variables(model, optimizer_name):
     return [w for w in _unique(model.trainable_variables) if id(w) not in bn]
 
 
-def weight_decay_loss(model, optimizer_name, weight_decay):
-    """The weight-decay term the reference adds to the loss.
+class LossWeightDecay:
+    """The weight-decay term the reference adds to the loss, its variables resolved once.
+
+    `loss_weight_decay()` returns weight_decay * sum(0.5 * ||w||^2) over them (a
+    float32 scalar; a constant 0 when there are none or the coefficient is 0).
 
     Args:
-        model: a built Keras model.
-        optimizer_name: 'lars', 'momentum' or 'adam' (see
-            `weight_decay_loss_variables` for which weights each decays).
+        variables: the variables to decay (see `weight_decay_loss_variables`).
         weight_decay: the decay coefficient (>= 0).
-
-    Returns:
-        float32 scalar weight_decay * sum(0.5 * ||w||^2).
     """
-    if not weight_decay >= 0:
-        raise ValueError(f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
-    variables = weight_decay_loss_variables(model, optimizer_name)
-    if not variables or not weight_decay:
-        return tf.constant(0.0, tf.float32)
-    return weight_decay * tf.add_n(
-        [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in variables])
+
+    def __init__(self, variables, weight_decay):
+        rules.check_weight_decay(weight_decay)
+        self.variables = list(variables)
+        self.weight_decay = float(weight_decay)
+
+    def __call__(self):
+        if not self.variables or not self.weight_decay:
+            return tf.constant(0.0, tf.float32)
+        return self.weight_decay * tf.add_n(
+            [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in self.variables])
+
+
+def weight_decay_loss(model, optimizer_name, weight_decay):
+    """The reference's loss weight decay of `model` under `optimizer_name` (see
+    `weight_decay_loss_variables` for which weights each optimizer decays there)."""
+    return LossWeightDecay(weight_decay_loss_variables(model, optimizer_name), weight_decay)
 
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
@@ -142,9 +152,7 @@ class LARS(keras.optimizers.Optimizer):
             raise ValueError(f"momentum must be in [0, 1). Received: momentum={momentum!r}")
         if not isinstance(eeta, (int, float)) or not eeta > 0:
             raise ValueError(f"eeta must be > 0. Received: eeta={eeta!r}")
-        if not isinstance(weight_decay, (int, float)) or not weight_decay >= 0:
-            raise ValueError(
-                f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
+        rules.check_weight_decay(weight_decay)
         self.momentum = float(momentum)
         self.eeta = float(eeta)
         self.lars_weight_decay = float(weight_decay)
@@ -219,6 +227,36 @@ class LARS(keras.optimizers.Optimizer):
         config.update(momentum=self.momentum, eeta=self.eeta,
                       weight_decay=self.lars_weight_decay, nesterov=self.nesterov)
         return config
+
+
+def build_optimization(name, learning_rate, *, model, momentum=0.9, weight_decay=0.0,
+                       loss_scaling=False):
+    """The optimizer and the loss's weight decay for `--optimizer`, resolved once.
+
+    Which variables decay where is decided here, from the model's structure: LARS
+    decays inside its update (all but its exclusions) and the loss decays the
+    supervised head's kernel; momentum and Adam decay every non-BN trainable
+    variable through the loss.
+
+    Args:
+        name: 'lars', 'momentum' or 'adam'.
+        learning_rate: float or `LearningRateSchedule`.
+        model: the built model (its trainable variables as they will train: after
+            freezing for fine-tuning).
+        momentum: momentum for 'lars' and 'momentum'.
+        weight_decay: the decay coefficient.
+        loss_scaling: wrap the optimizer in `keras.optimizers.LossScaleOptimizer`
+            (float16 compute).
+
+    Returns:
+        `(optimizer, loss_weight_decay)`: a Keras optimizer (build it under the
+        strategy's scope) and a `LossWeightDecay` for the Trainer.
+    """
+    optimizer = build_optimizer(name, learning_rate, momentum=momentum,
+                                weight_decay=weight_decay, model=model)
+    if loss_scaling:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer, weight_decay_loss(model, name, weight_decay)
 
 
 def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, model=None):

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from simclr_tf import checkpoints, official
+from simclr_tf import checkpoints, official, rules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry
 
@@ -64,12 +64,11 @@ def _check_training(config, strategy, source):
                           f"divisible by the {replicas} replicas; use a multiple of "
                           f"{replicas}.")
     per_replica = config.train_batch_size // replicas
-    chunk = config.grad_cache_chunk
-    if chunk and per_replica % chunk:
-        raise ConfigError("grad_cache_chunk", f"must divide the per-replica batch; {chunk} "
-                          f"does not divide the {per_replica} images per replica "
-                          f"(--train_batch_size={config.train_batch_size} over {replicas} "
-                          f"replicas): use a divisor of {per_replica}.")
+    try:
+        rules.check_grad_cache_chunk(config.grad_cache_chunk, per_replica)
+    except ValueError as error:
+        raise ConfigError("grad_cache_chunk", f"{error} (--train_batch_size="
+                          f"{config.train_batch_size} over {replicas} replicas)") from None
     if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
             and _onednn_cpu_training(strategy)):
         raise ConfigError(

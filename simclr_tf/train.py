@@ -10,8 +10,6 @@ Batches (see docs/design.md):
               labels int32 [n] (-1 = unlabelled);
     finetune / eval: (images, labels).
 """
-import inspect
-
 import keras
 import tensorflow as tf
 
@@ -19,24 +17,16 @@ from simclr_tf import distribute
 from simclr_tf import grad_cache
 from simclr_tf import losses
 from simclr_tf import optimizers
+from simclr_tf import rules
+from simclr_tf.data import augment
 
-TRAIN_MODES = ("pretrain", "finetune")
+TRAIN_MODES = rules.TRAIN_MODES
 
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value.
 _SUMMED = ("num_examples",)
 # What `eval_step` returns: all counts and sums.
 _EVAL_COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
-
-
-def _accepts_keyword(fn, name):
-    """Whether `fn` can be called with the keyword argument `name`."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True  # not introspectable (e.g. some builtins): let the call decide
-    return any(p.name == name and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
-               for p in parameters)
 
 
 class Trainer:
@@ -49,25 +39,24 @@ class Trainer:
     Args:
         strategy: the strategy the model and optimizer were created under.
         model: a built Keras model following the contract above.
-        optimizer: a Keras optimizer (e.g. from `optimizers.build_optimizer`),
+        optimizer: a Keras optimizer (e.g. from `optimizers.build_optimization`),
             wrapped in `keras.optimizers.LossScaleOptimizer` when the model
             computes in float16. Built here on `model.trainable_variables`.
         train_mode: 'pretrain' (two views, NT-Xent plus the supervised loss on the
             labelled examples) or 'finetune' (one view, supervised loss only).
         temperature: NT-Xent temperature.
         hidden_norm: L2-normalise projections in NT-Xent.
-        weight_decay: the decay coefficient, for `optimizers.weight_decay_loss`.
-        optimizer_name: 'lars', 'momentum' or 'adam': which weights get their decay
-            through the loss (see `optimizers.weight_decay_loss`).
-        blur_fn: optional callable applied on device to the list `[view1, view2]`
-            of view batches, returning the blurred list (e.g.
-            `functools.partial(simclr_tf.data.augment.batch_random_blur, ...)`).
-            Pretraining only. With `view_fn` and `grad_cache_chunk` it is called per
-            chunk as `blur_fn(views, chunk=i)` (i an int32 scalar tensor) and must
-            return the same result for the same chunk in the same step (both passes
-            of gradient caching draw the views): fold `chunk` into a stateless seed
-            (as `experiment` does); a blur without an explicit seed draws a new one
-            per call and would blur the two passes differently.
+        weight_decay_loss: the weight decay that enters the loss, an
+            `optimizers.LossWeightDecay` (from `optimizers.build_optimization`,
+            which resolves its variables once); None for none.
+        blur_fn: optional callable `blur_fn(views, seed=...)` applied on device to
+            the list `[view1, view2]` of view batches, returning the blurred list
+            (e.g. `functools.partial(simclr_tf.data.augment.batch_random_blur,
+            height=..., width=...)`). Pretraining only. `seed` is a stateless seed
+            from `augment.view_seed(seed, step, replica[, chunk])`: a resumed run
+            blurs as an uninterrupted one, and both passes of gradient caching blur
+            a chunk alike.
+        seed: the run's seed, for the blur's seeds.
         steps_per_loop: training steps per call of the compiled function (fewer
             host round trips, e.g. on TPU); `simclr_tf.loop` sees every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
@@ -85,66 +74,29 @@ class Trainer:
     Example:
         with strategy.scope():
             model = ...; model(tf.zeros([1, 32, 32, 3]))
-            optimizer = optimizers.build_optimizer('lars', schedule,
-                                                   weight_decay=1e-6, model=model)
-        trainer = Trainer(strategy, model, optimizer, temperature=0.5)
+            optimizer, decay = optimizers.build_optimization(
+                'lars', schedule, weight_decay=1e-6, model=model)
+        trainer = Trainer(strategy, model, optimizer, temperature=0.5,
+                          weight_decay_loss=decay)
         logs = trainer.train_steps(iter(strategy.experimental_distribute_dataset(ds)), steps)
     """
 
     def __init__(self, strategy, model, optimizer, *, train_mode="pretrain",
-                 temperature=0.1, hidden_norm=True, weight_decay=0.0,
-                 optimizer_name="lars", blur_fn=None, steps_per_loop=1,
-                 jit_compile=False, view_fn=None, grad_cache_chunk=0):
-        if train_mode not in TRAIN_MODES:
-            raise ValueError(
-                f"train_mode must be one of {TRAIN_MODES}. Received: train_mode={train_mode!r}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
-        if optimizer_name not in optimizers.OPTIMIZERS:
-            raise ValueError(
-                f"optimizer_name must be one of {optimizers.OPTIMIZERS}. Received: "
-                f"optimizer_name={optimizer_name!r}")
-        if not weight_decay >= 0:
-            raise ValueError(f"weight_decay must be >= 0. Received: weight_decay={weight_decay!r}")
-        if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
-            raise ValueError(
-                "steps_per_loop must be a positive int. Received: "
-                f"steps_per_loop={steps_per_loop!r}")
-        if blur_fn is not None and not callable(blur_fn):
-            raise ValueError(f"blur_fn must be callable or None. Received: blur_fn={blur_fn!r}")
-        if view_fn is not None and not callable(view_fn):
-            raise ValueError(f"view_fn must be callable or None. Received: view_fn={view_fn!r}")
-        if not isinstance(grad_cache_chunk, int) or grad_cache_chunk < 0:
-            raise ValueError("grad_cache_chunk must be an int >= 0. Received: "
-                             f"grad_cache_chunk={grad_cache_chunk!r}")
-        if grad_cache_chunk and view_fn is not None and blur_fn is not None:
-            if not _accepts_keyword(blur_fn, "chunk"):
-                raise ValueError(
-                    "With view_fn and grad_cache_chunk, blur_fn is called per chunk as "
-                    "blur_fn(views, chunk=i) and must blur a chunk alike in both passes "
-                    "(fold `chunk` into a stateless seed); this blur_fn takes no `chunk` "
-                    f"argument. Received: blur_fn={blur_fn!r}")
-        if grad_cache_chunk and train_mode != "pretrain":
-            raise ValueError("grad_cache_chunk applies to pretraining only. Received: "
-                             f"train_mode={train_mode!r}")
-        if not model.built:
-            raise ValueError("The model must be built (called once) before the Trainer.")
-        compute_dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
-        if compute_dtype == "float16" and not isinstance(
-                optimizer, keras.optimizers.LossScaleOptimizer):
-            raise ValueError(
-                "A float16 model needs loss scaling: wrap the optimizer in "
-                "keras.optimizers.LossScaleOptimizer. Received: "
-                f"optimizer={type(optimizer).__name__}")
+                 temperature=0.1, hidden_norm=True, weight_decay_loss=None, blur_fn=None,
+                 seed=0, steps_per_loop=1, jit_compile=False, view_fn=None,
+                 grad_cache_chunk=0):
+        _check_arguments(model, optimizer, train_mode=train_mode, temperature=temperature,
+                         blur_fn=blur_fn, view_fn=view_fn, steps_per_loop=steps_per_loop,
+                         grad_cache_chunk=grad_cache_chunk)
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
         self.train_mode = train_mode
         self.temperature = float(temperature)
         self.hidden_norm = bool(hidden_norm)
-        self.weight_decay = float(weight_decay)
-        self.optimizer_name = optimizer_name
+        self.weight_decay_loss = weight_decay_loss or optimizers.LossWeightDecay([], 0.0)
         self.blur_fn = blur_fn
+        self.seed = int(seed)
         self.steps_per_loop = steps_per_loop
         self.jit_compile = jit_compile
         self.view_fn = view_fn
@@ -200,9 +152,9 @@ class Trainer:
         view1, view2 = views if self.view_fn is None else self.view_fn(views)
         if self.blur_fn is None:
             return view1, view2
-        if chunk is None:
-            return tuple(self.blur_fn([view1, view2]))
-        return tuple(self.blur_fn([view1, view2], chunk=chunk))
+        seed = augment.view_seed(self.seed, self.optimizer.iterations,
+                                 distribute.replica_id(), chunk)
+        return tuple(self.blur_fn([view1, view2], seed=seed))
 
     def _pretrain_loss(self, z1, z2, logits, labels):
         """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
@@ -229,10 +181,9 @@ class Trainer:
         and the cached embeddings. Both passes draw the same views (stateless seeds).
         """
         n, chunk = tf.nest.flatten(views)[0].shape[0], self.grad_cache_chunk
-        if n is None or n % chunk:
-            raise ValueError(
-                f"grad_cache_chunk={chunk} must divide the per-replica batch ({n}) "
-                "and the batch must have a static size.")
+        if n is None:
+            raise ValueError("Gradient caching needs batches of a static size.")
+        rules.check_grad_cache_chunk(chunk, n)
         num_chunks = n // chunk
         split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
         if self.view_fn is None:
@@ -327,8 +278,7 @@ class Trainer:
 
     def _total_loss(self, loss):
         """(loss + weight decay, the decay, the replica's scaled loss to differentiate)."""
-        decay = optimizers.weight_decay_loss(self.model, self.optimizer_name,
-                                             self.weight_decay)
+        decay = self.weight_decay_loss()
         loss = loss + decay
         # The optimizer sums gradients over replicas, so each replica contributes
         # 1/R of the global loss. This must happen inside the tape.
@@ -442,3 +392,33 @@ class Trainer:
                     top_5_accuracy=totals["top_5_correct"] / denominator,
                     loss=totals["loss_sum"] / denominator,
                     num_examples=int(count))
+
+
+def _check_arguments(model, optimizer, *, train_mode, temperature, blur_fn, view_fn,
+                     steps_per_loop, grad_cache_chunk):
+    """The Trainer's own arguments (the loss and the optimizer check theirs)."""
+    if train_mode not in TRAIN_MODES:
+        raise ValueError(
+            f"train_mode must be one of {TRAIN_MODES}. Received: train_mode={train_mode!r}")
+    rules.check_temperature(temperature)
+    if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
+        raise ValueError(
+            "steps_per_loop must be a positive int. Received: "
+            f"steps_per_loop={steps_per_loop!r}")
+    if blur_fn is not None and not callable(blur_fn):
+        raise ValueError(f"blur_fn must be callable or None. Received: blur_fn={blur_fn!r}")
+    if view_fn is not None and not callable(view_fn):
+        raise ValueError(f"view_fn must be callable or None. Received: view_fn={view_fn!r}")
+    rules.check_grad_cache_chunk(grad_cache_chunk)
+    if grad_cache_chunk and train_mode != "pretrain":
+        raise ValueError("grad_cache_chunk applies to pretraining only. Received: "
+                         f"train_mode={train_mode!r}")
+    if not model.built:
+        raise ValueError("The model must be built (called once) before the Trainer.")
+    compute_dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
+    if compute_dtype == "float16" and not isinstance(
+            optimizer, keras.optimizers.LossScaleOptimizer):
+        raise ValueError(
+            "A float16 model needs loss scaling: wrap the optimizer in "
+            "keras.optimizers.LossScaleOptimizer. Received: "
+            f"optimizer={type(optimizer).__name__}")

@@ -8,7 +8,22 @@ import re
 # SimCLRv2 uses selective kernels with this ratio whenever a name says `sk1`.
 SK_RATIO = 0.0625
 
-SUPPORTED_DEPTHS = (18, 34, 50, 101, 152, 200)
+# ResNet v1 depth -> (block kind, blocks per group): the one table of depths.
+BLOCKS = {
+    18: ("basic", (2, 2, 2, 2)),
+    34: ("basic", (3, 4, 6, 3)),
+    50: ("bottleneck", (3, 4, 6, 3)),
+    101: ("bottleneck", (3, 4, 23, 3)),
+    152: ("bottleneck", (3, 8, 36, 3)),
+    200: ("bottleneck", (3, 24, 36, 3)),
+}
+SUPPORTED_DEPTHS = tuple(BLOCKS)
+
+
+def check_depth(depth):
+    """Raises ValueError unless `depth` is a ResNet depth of `BLOCKS`."""
+    if depth not in BLOCKS:
+        raise ValueError(f"depth must be one of {SUPPORTED_DEPTHS}. Received: depth={depth!r}")
 
 # The encoders the authors released (SimCLRv1: r50 1x/2x/4x; SimCLRv2: the rest).
 RELEASED = (
@@ -36,10 +51,10 @@ def parse_variant(name):
             "A model variant looks like 'r50_1x_sk0' (depth, width multiplier, "
             f"selective kernels 0/1). Received: name={name!r}")
     depth = int(match.group(1))
-    if depth not in SUPPORTED_DEPTHS:
-        raise ValueError(
-            f"Unsupported ResNet depth {depth} in variant {name!r}; choose one of "
-            f"{SUPPORTED_DEPTHS}.")
+    try:
+        check_depth(depth)
+    except ValueError as error:
+        raise ValueError(f"Unsupported ResNet depth in variant {name!r}: {error}") from None
     width = float(match.group(2))
     if width <= 0:
         raise ValueError(f"Width multiplier must be > 0. Received: name={name!r}")

@@ -169,17 +169,17 @@ def test_weight_decay_loss_rules():
     model = make_model()
     sq = lambda v: 0.5 * float(np.sum(np.float64(v.numpy()) ** 2))  # noqa: E731
     # LARS decays everything else itself: only the supervised head kernel is in the loss.
-    lars = optimizers.weight_decay_loss(model, "lars", 1e-3).numpy()
+    lars = optimizers.weight_decay_loss(model, "lars", 1e-3)().numpy()
     np.testing.assert_allclose(lars, 1e-3 * sq(model.supervised_head.kernel), rtol=1e-6)
     # Momentum / Adam: every trainable non-BN weight, biases included.
     non_bn = [model.conv1.kernel, model.conv1.bias, model.conv2.kernel, model.proj.kernel,
               model.supervised_head.kernel, model.supervised_head.bias]
     expected = 1e-3 * sum(sq(v) for v in non_bn)
     for name in ("momentum", "adam"):
-        got = optimizers.weight_decay_loss(model, name, 1e-3).numpy()
+        got = optimizers.weight_decay_loss(model, name, 1e-3)().numpy()
         np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert optimizers.weight_decay_loss(make_model(with_head=False), "lars", 1e-3).numpy() == 0
-    assert optimizers.weight_decay_loss(model, "momentum", 0.0).numpy() == 0
+    assert optimizers.weight_decay_loss(make_model(with_head=False), "lars", 1e-3)().numpy() == 0
+    assert optimizers.weight_decay_loss(model, "momentum", 0.0)().numpy() == 0
     with pytest.raises(ValueError, match="optimizer_name='sgd'"):
         optimizers.weight_decay_loss(model, "sgd", 1e-3)
 

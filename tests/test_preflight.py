@@ -45,7 +45,7 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
     # through, to fail inside the train step).
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     cfg = config(model_dir=str(tmp_path), train_steps=1, grad_cache_chunk=32)
-    with pytest.raises(ConfigError, match="--grad_cache_chunk: .* 16 images per replica"):
+    with pytest.raises(ConfigError, match="--grad_cache_chunk: .*per-replica batch of 16 images"):
         _check(cfg, strategy)
     _check(config(model_dir=str(tmp_path), train_steps=1, grad_cache_chunk=8), strategy)
     _check(cfg)  # one replica holds all 32

@@ -525,6 +525,31 @@ def random_blur(image: tf.Tensor, height: int, width: int, p: float = 1.0, *,
     return random_apply(blur, p, image, seed=seeds[1])
 
 
+def view_seed(seed: int, step, replica, chunk=None) -> tf.Tensor:
+    """The stateless seed of the views drawn in a train step: the one place it is
+    derived, from (seed, step, replica[, chunk]) in this order.
+
+    Not a stateful generator, whose state no checkpoint keeps: a resumed run draws
+    exactly as an uninterrupted one, and both passes of gradient caching draw a
+    chunk alike.
+
+    Args:
+      seed: the run's seed (int).
+      step: the global step (the optimizer's iterations: int or int tensor).
+      replica: the replica id (int or int tensor).
+      chunk: the gradient-caching chunk (int or int tensor), or None.
+
+    Returns:
+      int64 [2].
+    """
+    derived = tf.random.experimental.stateless_fold_in(
+        tf.constant([seed, 1], tf.int64), tf.cast(step, tf.int64))
+    derived = tf.random.experimental.stateless_fold_in(derived, tf.cast(replica, tf.int64))
+    if chunk is not None:
+        derived = tf.random.experimental.stateless_fold_in(derived, tf.cast(chunk, tf.int64))
+    return derived
+
+
 def batch_random_blur(images_list: Sequence[tf.Tensor], height: int, width: int,
                       blur_probability: float = BLUR_PROBABILITY, *,
                       seed=None) -> list[tf.Tensor]:

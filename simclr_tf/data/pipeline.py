@@ -33,10 +33,11 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from simclr_tf import rules
 from simclr_tf.data import augment, device_augment
 from simclr_tf.data.sources import DatasetSource
 
-TRAIN_MODES = ("pretrain", "finetune")
+TRAIN_MODES = rules.TRAIN_MODES
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
 # memory, the reference's choice; smaller datasets are shuffled whole.
 DEFAULT_SHUFFLE_BUFFER_SIZE = 10_000

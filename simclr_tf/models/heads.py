@@ -2,10 +2,12 @@
 import keras
 from keras import ops
 
+from simclr_tf import rules
+
 from simclr_tf.models.layers import (PACKAGE, BatchNormRelu, CheckpointListsMixin,
                                      build_by_tracing)
 
-PROJ_HEAD_MODES = ("none", "linear", "nonlinear")
+PROJ_HEAD_MODES = rules.PROJ_HEAD_MODES
 
 
 def head_initializer():
@@ -76,9 +78,7 @@ class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
         super().__init__(**kwargs)
         if mode not in PROJ_HEAD_MODES:
             raise ValueError(f"mode must be one of {PROJ_HEAD_MODES}. Received: mode={mode!r}")
-        if mode == "nonlinear" and int(num_proj_layers) < 1:
-            raise ValueError("num_proj_layers must be >= 1 for a nonlinear head. "
-                             f"Received: num_proj_layers={num_proj_layers!r}")
+        rules.check_num_proj_layers(mode, num_proj_layers)
         if int(proj_out_dim) < 1:
             raise ValueError(f"proj_out_dim must be >= 1. Received: proj_out_dim={proj_out_dim!r}")
         self.mode = mode
@@ -87,18 +87,13 @@ class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
         self.ft_proj_selector = int(ft_proj_selector)
         self.batch_norm_decay = float(batch_norm_decay)
         self.global_bn = bool(global_bn)
-        num_outputs = self.num_layers + 1
-        if not -num_outputs <= self.ft_proj_selector < num_outputs:
-            raise ValueError(
-                f"ft_proj_selector must index one of the {num_outputs} head outputs "
-                f"(0 = h ... {num_outputs - 1} or -1 = z) of a '{mode}' head with "
-                f"{self.num_layers} layer(s). Received: ft_proj_selector={ft_proj_selector!r}")
+        rules.check_ft_proj_selector(mode, num_proj_layers, ft_proj_selector)
         self.head_layers = []
 
     @property
     def num_layers(self):
         """Number of dense layers in the head."""
-        return {"none": 0, "linear": 1, "nonlinear": self.num_proj_layers}[self.mode]
+        return rules.num_head_layers(self.mode, self.num_proj_layers)
 
     def build(self, input_shape):
         hidden = int(input_shape[-1])

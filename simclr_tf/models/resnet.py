@@ -10,19 +10,12 @@ from the image size. Freezing for fine-tuning is decided outside (see
 import keras
 from keras import ops
 
+from simclr_tf import variants
 from simclr_tf.models.layers import (
     PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
     SqueezeExcitation, build_by_tracing)
 
-# depth -> (block kind, blocks per group)
-BLOCKS = {
-    18: ("basic", (2, 2, 2, 2)),
-    34: ("basic", (3, 4, 6, 3)),
-    50: ("bottleneck", (3, 4, 6, 3)),
-    101: ("bottleneck", (3, 4, 23, 3)),
-    152: ("bottleneck", (3, 8, 36, 3)),
-    200: ("bottleneck", (3, 24, 36, 3)),
-}
+BLOCKS = variants.BLOCKS  # depth -> (block kind, blocks per group)
 STEMS = ("imagenet", "cifar")
 FEATURE_NAMES = ("initial_conv", "initial_max_pool", "block_group1", "block_group2",
                  "block_group3", "block_group4", "final_avg_pool")
@@ -310,8 +303,7 @@ class ResNet(CheckpointListsMixin, keras.Model):
                  stem="imagenet", batch_norm_decay=0.9, global_bn=True, **kwargs):
         kwargs.setdefault("name", "resnet")
         super().__init__(**kwargs)
-        if depth not in BLOCKS:
-            raise ValueError(f"depth must be one of {sorted(BLOCKS)}. Received: depth={depth!r}")
+        variants.check_depth(depth)
         if not width_multiplier > 0:
             raise ValueError("width_multiplier must be > 0. "
                              f"Received: width_multiplier={width_multiplier!r}")

@@ -2,11 +2,12 @@
 import keras
 from keras import ops
 
+from simclr_tf import rules
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
 from simclr_tf.models.layers import PACKAGE, build_by_tracing
 from simclr_tf.models.resnet import ResNet
 
-FINE_TUNE_AFTER_BLOCK_CHOICES = (-1, 0, 1, 2, 3, 4)
+FINE_TUNE_AFTER_BLOCK_CHOICES = rules.FINE_TUNE_AFTER_BLOCK_CHOICES
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -99,10 +100,7 @@ def freeze_for_finetuning(model, fine_tune_after_block):
     Returns:
         The list of frozen layers.
     """
-    if fine_tune_after_block not in FINE_TUNE_AFTER_BLOCK_CHOICES:
-        raise ValueError(
-            f"fine_tune_after_block must be one of {FINE_TUNE_AFTER_BLOCK_CHOICES}. "
-            f"Received: fine_tune_after_block={fine_tune_after_block!r}")
+    rules.check_fine_tune_after_block(fine_tune_after_block)
     encoder = model.encoder
     frozen = []
     if fine_tune_after_block >= 0:

@@ -1,0 +1,76 @@
+"""The rules on single values shared by the flags and the library, each defined once.
+
+`Config.validate` calls them for the flags (and names the flag); the library calls
+the same functions on its arguments (`nt_xent`, `ProjectionHead`, `LARS`, ...), so a
+rule and its message live here only. Pure Python, no TensorFlow: `run.py` checks its
+flags before importing TensorFlow. Each raises `ValueError("... Received: x=...")`.
+"""
+import math
+
+TRAIN_MODES = ("pretrain", "finetune")
+OPTIMIZERS = ("lars", "momentum", "adam")
+PROJ_HEAD_MODES = ("none", "linear", "nonlinear")
+# -1 trains everything; 0 freezes the stem; k in 1..3 also block groups 1..k; 4 the
+# whole encoder.
+FINE_TUNE_AFTER_BLOCK_CHOICES = (-1, 0, 1, 2, 3, 4)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_temperature(temperature):
+    """The NT-Xent temperature: a finite number > 0."""
+    if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError("temperature must be > 0, e.g. 0.1 (ImageNet) or 0.5 "
+                         f"(CIFAR-10). Received: temperature={temperature!r}")
+
+
+def check_weight_decay(weight_decay):
+    """A weight-decay coefficient: a finite number >= 0."""
+    if not (_is_number(weight_decay) and math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError("weight_decay must be >= 0, e.g. 1e-6 (ImageNet) or 1e-4 "
+                         f"(CIFAR-10). Received: weight_decay={weight_decay!r}")
+
+
+def check_num_proj_layers(mode, num_proj_layers):
+    """A nonlinear projection head has at least one layer."""
+    if mode == "nonlinear" and int(num_proj_layers) < 1:
+        raise ValueError("num_proj_layers must be >= 1 for a nonlinear head, e.g. 2 "
+                         f"(SimCLRv1) or 3 (v2). Received: num_proj_layers={num_proj_layers!r}")
+
+
+def num_head_layers(mode, num_proj_layers):
+    """Dense layers of a projection head of this mode."""
+    return {"none": 0, "linear": 1, "nonlinear": int(num_proj_layers)}[mode]
+
+
+def check_ft_proj_selector(mode, num_proj_layers, ft_proj_selector):
+    """`ft_proj_selector` indexes one of the head's outputs: 0 = h ... -1 = z."""
+    num_outputs = num_head_layers(mode, num_proj_layers) + 1
+    if not -num_outputs <= int(ft_proj_selector) < num_outputs:
+        raise ValueError(
+            f"ft_proj_selector must be in [{-num_outputs}, {num_outputs - 1}] for a "
+            f"'{mode}' head with {num_outputs - 1} layer(s) (0 = h, -1 = the last "
+            f"layer). Received: ft_proj_selector={ft_proj_selector!r}")
+
+
+def check_fine_tune_after_block(fine_tune_after_block):
+    """One of `FINE_TUNE_AFTER_BLOCK_CHOICES`."""
+    if fine_tune_after_block not in FINE_TUNE_AFTER_BLOCK_CHOICES:
+        raise ValueError(
+            "fine_tune_after_block must be -1 (train everything), 0 (freeze the stem), "
+            "1-3 (also freeze block groups up to it) or 4 (only the head). Received: "
+            f"fine_tune_after_block={fine_tune_after_block!r}")
+
+
+def check_grad_cache_chunk(chunk, batch_size=None):
+    """Images per gradient-caching chunk: an int >= 0 (0 = off) that divides
+    `batch_size`, the per-replica batch, when it is given."""
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0:
+        raise ValueError("grad_cache_chunk must be an int >= 0 (0 = off, e.g. 256). "
+                         f"Received: grad_cache_chunk={chunk!r}")
+    if chunk and batch_size is not None and batch_size % chunk:
+        raise ValueError(f"grad_cache_chunk must divide the per-replica batch of "
+                         f"{batch_size} images: use a divisor of {batch_size}. "
+                         f"Received: grad_cache_chunk={chunk!r}")
