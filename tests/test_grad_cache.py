@@ -194,7 +194,7 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     optimizer_a = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_a)
     cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a, temperature=0.5,
                            weight_decay_loss=optimizers.weight_decay_loss(model_a, "momentum", 1e-3),
-                           view_fn=view_fn, blur_fn=blur_fn, seed=7, grad_cache_chunk=CHUNK)
+                           view_fn=view_fn, blur_fn=blur_fn, grad_cache_chunk=CHUNK)
     dataset = tf.data.Dataset.from_tensor_slices((sources, labels)).batch(
         BATCH, drop_remainder=True)
     logs = cached.train_steps(iter(dataset), 1)
@@ -203,7 +203,7 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
         first, second = view_fn({key: value[k * CHUNK:(k + 1) * CHUNK]
                                  for key, value in sources.items()})
         # Step 0, replica 0, chunk k: the seed the Trainer derives.
-        return blur_fn([first, second], seed=augment.view_seed(7, 0, 0, k))
+        return blur_fn([first, second], seed=augment.view_seed(0, 0, 0, k))
 
     # Blurred in the compiled step vs eagerly here: weights agree to ~4e-5 relative;
     # views or blurs that differed between the passes change the loss by ~1e-3.
