@@ -1,4 +1,4 @@
-"""Embeddings: h (and z) of a dataset split under any strategy, cached and exported.
+"""The one eval input pipeline and feature extraction under any strategy, with caches.
 
 - `eval_dataset` gives eval-preprocessed batches `{'image', 'label', 'id'}` where `id`
   is the example's position in the split's canonical order (`DatasetSource.load`
@@ -10,11 +10,6 @@
   same for 1 or many replicas and for any batch size, up to float rounding.
 - `cached_features` stores extracted features in an .npz keyed by what produced them
   (encoder, dataset, split, image size), recomputing when the key changes.
-- `write_embeddings` writes ids, names, labels, h (and z) to .npz or Parquet;
-  `write_projector` writes a TensorBoard projector view with an image sprite.
-- `load_encoder` opens an encoder from a path: our run directory or checkpoint
-  prefix (architecture from the run's flags.json), one of our SavedModel exports, or
-  one of the authors' released models.
 """
 import json
 import math
@@ -235,149 +230,8 @@ def cached_features(path, key, compute):
     return features, False
 
 
-# ---------------------------------------------------------------- export
-
-
-def write_embeddings(path, features, *, names=None):
-    """Writes ids, names, labels, h (and z) to `.npz` or `.parquet` (by suffix).
-
-    Args:
-        path: output file; `.parquet` writes one row per example (vectors as
-            fixed-size lists), anything else an .npz with arrays `ids`, `names`,
-            `labels`, `h` and optionally `z`.
-        features: dict from `FeatureExtractor` (`final_avg_pool`, maybe
-            `proj_head_output`, `labels`, `ids`).
-        names: a name (file path) per row.
-
-    Returns:
-        The path.
-    """
-    columns = dict(ids=features["ids"], labels=features["labels"], h=features[H])
-    if Z in features:
-        columns["z"] = features[Z]
-    names = np.asarray(names if names is not None else [str(i) for i in features["ids"]])
-    if os.path.dirname(path):
-        tf.io.gfile.makedirs(os.path.dirname(path))
-    if path.endswith(".parquet"):
-        import pyarrow as pa  # pylint: disable=import-outside-toplevel
-        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-
-        def vectors(array):
-            array = np.ascontiguousarray(array, np.float32)
-            return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)),
-                                                     array.shape[1])
-
-        table = pa.table(dict(
-            id=pa.array(columns["ids"]), name=pa.array([str(n) for n in names]),
-            label=pa.array(columns["labels"]),
-            **{k: vectors(columns[k]) for k in ("h", "z") if k in columns}))
-        pq.write_table(table, path)
-    else:
-        np.savez(path, names=names.astype(str), **columns)
-    return path
-
-
-def write_projector(log_dir, embeddings, labels, names, images=None):
-    """A TensorBoard projector view of `embeddings` in `log_dir`.
-
-    Args:
-        log_dir: directory for `tensorboard --logdir`.
-        embeddings: float32 [n, D].
-        labels: int [n] (metadata column).
-        names: str [n] (metadata column).
-        images: optional uint8 or [0, 1] float [n, S, S, 3] thumbnails for the sprite.
-    """
-    from tensorboard.plugins import projector  # pylint: disable=import-outside-toplevel
-    tf.io.gfile.makedirs(log_dir)
-    with open(os.path.join(log_dir, "metadata.tsv"), "w", encoding="utf-8") as f:
-        f.write("name\tlabel\n")
-        for name, label in zip(names, labels):
-            f.write(f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n")
-    variable = tf.Variable(np.asarray(embeddings, np.float32), name="embedding")
-    tf.train.Checkpoint(embedding=variable).save(os.path.join(log_dir, "embedding.ckpt"))
-    config = projector.ProjectorConfig()
-    view = config.embeddings.add()
-    view.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
-    view.metadata_path = "metadata.tsv"
-    if images is not None and len(images):
-        sprite = sprite_image(images)
-        tf.io.write_file(os.path.join(log_dir, "sprite.png"), tf.io.encode_png(sprite))
-        view.sprite.image_path = "sprite.png"
-        view.sprite.single_image_dim.extend([int(images.shape[2]), int(images.shape[1])])
-    projector.visualize_embeddings(log_dir, config)
-    return log_dir
-
-
-def sprite_image(images):
-    """Tiles [n, S, S, 3] images row-major into one uint8 square grid image."""
-    images = np.asarray(images)
-    if images.dtype != np.uint8:
-        images = np.clip(np.rint(images * 255.0), 0, 255).astype(np.uint8)
-    n, height, width, channels = images.shape
-    side = int(math.ceil(math.sqrt(n)))
-    grid = np.zeros([side * height, side * width, channels], np.uint8)
-    for i, image in enumerate(images):
-        row, col = divmod(i, side)
-        grid[row * height:(row + 1) * height, col * width:(col + 1) * width] = image
-    return grid
-
-
 def sample_images(source, split, ids, *, image_size):
     """Eval-preprocessed images of `ids` (sorted), float32 in [0, 1]."""
     batches = eval_dataset(source, split, image_size=image_size, batch_size=256,
                            example_ids=ids)
     return np.concatenate([b["image"].numpy()[b["id"].numpy() >= 0] for b in batches])
-
-
-# ---------------------------------------------------------------- encoders
-
-
-class _SavedModelEncoder:
-    """One of our SavedModel exports as `model(images, training=False) -> dict`."""
-
-    def __init__(self, path):
-        self.loaded = tf.saved_model.load(path)
-        self.image_size = int(self.loaded.image_size.numpy())
-
-    def __call__(self, images, training=False):
-        return self.loaded(images, trainable=bool(training))
-
-
-def load_encoder(path, *, strategy=None):
-    """Opens an encoder from `path`; returns `(model, image_size, description)`.
-
-    Args:
-        path: our run directory or checkpoint prefix (the architecture comes from the
-            run's flags.json), one of our SavedModel exports
-            (`run/saved_model/<step>`), or an authors' released SavedModel.
-        strategy: build our models under this strategy's scope (default strategy
-            when None). SavedModel exports run on the default device.
-
-    Raises:
-        FileNotFoundError: nothing loadable at `path`.
-    """
-    from simclr_tf import checkpoints, official  # pylint: disable=import-outside-toplevel
-    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
-    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
-    strategy = strategy or tf.distribute.get_strategy()
-    if official.is_official_savedmodel(path):
-        with strategy.scope():
-            model = official.load_official(path, num_classes=None)
-        return model, 224, f"released model {path}"
-    run_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-    flags_file = os.path.join(run_dir, "flags.json")
-    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        encoder = _SavedModelEncoder(path)
-        return encoder, encoder.image_size, f"SavedModel {path}"
-    if not tf.io.gfile.exists(flags_file):
-        raise FileNotFoundError(
-            f"No encoder at {path!r}: expected a run directory or checkpoint prefix with "
-            "flags.json beside it, a SavedModel export, or an authors' released model.")
-    with tf.io.gfile.GFile(flags_file) as f:
-        config = Config.from_json(f.read())
-    prefix = checkpoints.resolve_checkpoint_path(path)
-    with strategy.scope():
-        model = SimCLRModel(**config.model_kwargs(None))
-        model.build((None, config.image_size, config.image_size, 3))
-    checkpoints.restore_model(model, prefix)
-    return model, config.image_size, f"checkpoint {prefix}"
