@@ -20,7 +20,7 @@ from absl import logging
 from simclr_tf import checkpoints, distribute, export, official, optimizers, schedules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, datasets, device_augment, pipeline
-from simclr_tf.evaluation import features, knn, probe, transfer, writers
+from simclr_tf.evaluation import features, knn, probe, supervised, transfer, writers
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.train import NonFiniteLossError, Trainer
 
@@ -510,24 +510,19 @@ def write_view_summary(config, source, split, writer, num_images=8):
     writer.flush()
 
 
-def _eval_dataset(config, source, split, batch_size):
-    return pipeline.build_input_fn(source, split, global_batch_size=batch_size,
-                                   is_training=False, image_size=config.image_size)(None)
-
-
 def evaluate(config, strategy, context):
     """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = build_model(config, strategy, context["num_classes"])
-    trainer = Trainer(strategy, model, keras.optimizers.SGD(0.0),
-                      train_mode=config.train_mode)
-    dataset = _eval_dataset(config, context["source"], config.eval_split,
-                            config.eval_batch_size)
+    evaluator = supervised.SupervisedEvaluator(strategy, model)
+    dataset = features.eval_dataset(context["source"], config.eval_split,
+                                    image_size=config.image_size,
+                                    batch_size=config.eval_batch_size)
     results = {}
     for prefix in _checkpoints_to_evaluate(config):
         checkpoints.restore_model(model, prefix)
         step = _step_of(prefix)
-        metrics = trainer.evaluate(dataset, steps=config.eval_steps or None)
+        metrics = evaluator(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
               f"{metrics['top_1_accuracy']:.4f}, top-5 {metrics['top_5_accuracy']:.4f} "
               f"({metrics['num_examples']} examples, {prefix})", flush=True)

@@ -1,5 +1,6 @@
-"""Embeddings: deterministic, aligned with their ids and file names, equal under 1 and
-2 replicas; --mode=embed writes .npz / Parquet and a projector view."""
+"""The eval pipeline (ids, padded last batch) and embeddings: deterministic, aligned
+with their ids and file names, equal under 1 and 2 replicas; --mode=embed writes .npz /
+Parquet and a projector view."""
 import os
 
 import keras
@@ -52,6 +53,21 @@ def test_embeddings_deterministic_aligned_and_replica_independent():
                         batch_size=9, example_ids=ids)
     np.testing.assert_array_equal(two["ids"], ids)
     np.testing.assert_allclose(two[features.H], one[features.H], atol=1e-6)
+
+
+def test_eval_dataset_order_ids_and_padded_last_batch():
+    source = datasets.get_dataset("digits")
+    batches = list(features.eval_dataset(source, "test", image_size=32, batch_size=100))
+    # Every batch full: the last one holds 60 examples and 40 padding rows.
+    assert [b["image"].shape[0] for b in batches] == [100, 100, 100, 100]
+    ids = np.concatenate([b["id"].numpy() for b in batches])
+    labels = np.concatenate([b["label"].numpy() for b in batches])
+    np.testing.assert_array_equal(ids, np.r_[np.arange(360), np.full(40, -1)])
+    np.testing.assert_array_equal(labels[:360], source.load_labels("test"))
+    assert (labels[360:] == -1).all() and not batches[-1]["image"][60:].numpy().any()
+    # At 32 px evaluation does not crop: the image is the source image, resized.
+    first = next(iter(source.load("test").take(1)))[0].numpy() / 255.0
+    np.testing.assert_allclose(batches[0]["image"][0].numpy(), first, atol=1e-5)
 
 
 def _folder(tmp_path):

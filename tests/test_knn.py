@@ -86,3 +86,14 @@ def test_knn_monitor_two_replicas_equal_one():
     assert results["one"]["num_queries"] == results["two"]["num_queries"] == 101
     assert results["one"]["top_1_accuracy"] == results["two"]["top_1_accuracy"]
     assert results["one"]["seconds"] > 0
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k=0), "Received: k=0"), (dict(temperature=0.0), "Received: temperature="),
+    (dict(batch_size=0), "Received: batch_size=0"),
+    (dict(max_bank=-1), "Received: max_bank=-1")])
+def test_knn_monitor_checks_its_arguments(kwargs, match):
+    strategy = tf.distribute.get_strategy()
+    with pytest.raises(ValueError, match=match):
+        knn.KnnMonitor(strategy, lambda images, training=False: {}, object(),
+                       bank_split="train", query_split="test", image_size=16, **kwargs)

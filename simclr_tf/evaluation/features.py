@@ -2,7 +2,12 @@
 
 - `eval_dataset` gives eval-preprocessed batches `{'image', 'label', 'id'}` where `id`
   is the example's position in the split's canonical order (`DatasetSource.load`
-  without sharding), so every feature row can be traced back to its image.
+  without sharding), so every feature row can be traced back to its image. Every
+  evaluation reads it (features, kNN, linear probe, the supervised head).
+- `pad_batch` is the one way a short batch is padded: the last batch of
+  `eval_dataset`, and a replica's share of a batch inside a distributed step
+  (`replica_batch_size`), get blank rows with label and id -1, which no evaluation
+  counts.
 - `FeatureExtractor` runs a model in inference mode under a `tf.distribute` strategy;
   each replica pads its share of the batch to a fixed size, and features, labels and
   ids are gathered from every replica (`distribute.cross_replica_concat`). Rows are
@@ -74,20 +79,44 @@ def eval_dataset(source, split, *, image_size, batch_size, example_ids=None, cro
                                                       crop=crop),
                     label=tf.cast(label, tf.int32), id=example_id)
 
-    def pad(batch):
-        # Every batch full (padding rows: id -1, label -1, blank image): one static
-        # shape, so the extraction step is traced once.
-        missing = batch_size - tf.shape(batch["id"])[0]
-        image = tf.pad(batch["image"], [[0, missing], [0, 0], [0, 0], [0, 0]])
-        image.set_shape([batch_size, image_size, image_size, 3])
-        label = tf.pad(batch["label"], [[0, missing]], constant_values=-1)
-        example_id = tf.pad(batch["id"], [[0, missing]], constant_values=-1)
-        return dict(image=image, label=tf.ensure_shape(label, [batch_size]),
-                    id=tf.ensure_shape(example_id, [batch_size]))
-
     dataset = tf.data.Dataset.zip(examples, ids).map(
         preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.batch(batch_size).map(pad).prefetch(tf.data.AUTOTUNE)
+    # Every batch full: one static shape, so evaluation steps are traced once.
+    return dataset.batch(batch_size).map(
+        lambda batch: pad_batch(batch, batch_size)).prefetch(tf.data.AUTOTUNE)
+
+
+def pad_batch(batch, size):
+    """`batch` with `size` rows: blank images, and -1 in every other entry (label, id).
+
+    Args:
+        batch: dict with 'image' [n, H, W, 3] (n <= size) and int entries [n] such as
+            'label' and 'id'.
+        size: the number of rows wanted (a Python int: the result's static shape).
+    """
+    missing = size - tf.shape(batch["image"])[0]
+
+    def pad(name, value):
+        paddings = [[0, missing]] + [[0, 0]] * (value.shape.rank - 1)
+        value = tf.pad(value, paddings, constant_values=0 if name == "image" else -1)
+        return tf.ensure_shape(value, [size] + value.shape[1:].as_list())
+
+    return {name: pad(name, value) for name, value in batch.items()}
+
+
+def replica_batch_size(strategy, dataset, batch_size=None):
+    """Rows every replica pads its share of a global batch of `dataset` to.
+
+    Args:
+        strategy: the strategy that splits the batches over its replicas.
+        dataset: global batches (dicts with 'image').
+        batch_size: their size (None: the static size, else the first batch's).
+    """
+    if batch_size is None:
+        batch_size = dataset.element_spec["image"].shape[0]
+    if batch_size is None:
+        batch_size = next((int(b["image"].shape[0]) for b in dataset.take(1)), 1)
+    return max(1, math.ceil(batch_size / strategy.num_replicas_in_sync))
 
 
 def example_names(source, split, ids):
@@ -103,6 +132,16 @@ def example_names(source, split, ids):
 # ---------------------------------------------------------------- extraction
 
 
+def check_strategy_and_model(strategy, model):
+    """Raises ValueError unless `strategy` is a tf.distribute strategy and `model` is
+    callable (the constructors of the evaluators call it)."""
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise ValueError("strategy must be a tf.distribute.Strategy. Received: "
+                         f"strategy={strategy!r}")
+    if not callable(model):
+        raise ValueError(f"model must be callable. Received: model={model!r}")
+
+
 class FeatureExtractor:
     """Named model outputs over a dataset of `eval_dataset` batches, under a strategy.
 
@@ -114,6 +153,11 @@ class FeatureExtractor:
     """
 
     def __init__(self, strategy, model, outputs=(H,)):
+        check_strategy_and_model(strategy, model)
+        if isinstance(outputs, str) or not outputs or not all(
+                isinstance(name, str) for name in outputs):
+            raise ValueError("outputs must be a non-empty sequence of output names. "
+                             f"Received: outputs={outputs!r}")
         self.strategy, self.model, self.outputs = strategy, model, tuple(outputs)
         self._step = None
         self._per_replica = None
@@ -125,13 +169,10 @@ class FeatureExtractor:
             # A replica's share of the last batch may be short or even empty: pad it
             # to the fixed size (padded rows carry id -1 and are dropped on the host),
             # so every replica gathers equally shaped tensors.
-            pad = per_replica - tf.shape(batch["id"])[0]
-            images = tf.pad(batch["image"], [[0, pad], [0, 0], [0, 0], [0, 0]])
-            images.set_shape([per_replica] + batch["image"].shape[1:].as_list())
-            result = model(images, training=False)
+            batch = pad_batch(batch, per_replica)
+            result = model(batch["image"], training=False)
             result = {name: tf.cast(result[name], tf.float32) for name in outputs}
-            result["labels"] = tf.pad(batch["label"], [[0, pad]], constant_values=-1)
-            result["ids"] = tf.pad(batch["id"], [[0, pad]], constant_values=-1)
+            result["labels"], result["ids"] = batch["label"], batch["id"]
             return {name: distribute.cross_replica_concat(value)
                     for name, value in result.items()}
 
@@ -149,10 +190,7 @@ class FeatureExtractor:
             batch_size: its global batch size (read from the first batch if None).
             expected: the number of distinct ids that must come out (checked).
         """
-        if batch_size is None:
-            batch_size = dataset.element_spec["id"].shape[0] or _batch_size_of(dataset)
-        replicas = self.strategy.num_replicas_in_sync
-        per_replica = max(1, math.ceil(batch_size / replicas))
+        per_replica = replica_batch_size(self.strategy, dataset, batch_size)
         if self._step is None or self._per_replica != per_replica:
             self._step, self._per_replica = self._make_step(per_replica), per_replica
         parts = {name: [] for name in self.outputs + ("labels", "ids")}
@@ -173,12 +211,6 @@ class FeatureExtractor:
             raise RuntimeError(f"Feature extraction returned {len(result['ids'])} distinct "
                                f"examples, expected {expected}.")
         return result
-
-
-def _batch_size_of(dataset):
-    for batch in dataset.take(1):
-        return int(batch["id"].shape[0])
-    return 1
 
 
 def extract(strategy, model, source, split, *, image_size, batch_size=256,

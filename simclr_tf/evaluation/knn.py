@@ -129,6 +129,15 @@ class KnnMonitor:
     def __init__(self, strategy, model, source, *, bank_split, query_split, image_size,
                  batch_size=256, k=DEFAULT_K, temperature=DEFAULT_TEMPERATURE,
                  max_bank=10_000, max_queries=10_000, seed=0):
+        features.check_strategy_and_model(strategy, model)
+        for name, value in (("batch_size", batch_size), ("k", k)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int. Received: {name}={value!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+        for name, value in (("max_bank", max_bank), ("max_queries", max_queries)):
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0. Received: {name}={value!r}")
         self.strategy, self.model, self.source = strategy, model, source
         self.k, self.temperature = int(k), float(temperature)
         self.image_size, self.batch_size = image_size, batch_size
