@@ -77,14 +77,15 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--probe_c", default=None,
                         help="comma-separated inverse L2 strengths the probe chooses "
-                        "from (default: simclr_tf.probe.DEFAULT_C_GRID)")
+                        "from (default: simclr_tf.evaluation.probe.DEFAULT_C_GRID)")
     args = parser.parse_args(argv)
 
     # Imported after parsing so that --help never waits for TensorFlow.
-    from simclr_tf import embed, probe, transfer  # pylint: disable=import-outside-toplevel
     from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
+    from simclr_tf.evaluation import (  # pylint: disable=import-outside-toplevel
+        loading, probe, transfer)
 
-    model, image_size, description = embed.load_encoder(args.encoder)
+    model, image_size, description = loading.load_encoder(args.encoder)
     image_size = args.image_size or image_size
     encoder_id = transfer.encoder_identity(_prefix_of(args.encoder)) + f"@{image_size}px"
     cache_dir = args.cache_dir or os.path.splitext(args.out)[0] + ".features"

@@ -15,10 +15,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import (checkpoints, distribute, embed, export, knn, loop, official,
-                       optimizers, preflight, probe, schedules, transfer)
+from simclr_tf import checkpoints, distribute, export, loop, official, optimizers, preflight
+from simclr_tf import schedules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment, pipeline, subsets
+from simclr_tf.evaluation import features, knn, probe, supervised, transfer, writers
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.train import Trainer
 
@@ -286,24 +287,19 @@ def write_view_summary(config, source, split, writer, num_images=8):
     writer.flush()
 
 
-def _eval_dataset(config, source, split, batch_size):
-    return pipeline.build_input_fn(source, split, global_batch_size=batch_size,
-                                   is_training=False, image_size=config.image_size)(None)
-
-
 def evaluate(config, strategy, context):
     """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = build_model(config, strategy, context["num_classes"])
-    trainer = Trainer(strategy, model, keras.optimizers.SGD(0.0),
-                      train_mode=config.train_mode)
-    dataset = _eval_dataset(config, context["source"], config.eval_split,
-                            config.eval_batch_size)
+    evaluator = supervised.SupervisedEvaluator(strategy, model)
+    dataset = features.eval_dataset(context["source"], config.eval_split,
+                                    image_size=config.image_size,
+                                    batch_size=config.eval_batch_size)
     results = {}
     for prefix in _checkpoints_to_evaluate(config):
         checkpoints.restore_model(model, prefix)
         step = checkpoints.step_of(prefix, 0)
-        metrics = trainer.evaluate(dataset, steps=config.eval_steps or None)
+        metrics = evaluator(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
               f"{metrics['top_1_accuracy']:.4f}, top-5 {metrics['top_5_accuracy']:.4f} "
               f"({metrics['num_examples']} examples, {prefix})", flush=True)
@@ -355,12 +351,12 @@ def final_linear_probe(config, context):
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}
     for name, model in (("pretrained", trained), ("random_init", random_init)):
-        train, test = (embed.extract(strategy, model, source, split,
-                                     image_size=config.image_size,
-                                     batch_size=config.eval_batch_size)
+        train, test = (features.extract(strategy, model, source, split,
+                                        image_size=config.image_size,
+                                        batch_size=config.eval_batch_size)
                        for split in (config.train_split, config.eval_split))
-        result = probe.linear_probe(train[embed.H], train["labels"], test[embed.H],
-                                    test["labels"], seed=config.seed)
+        result = probe.linear_probe(train[features.H], train["labels"],
+                                    test[features.H], test["labels"], seed=config.seed)
         results[f"linear_probe/{name}"] = result["top_1_accuracy"]
     print(f"Linear probe (L-BFGS logistic regression on frozen h, {config.eval_split}): "
           f"pretrained encoder {results['linear_probe/pretrained']:.4f} vs randomly "
@@ -373,7 +369,7 @@ def final_linear_probe(config, context):
 
 
 def make_knn_monitor(config, strategy, model, source):
-    """The kNN monitor of a pretraining run (see `simclr_tf.knn.KnnMonitor`)."""
+    """The kNN monitor of a pretraining run (see `simclr_tf.evaluation.knn.KnnMonitor`)."""
     return knn.KnnMonitor(
         strategy, model, source, bank_split=preflight.knn_bank_split(config),
         query_split=config.knn_eval_split, image_size=config.image_size,
@@ -450,28 +446,29 @@ def embed_mode(config, strategy, context):
     if path is None:
         if not config.model_dir:
             raise ConfigError("embed_output", "is required when there is no --model_dir.")
-        path = os.path.join(config.model_dir, "embeddings", f"{embed.slug(split)}.npz")
+        path = os.path.join(config.model_dir, "embeddings", f"{features.slug(split)}.npz")
     model, prefix = load_trained_encoder(config, strategy, context)
-    outputs = (embed.H, embed.Z) if config.embed_projection else (embed.H,)
-    features = embed.extract(strategy, model, source, split, image_size=config.image_size,
-                             batch_size=config.eval_batch_size, outputs=outputs)
-    names = embed.example_names(source, split, features["ids"])
-    embed.write_embeddings(path, features, names=names)
+    outputs = (features.H, features.Z) if config.embed_projection else (features.H,)
+    embedded = features.extract(strategy, model, source, split,
+                                image_size=config.image_size,
+                                batch_size=config.eval_batch_size, outputs=outputs)
+    names = features.example_names(source, split, embedded["ids"])
+    writers.write_embeddings(path, embedded, names=names)
     print(f"Wrote {len(names)} embeddings of {source.name}:{split} "
           f"(h{' and z' if config.embed_projection else ''}, {prefix}) to {path}", flush=True)
     results = {"embed/output": path, "embed/num_examples": len(names)}
     if config.embed_projector_size and config.model_dir:
-        sample = embed.bounded_ids(source, split, config.embed_projector_size,
-                                   seed=config.seed)
+        sample = features.bounded_ids(source, split, config.embed_projector_size,
+                                      seed=config.seed)
         rows = (np.arange(len(names)) if sample is None
-                else np.searchsorted(features["ids"], sample))
-        images = embed.sample_images(source, split, features["ids"][rows],
-                                     image_size=config.image_size)
+                else np.searchsorted(embedded["ids"], sample))
+        images = features.sample_images(source, split, embedded["ids"][rows],
+                                        image_size=config.image_size)
         side = min(config.image_size, PROJECTOR_THUMBNAIL)
         images = tf.image.resize(images, [side, side]).numpy()
         log_dir = os.path.join(config.model_dir, "projector")
-        embed.write_projector(log_dir, features[embed.H][rows], features["labels"][rows],
-                              names[rows], images)
+        writers.write_projector(log_dir, embedded[features.H][rows],
+                                embedded["labels"][rows], names[rows], images)
         print(f"Projector view of {len(rows)} examples: tensorboard --logdir {log_dir}",
               flush=True)
         results["embed/projector"] = log_dir

@@ -1,4 +1,4 @@
-"""The SimCLR train / fine-tune / eval steps, compiled around `strategy.run`.
+"""The SimCLR train / fine-tune steps, compiled around `strategy.run`.
 
 The steps only: `simclr_tf.loop` runs them (checkpoints, hooks, SIGTERM, non-finite
 losses). A loop of our own rather than `model.fit`: `fit` fails under
@@ -8,7 +8,9 @@ a replica context to gather negatives from every replica.
 Batches (see docs/design.md):
     pretrain: ((view1, view2), labels), views float32 [n, H, W, 3] in [0, 1],
               labels int32 [n] (-1 = unlabelled);
-    finetune / eval: (images, labels).
+    finetune: (images, labels).
+
+Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
 import keras
 import tensorflow as tf
@@ -25,8 +27,6 @@ TRAIN_MODES = rules.TRAIN_MODES
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value.
 _SUMMED = ("num_examples",)
-# What `eval_step` returns: all counts and sums.
-_EVAL_COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
 
 
 class Trainer:
@@ -104,7 +104,6 @@ class Trainer:
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         self._train_function = None
-        self._eval_function = None
 
     @property
     def step(self):
@@ -244,27 +243,6 @@ class Trainer:
         metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
         return metrics
 
-    def eval_step(self, batch):
-        """Counts top-1 / top-5 hits on `(images, labels)`; labels -1 are skipped."""
-        images, labels = batch
-        labels = tf.cast(labels, tf.int32)
-        if images.shape[0] is None:
-            # The last, partial batch can leave a replica with no example, and some
-            # kernels (oneDNN convolutions) fail on empty batches: give such a
-            # replica one blank, unlabelled image, which is never counted. (Static
-            # batch shapes, as on TPU, never need it.)
-            pad = tf.maximum(1 - tf.shape(images)[0], 0)
-            images = tf.pad(images, [[0, pad], [0, 0], [0, 0], [0, 0]])
-            labels = tf.pad(labels, [[0, pad]], constant_values=-1)
-        logits = self._logits(self.model(images, training=False))
-        labelled = labels >= 0
-        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=tf.maximum(labels, 0), logits=tf.cast(logits, tf.float32))
-        return dict(top_1_correct=losses.top_k_correct(labels, logits, 1),
-                    top_5_correct=losses.top_k_correct(labels, logits, 5),
-                    num_labelled=tf.reduce_sum(tf.cast(labelled, tf.float32)),
-                    loss_sum=tf.reduce_sum(tf.where(labelled, per_example, 0.0)))
-
     def _optimize(self, compute_loss):
         """Forward + weight decay under a tape, then one optimizer update."""
         # The rate of this update (the schedule reads the not yet incremented step).
@@ -314,10 +292,10 @@ class Trainer:
 
     # ----- distributed functions ---------------------------------------------------
 
-    def _reduce(self, per_replica, summed=_SUMMED):
-        """Per-replica scalars -> global values: sums for `summed`, means otherwise."""
+    def _reduce(self, per_replica):
+        """Per-replica scalars -> global values: sums for `_SUMMED`, means otherwise."""
         return {name: self.strategy.reduce(
-                    tf.distribute.ReduceOp.SUM if name in summed else tf.distribute.ReduceOp.MEAN,
+                    tf.distribute.ReduceOp.SUM if name in _SUMMED else tf.distribute.ReduceOp.MEAN,
                     value, axis=None)
                 for name, value in per_replica.items()}
 
@@ -358,40 +336,6 @@ class Trainer:
             self._train_function = self._make_train_function()
         logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
         return {name: value.numpy() for name, value in logs.items()}
-
-    def evaluate(self, dataset, steps=None):
-        """Top-1 / top-5 accuracy of `logits_sup` over a dataset.
-
-        Args:
-            dataset: a `tf.data.Dataset` of `(images, labels)` global batches, or a
-                distributed dataset made from one with this strategy.
-            steps: evaluate at most this many batches (None or 0: all).
-
-        Returns:
-            dict(top_1_accuracy, top_5_accuracy, loss, num_examples) as Python
-            numbers, over the labelled examples (label >= 0).
-        """
-        if isinstance(dataset, tf.data.Dataset):
-            dataset = self.strategy.experimental_distribute_dataset(dataset)
-        if self._eval_function is None:
-            # A partial last batch has another shape: retrace without warnings.
-            eval_step = self._compiled(self.eval_step)
-            self._eval_function = tf.function(
-                lambda batch: self._reduce(self.strategy.run(eval_step, args=(batch,)),
-                                           summed=_EVAL_COUNTS),
-                reduce_retracing=True)
-        totals = dict.fromkeys(_EVAL_COUNTS, 0.0)
-        for index, batch in enumerate(dataset):
-            if steps and index >= steps:
-                break
-            for name, value in self._eval_function(batch).items():
-                totals[name] += float(value)
-        count = totals["num_labelled"]
-        denominator = max(count, 1.0)
-        return dict(top_1_accuracy=totals["top_1_correct"] / denominator,
-                    top_5_accuracy=totals["top_5_correct"] / denominator,
-                    loss=totals["loss_sum"] / denominator,
-                    num_examples=int(count))
 
 
 def _check_arguments(model, optimizer, *, train_mode, temperature, blur_fn, view_fn,

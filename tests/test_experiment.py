@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment, loop, official, preflight
 from simclr_tf.config import ConfigError
+from simclr_tf.evaluation import features
 
 from run_fixtures import config
 
@@ -69,11 +70,12 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     model = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(finetune_dir))
     source = preflight.load_source(finetune)
-    images, _ = next(iter(experiment._eval_dataset(finetune, source, "test", 4)))
+    # The eval pipeline's preprocessing, as in the export's graph.
+    images = next(iter(features.eval_dataset(source, "test", image_size=finetune.image_size,
+                                             batch_size=4)))["image"]
     raw = [tf.image.encode_png(tf.cast(tf.round(i * 255), tf.uint8)).numpy()
            for i in images]
     decoded = tf.stack([tf.image.decode_png(r, channels=3) for r in raw])
-    batch = experiment._eval_dataset  # same preprocessing as the export's graph
     expected = model(tf.image.resize(tf.cast(decoded, tf.float32) / 255.0, [16, 16],
                                      method="bicubic"), training=False)["logits_sup"]
     np.save(tmp_path / "bytes.npy", np.array(raw, dtype=object))
@@ -88,7 +90,6 @@ def test_pretrain_resume_finetune_eval(tmp_path):
                    check=True, timeout=120)
     np.testing.assert_allclose(np.load(tmp_path / "served.npy"), expected,
                                rtol=1e-4, atol=1e-5)
-    del batch
 
     # Fine-tuning can also start from a SavedModel directory (an export).
     from_export = experiment.run(config(

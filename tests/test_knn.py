@@ -1,23 +1,16 @@
-"""kNN and linear-probe protocols: hand-worked values, replica equivalence, and the
-pretrained encoder beating a random one on digits (kNN monitor, --mode=linear_probe,
-scripts/transfer_table.py)."""
-import dataclasses
+"""Weighted kNN: hand-worked votes and accuracies, flag validation, and the kNN
+monitor equal under 1 and 2 replicas."""
 import math
-import os
-import sys
-import time
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import embed, experiment, knn, probe, transfer
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import registry
+from simclr_tf.evaluation import knn
 from simclr_tf.models import SimCLRModel
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Bank on the plane. Cosines with the query (1, 0): 1, 0, 1/sqrt(2), -1.
 BANK = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0], [-2.0, 0.0]], np.float32)
@@ -59,20 +52,6 @@ def test_knn_accuracy_hand_worked_and_invariant_to_scale_and_chunks():
         knn.knn_accuracy(BANK, [0, 1, -1, 0], queries, labels)
 
 
-def test_linear_probe_hand_worked_accuracy():
-    rng = np.random.RandomState(0)
-    centres = np.array([[4.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 4.0]])
-    train_y = np.repeat(np.arange(3), 20)
-    train_x = centres[train_y] + 0.3 * rng.randn(60, 3)
-    # Test points at the centres: the probe predicts 0, 1, 2, 0; the last label is
-    # deliberately wrong, so the top-1 is exactly 3/4.
-    test_x, test_y = centres[[0, 1, 2, 0]], np.array([0, 1, 2, 1])
-    result = probe.linear_probe(train_x, train_y, test_x, test_y, c_grid=(0.1, 1.0))
-    assert result["top_1_accuracy"] == 0.75
-    assert result["validation_accuracy"] == 1.0
-    assert result["c"] == 0.1  # ties go to the stronger regularisation
-
-
 def test_knn_config_flags_are_validated():
     base = dict(dataset="digits", model_dir="/tmp/x")
     for flag, value in (("knn_k", 0), ("knn_temperature", 0.0), ("knn_eval_every", -1),
@@ -109,98 +88,12 @@ def test_knn_monitor_two_replicas_equal_one():
     assert results["one"]["seconds"] > 0
 
 
-@pytest.mark.slow
-def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
-    """80 steps of the quick-start recipe (16 px, width 0.25, batch 256); the probes
-    compare on 700 training examples to keep the L-BFGS fits short."""
-    model_dir = str(tmp_path / "run")
-    cfg = Config.from_dict(dict(
-        dataset="digits", train_split="train", eval_split="test", image_size=16,
-        stem="cifar", resnet_depth=18, width_multiplier=0.25, num_proj_layers=2,
-        proj_out_dim=64, train_batch_size=256, eval_batch_size=512, use_blur=False,
-        color_jitter_strength=0.5, temperature=0.2, learning_rate=2.0,
-        weight_decay=1e-4, warmup_epochs=2, train_steps=80, checkpoint_steps=80,
-        lineareval_while_pretraining=False, knn_eval_split="test", knn_eval_every=50,
-        model_dir=model_dir, mode="train")).validate()
-    start = time.perf_counter()
-    trained = experiment.run(cfg)
-    print(f"pretraining: {time.perf_counter() - start:.1f} s")
-    # kNN at step 50 (a chunk boundary added for it) and at the end.
-    assert trained["global_step"] == 80 and trained["knn/global_step"] == 80
-    assert trained["knn/top_1_accuracy"] > 0.7
-    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-80")
-    assert not tf.io.gfile.exists(os.path.join(model_dir, "ckpt-50.index"))
-    tags = {}
-    for event_file in tf.io.gfile.glob(os.path.join(model_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(event_file):
-            for value in event.summary.value:
-                tags.setdefault(value.tag, []).append(event.step)
-    assert tags["knn/top_1_accuracy"] == [50, 80] and "knn/seconds" in tags
-
-    source = registry.get_dataset("digits")
-    pretrained, _ = experiment.load_trained_encoder(cfg, tf.distribute.get_strategy(), {})
-    keras.utils.set_random_seed(cfg.seed + 1)
-    random_init = experiment.build_model(cfg, tf.distribute.get_strategy(), None)
-    rows = {name: transfer.evaluate_protocols(model, source, image_size=16,
-                                              train_split="train[:700]", c_grid=(0.1, 1.0))
-            for name, model in (("pretrained", pretrained), ("random", random_init))}
-    print({name: (row["knn_top_1"], row["linear_probe_top_1"], row["seconds"])
-           for name, row in rows.items()})
-    assert rows["pretrained"]["knn_top_1"] > rows["random"]["knn_top_1"] + 0.1
-    assert rows["pretrained"]["linear_probe_top_1"] > rows["random"]["linear_probe_top_1"]
-    assert rows["pretrained"]["linear_probe_top_1"] > 0.9
-
-    # The transfer table of the run (our checkpoint) and of its SavedModel export agree.
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import transfer_table  # pylint: disable=import-outside-toplevel
-    out = str(tmp_path / "table.md")
-    common = ["--datasets", "digits", "--splits", "digits=train[:600]:test",
-              "--probe_c", "0.1,1"]
-    table_rows = transfer_table.main([model_dir, "--out", out] + common)
-    export_rows = transfer_table.main([os.path.join(model_dir, "saved_model", "80"),
-                                       "--out", str(tmp_path / "export.md")] + common)
-    assert table_rows[0]["num_train"] == 600
-    assert table_rows[0]["knn_top_1"] == pytest.approx(export_rows[0]["knn_top_1"], abs=0.01)
-    text = open(out).read()
-    assert "| digits | train[:600] | test | 600 | 360 | 128 |" in text
-    assert open(str(tmp_path / "table.csv")).read().startswith("dataset,train_split")
-
-
-def test_linear_probe_mode_caches_features(tmp_path):
-    model_dir = str(tmp_path / "run")
-    cfg = Config.from_dict(dict(
-        dataset="digits", train_split="train[:300]", eval_split="test[:100]",
-        image_size=16, stem="cifar", resnet_depth=18, width_multiplier=0.125,
-        num_proj_layers=2, proj_out_dim=16, eval_batch_size=128, model_dir=model_dir,
-        mode="linear_probe", knn_k=10)).validate()
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), None)
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
-    checkpoints.CheckpointState(model_dir, model).save(7)
-    first = experiment.run(cfg)
-    cached = os.path.join(model_dir, "features", "digits", "train__300.npz")
-    assert os.path.exists(cached), os.listdir(os.path.join(model_dir, "features", "digits"))
-    assert first["linear_probe/num_train"] == 300 and first["linear_probe/num_test"] == 100
-    assert first["linear_probe/checkpoint"].endswith("ckpt-7")
-    # Second run: from the cache, same numbers; a rewritten cache key recomputes.
-    mtime = os.path.getmtime(cached)
-    second = experiment.run(cfg)
-    assert os.path.getmtime(cached) == mtime
-    assert second == first
-    with np.load(cached) as stored:
-        features = {k: stored[k] for k in stored.files if k != "_key"}
-    _, from_cache = embed.cached_features(cached, {"other": 1}, lambda: features)
-    assert not from_cache
-    _, from_cache = embed.cached_features(cached, {"other": 1}, lambda: features)
-    assert from_cache
-    with pytest.raises(ConfigError, match="--train_split.*no labels"):
-        experiment.run(dataclasses.replace(cfg, dataset="folder:" + str(_unlabelled(tmp_path)),
-                                           train_split="train", eval_split="train"))
-
-
-def _unlabelled(tmp_path):
-    folder = tmp_path / "flat"
-    folder.mkdir()
-    for i in range(2):
-        tf.io.write_file(str(folder / f"{i}.png"),
-                         tf.io.encode_png(tf.zeros([8, 8, 3], tf.uint8)))
-    return folder
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k=0), "Received: k=0"), (dict(temperature=0.0), "Received: temperature="),
+    (dict(batch_size=0), "Received: batch_size=0"),
+    (dict(max_bank=-1), "Received: max_bank=-1")])
+def test_knn_monitor_checks_its_arguments(kwargs, match):
+    strategy = tf.distribute.get_strategy()
+    with pytest.raises(ValueError, match=match):
+        knn.KnnMonitor(strategy, lambda images, training=False: {}, object(),
+                       bank_split="train", query_split="test", image_size=16, **kwargs)

@@ -1,4 +1,7 @@
-"""Tests for simclr_tf.data.pipeline: batch formats, sharding, complete evaluation."""
+"""Tests for simclr_tf.data.pipeline: batch formats, sharding, label subsets.
+
+(The eval pipeline is `simclr_tf.evaluation.features.eval_dataset`: tests/test_features.py.)
+"""
 import collections
 
 import numpy as np
@@ -56,54 +59,34 @@ def test_training_repeats_with_full_batches(digits):
     assert shapes == [4] * 10
 
 
-def test_eval_keeps_every_example_under_mirrored_strategy(digits, strategy):
-    dist = pipeline.build_distributed_dataset(
-        strategy, digits, "test", global_batch_size=64, is_training=False,
-        image_size=32)
-    seen = []
-    for _, labels in dist:
-        for y in _local(strategy, labels):
-            seen.extend(y.numpy().tolist())
-    assert len(seen) == 360
-    assert collections.Counter(seen) == collections.Counter(
-        digits.load_labels("test").tolist())
-
-
-def test_eval_single_device_order_and_last_partial_batch(digits):
-    dataset = pipeline.build_input_fn(digits, "test", global_batch_size=100,
-                                      is_training=False, image_size=32)(None)
-    batches = list(dataset)
-    assert [x.shape[0] for x, _ in batches] == [100, 100, 100, 60]
-    labels = np.concatenate([y.numpy() for _, y in batches])
-    np.testing.assert_array_equal(labels, digits.load_labels("test"))
-    # At 32 px evaluation does not crop: the image is the source image, resized.
-    first = registry.get_dataset("digits").load("test").take(1)
-    source_image = next(iter(first))[0].numpy() / 255.0
-    np.testing.assert_allclose(batches[0][0][0].numpy(), source_image, atol=1e-5)
-
-
 def test_input_pipelines_shard_examples():
     source = registry.get_dataset("digits")
     input_fn = pipeline.build_input_fn(source, "test", global_batch_size=8,
-                                       is_training=False, image_size=8)
-    counts = []
+                                       is_training=True, train_mode="finetune",
+                                       image_size=8, seed=0)
+    seen = []
     for i in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i,
                                              num_replicas_in_sync=2)
-        batches = list(input_fn(context))
-        assert all(x.shape[0] <= 4 for x, _ in batches)  # per-replica batch
-        counts.append(sum(int(x.shape[0]) for x, _ in batches))
-    assert sum(counts) == 360 and abs(counts[0] - counts[1]) <= 1
+        # One epoch of this pipeline's shard: 180 examples in per-replica batches of 4.
+        batches = list(input_fn(context).take(45))
+        assert all(x.shape[0] == 4 for x, _ in batches)
+        seen.extend(np.concatenate([y.numpy() for _, y in batches]).tolist())
+    # The two shards together are the split, every example once.
+    assert collections.Counter(seen) == collections.Counter(
+        source.load_labels("test").tolist())
 
 
 def test_label_subset_ids_restrict_the_examples(digits):
     subset = subsets.make_label_subset(digits, "train", 0.05)
+    # One batch of the subset's size is one epoch of it.
     dataset = pipeline.build_input_fn(
-        digits, "train", global_batch_size=32, is_training=False, image_size=16,
-        label_subset_ids=subset.example_ids)(None)
-    labels = np.concatenate([y.numpy() for _, y in dataset])
-    np.testing.assert_array_equal(labels,
-                                  digits.load_labels("train")[subset.example_ids])
+        digits, "train", global_batch_size=len(subset.example_ids), is_training=True,
+        train_mode="finetune", image_size=16, label_subset_ids=subset.example_ids,
+        seed=0)(None)
+    _, labels = next(iter(dataset))
+    assert collections.Counter(labels.numpy().tolist()) == collections.Counter(
+        digits.load_labels("train")[subset.example_ids].tolist())
 
 
 def test_tfds_pretraining_pipeline_under_mock():
@@ -126,11 +109,14 @@ def test_unlabelled_split_only_for_pretraining(tmp_path):
                                       is_training=True, image_size=8)(None)
     (_, _), labels = next(iter(dataset))
     assert labels.numpy().tolist() == [-1, -1]
-    for kwargs in (dict(is_training=True, train_mode="finetune"),
-                   dict(is_training=False)):
-        with pytest.raises(ValueError, match="no labels"):
-            pipeline.build_input_fn(source, "train", global_batch_size=2,
-                                    image_size=8, **kwargs)
+    with pytest.raises(ValueError, match="no labels"):
+        pipeline.build_input_fn(source, "train", global_batch_size=2, image_size=8,
+                                is_training=True, train_mode="finetune")
+
+
+def test_evaluation_batches_come_from_the_eval_pipeline(digits):
+    with pytest.raises(ValueError, match="features.eval_dataset.*is_training=False"):
+        pipeline.build_input_fn(digits, "test", global_batch_size=8, is_training=False)
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import distribute, loop, losses, optimizers, schedules, train
+from simclr_tf.evaluation import supervised
 from standin_model import distributed_pretrain_iterator, make_model, random_batch
 
 GLOBAL_BATCH = 8
@@ -167,7 +168,8 @@ def _finetune(num_replicas, weights, steps, eval_set):
     logs = [trainer.train_steps(iterator) for _ in steps]
     images, labels = eval_set
     # 13 examples in batches of 4: the last batch leaves replicas empty.
-    result = trainer.evaluate(tf.data.Dataset.from_tensor_slices((images, labels)).batch(4))
+    result = supervised.SupervisedEvaluator(strategy, model)(
+        tf.data.Dataset.from_tensor_slices(dict(image=images, label=labels)).batch(4))
     return logs, [w.numpy() for w in model.weights], result
 
 

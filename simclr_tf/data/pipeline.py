@@ -1,4 +1,6 @@
-"""Input pipelines: per-replica batches of augmented views, sharded per input context.
+"""Training input pipelines: per-replica batches of augmented views, sharded per input
+context. (Evaluation batches come from the one eval pipeline,
+`simclr_tf.evaluation.features.eval_dataset`.)
 
 `build_input_fn` returns the `input_fn(input_context)` that
 `strategy.distribute_datasets_from_function` calls once per input pipeline;
@@ -10,12 +12,10 @@
   applied here: the train step calls `augment.batch_random_blur` on the device.
 - fine-tuning (`is_training=True, train_mode='finetune'`): `(images, labels)`, crop and
   flip only.
-- evaluation (`is_training=False`): `(images, labels)` with `preprocess_for_eval`;
-  every example exactly once, the last batch may be smaller.
 
-n is the per-replica batch, `global_batch_size // num_replicas_in_sync`. Training
-datasets repeat forever and drop the last partial batch, so every step sees full,
-statically shaped batches.
+n is the per-replica batch, `global_batch_size // num_replicas_in_sync`. The datasets
+repeat forever and drop the last partial batch, so every step sees full, statically
+shaped batches.
 
 Example:
 ```python
@@ -55,7 +55,7 @@ def build_input_fn(
     split: str,
     *,
     global_batch_size: int,
-    is_training: bool,
+    is_training: bool = True,
     train_mode: str = "pretrain",
     image_size: int = 224,
     color_jitter_strength: float = 1.0,
@@ -64,7 +64,6 @@ def build_input_fn(
     seed: int | None = None,
     label_subset_ids: Sequence[int] | np.ndarray | None = None,
     shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
-    eval_center_crop: bool | None = None,
     start_step: int = 0,
     augment_on: str = "host",
 ) -> InputFn:
@@ -74,10 +73,10 @@ def build_input_fn(
       source: the dataset (`registry.get_dataset(...)`).
       split: split spec, e.g. 'train', 'train[:10%]', 'unlabelled'.
       global_batch_size: examples per step over all replicas; must divide evenly.
-      is_training: training (shuffle, repeat, random augmentation, full batches) or
-        evaluation (one ordered pass, every example kept).
+      is_training: must be True (shuffle, repeat, random augmentation, full batches);
+        evaluation batches come from `simclr_tf.evaluation.features.eval_dataset`.
       train_mode: 'pretrain' (two colour-distorted views) or 'finetune' (one crop+flip
-        view); used when `is_training`.
+        view).
       image_size: output side in pixels.
       color_jitter_strength: SimCLR's s (1.0 ImageNet, 0.5 CIFAR).
       impl: 'simclrv2' (multiplicative brightness) or 'simclrv1' (additive).
@@ -88,8 +87,6 @@ def build_input_fn(
       label_subset_ids: keep only these example ids of `split` (semi-supervised
         fine-tuning; see `subsets.make_label_subset`).
       shuffle_buffer_size: examples in the shuffle buffer.
-      eval_center_crop: centre crop at evaluation; None applies the reference's rule
-        `augment.eval_center_crop_enabled(image_size)` (no crop at <= 32 px).
       start_step: training steps already taken (resume): the stream starts at the
         epoch and position that step reached. Skipping within that epoch reads (and
         decodes) the skipped examples once, at most one epoch's worth.
@@ -104,6 +101,10 @@ def build_input_fn(
     if not isinstance(source, DatasetSource):
         raise ValueError("`source` must be a DatasetSource (registry.get_dataset). "
                          f"Received: source={source!r}")
+    if not is_training:
+        raise ValueError("build_input_fn makes training batches only; evaluation reads "
+                         "simclr_tf.evaluation.features.eval_dataset. Received: "
+                         f"is_training={is_training!r}")
     _positive_int("global_batch_size", global_batch_size)
     _positive_int("image_size", image_size)
     _positive_int("shuffle_buffer_size", shuffle_buffer_size)
@@ -117,13 +118,11 @@ def build_input_fn(
             f"`color_jitter_strength` must be in [0, {augment.MAX_COLOR_JITTER_STRENGTH}]. "
             f"Received: color_jitter_strength={color_jitter_strength!r}")
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.
-    pretraining = is_training and train_mode == "pretrain"
+    pretraining = train_mode == "pretrain"
     if not pretraining and not source.has_labels(split):
         raise ValueError(
             f"Split {split!r} of dataset {source.name!r} has no labels: it can only be "
             "used for pretraining (is_training=True, train_mode='pretrain').")
-    if eval_center_crop is None:
-        eval_center_crop = augment.eval_center_crop_enabled(image_size)
     if not isinstance(start_step, (int, np.integer)) or start_step < 0:
         raise ValueError(f"`start_step` must be an int >= 0. Received: start_step={start_step!r}")
     subset = None if label_subset_ids is None else np.asarray(label_subset_ids, np.int64)
@@ -148,10 +147,6 @@ def build_input_fn(
             image, image_size, image_size, color_distort=False, impl=impl,
             seed=image_seed), label
 
-    def preprocess_eval(image, label):
-        return augment.preprocess_for_eval(image, image_size, image_size,
-                                           crop=eval_center_crop), label
-
     if augment_on not in ("host", "device"):
         raise ValueError("`augment_on` must be 'host' or 'device'. "
                          f"Received: augment_on={augment_on!r}")
@@ -165,29 +160,21 @@ def build_input_fn(
         preprocess = preprocess_pretrain_device
     elif pretraining:
         preprocess = preprocess_pretrain
-    elif is_training:
-        preprocess = preprocess_finetune
     else:
-        preprocess = preprocess_eval
+        preprocess = preprocess_finetune
 
     def input_fn(input_context: tf.distribute.InputContext | None = None):
         if input_context is None:
             batch_size = global_batch_size
         else:
             batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-        if is_training:
-            dataset = _training_stream(
-                source, split, subset, input_context, global_batch_size, cache, seed,
-                shuffle_buffer_size, start_step).map(
-                    preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-        else:
-            dataset = source.load(split, input_context=input_context, example_ids=subset)
-            if cache:
-                dataset = dataset.cache()
-            dataset = dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = _training_stream(
+            source, split, subset, input_context, global_batch_size, cache, seed,
+            shuffle_buffer_size, start_step).map(
+                preprocess, num_parallel_calls=tf.data.AUTOTUNE)
         # Batches keep the stream's order (map and batch are deterministic by
         # default), so training is reproducible and resumable step for step.
-        dataset = dataset.batch(batch_size, drop_remainder=is_training,
+        dataset = dataset.batch(batch_size, drop_remainder=True,
                                 num_parallel_calls=tf.data.AUTOTUNE)
         return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -10,7 +10,7 @@ winner is their label.
 `knn_predict` / `knn_accuracy` are pure functions of arrays (numpy in, numpy out, TF
 ops inside, queries in chunks so memory stays [chunk, bank]). `KnnMonitor` runs the
 protocol during pretraining: bank and query features are computed under the training
-strategy with every replica's features gathered (`simclr_tf.embed.extract`), so the
+strategy with every replica's features gathered (`simclr_tf.evaluation.features`), so the
 result does not depend on the number of replicas.
 
 Example:
@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 import tensorflow as tf
+
+from simclr_tf.evaluation import features
 
 DEFAULT_K = 200
 DEFAULT_TEMPERATURE = 0.07
@@ -127,19 +129,26 @@ class KnnMonitor:
     def __init__(self, strategy, model, source, *, bank_split, query_split, image_size,
                  batch_size=256, k=DEFAULT_K, temperature=DEFAULT_TEMPERATURE,
                  max_bank=10_000, max_queries=10_000, seed=0):
-        from simclr_tf import embed  # pylint: disable=import-outside-toplevel
-        self._embed = embed
+        features.check_strategy_and_model(strategy, model)
+        for name, value in (("batch_size", batch_size), ("k", k)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int. Received: {name}={value!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+        for name, value in (("max_bank", max_bank), ("max_queries", max_queries)):
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0. Received: {name}={value!r}")
         self.strategy, self.model, self.source = strategy, model, source
         self.k, self.temperature = int(k), float(temperature)
         self.image_size, self.batch_size = image_size, batch_size
         self.bank_split, self.query_split = bank_split, query_split
-        self.bank_ids = embed.bounded_ids(source, bank_split, max_bank, seed=seed)
-        self.query_ids = embed.bounded_ids(source, query_split, max_queries, seed=seed)
-        self._extractor = embed.FeatureExtractor(strategy, model)
+        self.bank_ids = features.bounded_ids(source, bank_split, max_bank, seed=seed)
+        self.query_ids = features.bounded_ids(source, query_split, max_queries, seed=seed)
+        self._extractor = features.FeatureExtractor(strategy, model)
 
     def _features(self, split, ids):
-        dataset = self._embed.eval_dataset(self.source, split, image_size=self.image_size,
-                                           batch_size=self.batch_size, example_ids=ids)
+        dataset = features.eval_dataset(self.source, split, image_size=self.image_size,
+                                        batch_size=self.batch_size, example_ids=ids)
         expected = (self.source.num_examples(split) if ids is None else len(ids))
         return self._extractor(dataset, batch_size=self.batch_size, expected=expected)
 

@@ -1,8 +1,13 @@
-"""Embeddings: h (and z) of a dataset split under any strategy, cached and exported.
+"""The one eval input pipeline and feature extraction under any strategy, with caches.
 
 - `eval_dataset` gives eval-preprocessed batches `{'image', 'label', 'id'}` where `id`
   is the example's position in the split's canonical order (`DatasetSource.load`
-  without sharding), so every feature row can be traced back to its image.
+  without sharding), so every feature row can be traced back to its image. Every
+  evaluation reads it (features, kNN, linear probe, the supervised head).
+- `pad_batch` is the one way a short batch is padded: the last batch of
+  `eval_dataset`, and a replica's share of a batch inside a distributed step
+  (`replica_batch_size`), get blank rows with label and id -1, which no evaluation
+  counts.
 - `FeatureExtractor` runs a model in inference mode under a `tf.distribute` strategy;
   each replica pads its share of the batch to a fixed size, and features, labels and
   ids are gathered from every replica (`distribute.cross_replica_concat`). Rows are
@@ -10,11 +15,6 @@
   same for 1 or many replicas and for any batch size, up to float rounding.
 - `cached_features` stores extracted features in an .npz keyed by what produced them
   (encoder, dataset, split, image size), recomputing when the key changes.
-- `write_embeddings` writes ids, names, labels, h (and z) to .npz or Parquet;
-  `write_projector` writes a TensorBoard projector view with an image sprite.
-- `load_encoder` opens an encoder from a path: our run directory or checkpoint
-  prefix (architecture from the run's flags.json), one of our SavedModel exports, or
-  one of the authors' released models.
 """
 import json
 import math
@@ -79,20 +79,44 @@ def eval_dataset(source, split, *, image_size, batch_size, example_ids=None, cro
                                                       crop=crop),
                     label=tf.cast(label, tf.int32), id=example_id)
 
-    def pad(batch):
-        # Every batch full (padding rows: id -1, label -1, blank image): one static
-        # shape, so the extraction step is traced once.
-        missing = batch_size - tf.shape(batch["id"])[0]
-        image = tf.pad(batch["image"], [[0, missing], [0, 0], [0, 0], [0, 0]])
-        image.set_shape([batch_size, image_size, image_size, 3])
-        label = tf.pad(batch["label"], [[0, missing]], constant_values=-1)
-        example_id = tf.pad(batch["id"], [[0, missing]], constant_values=-1)
-        return dict(image=image, label=tf.ensure_shape(label, [batch_size]),
-                    id=tf.ensure_shape(example_id, [batch_size]))
-
     dataset = tf.data.Dataset.zip(examples, ids).map(
         preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.batch(batch_size).map(pad).prefetch(tf.data.AUTOTUNE)
+    # Every batch full: one static shape, so evaluation steps are traced once.
+    return dataset.batch(batch_size).map(
+        lambda batch: pad_batch(batch, batch_size)).prefetch(tf.data.AUTOTUNE)
+
+
+def pad_batch(batch, size):
+    """`batch` with `size` rows: blank images, and -1 in every other entry (label, id).
+
+    Args:
+        batch: dict with 'image' [n, H, W, 3] (n <= size) and int entries [n] such as
+            'label' and 'id'.
+        size: the number of rows wanted (a Python int: the result's static shape).
+    """
+    missing = size - tf.shape(batch["image"])[0]
+
+    def pad(name, value):
+        paddings = [[0, missing]] + [[0, 0]] * (value.shape.rank - 1)
+        value = tf.pad(value, paddings, constant_values=0 if name == "image" else -1)
+        return tf.ensure_shape(value, [size] + value.shape[1:].as_list())
+
+    return {name: pad(name, value) for name, value in batch.items()}
+
+
+def replica_batch_size(strategy, dataset, batch_size=None):
+    """Rows every replica pads its share of a global batch of `dataset` to.
+
+    Args:
+        strategy: the strategy that splits the batches over its replicas.
+        dataset: global batches (dicts with 'image').
+        batch_size: their size (None: the static size, else the first batch's).
+    """
+    if batch_size is None:
+        batch_size = dataset.element_spec["image"].shape[0]
+    if batch_size is None:
+        batch_size = next((int(b["image"].shape[0]) for b in dataset.take(1)), 1)
+    return max(1, math.ceil(batch_size / strategy.num_replicas_in_sync))
 
 
 def example_names(source, split, ids):
@@ -108,6 +132,16 @@ def example_names(source, split, ids):
 # ---------------------------------------------------------------- extraction
 
 
+def check_strategy_and_model(strategy, model):
+    """Raises ValueError unless `strategy` is a tf.distribute strategy and `model` is
+    callable (the constructors of the evaluators call it)."""
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise ValueError("strategy must be a tf.distribute.Strategy. Received: "
+                         f"strategy={strategy!r}")
+    if not callable(model):
+        raise ValueError(f"model must be callable. Received: model={model!r}")
+
+
 class FeatureExtractor:
     """Named model outputs over a dataset of `eval_dataset` batches, under a strategy.
 
@@ -119,6 +153,11 @@ class FeatureExtractor:
     """
 
     def __init__(self, strategy, model, outputs=(H,)):
+        check_strategy_and_model(strategy, model)
+        if isinstance(outputs, str) or not outputs or not all(
+                isinstance(name, str) for name in outputs):
+            raise ValueError("outputs must be a non-empty sequence of output names. "
+                             f"Received: outputs={outputs!r}")
         self.strategy, self.model, self.outputs = strategy, model, tuple(outputs)
         self._step = None
         self._per_replica = None
@@ -130,13 +169,10 @@ class FeatureExtractor:
             # A replica's share of the last batch may be short or even empty: pad it
             # to the fixed size (padded rows carry id -1 and are dropped on the host),
             # so every replica gathers equally shaped tensors.
-            pad = per_replica - tf.shape(batch["id"])[0]
-            images = tf.pad(batch["image"], [[0, pad], [0, 0], [0, 0], [0, 0]])
-            images.set_shape([per_replica] + batch["image"].shape[1:].as_list())
-            result = model(images, training=False)
+            batch = pad_batch(batch, per_replica)
+            result = model(batch["image"], training=False)
             result = {name: tf.cast(result[name], tf.float32) for name in outputs}
-            result["labels"] = tf.pad(batch["label"], [[0, pad]], constant_values=-1)
-            result["ids"] = tf.pad(batch["id"], [[0, pad]], constant_values=-1)
+            result["labels"], result["ids"] = batch["label"], batch["id"]
             return {name: distribute.cross_replica_concat(value)
                     for name, value in result.items()}
 
@@ -154,10 +190,7 @@ class FeatureExtractor:
             batch_size: its global batch size (read from the first batch if None).
             expected: the number of distinct ids that must come out (checked).
         """
-        if batch_size is None:
-            batch_size = dataset.element_spec["id"].shape[0] or _batch_size_of(dataset)
-        replicas = self.strategy.num_replicas_in_sync
-        per_replica = max(1, math.ceil(batch_size / replicas))
+        per_replica = replica_batch_size(self.strategy, dataset, batch_size)
         if self._step is None or self._per_replica != per_replica:
             self._step, self._per_replica = self._make_step(per_replica), per_replica
         parts = {name: [] for name in self.outputs + ("labels", "ids")}
@@ -178,12 +211,6 @@ class FeatureExtractor:
             raise RuntimeError(f"Feature extraction returned {len(result['ids'])} distinct "
                                f"examples, expected {expected}.")
         return result
-
-
-def _batch_size_of(dataset):
-    for batch in dataset.take(1):
-        return int(batch["id"].shape[0])
-    return 1
 
 
 def extract(strategy, model, source, split, *, image_size, batch_size=256,
@@ -235,149 +262,8 @@ def cached_features(path, key, compute):
     return features, False
 
 
-# ---------------------------------------------------------------- export
-
-
-def write_embeddings(path, features, *, names=None):
-    """Writes ids, names, labels, h (and z) to `.npz` or `.parquet` (by suffix).
-
-    Args:
-        path: output file; `.parquet` writes one row per example (vectors as
-            fixed-size lists), anything else an .npz with arrays `ids`, `names`,
-            `labels`, `h` and optionally `z`.
-        features: dict from `FeatureExtractor` (`final_avg_pool`, maybe
-            `proj_head_output`, `labels`, `ids`).
-        names: a name (file path) per row.
-
-    Returns:
-        The path.
-    """
-    columns = dict(ids=features["ids"], labels=features["labels"], h=features[H])
-    if Z in features:
-        columns["z"] = features[Z]
-    names = np.asarray(names if names is not None else [str(i) for i in features["ids"]])
-    if os.path.dirname(path):
-        tf.io.gfile.makedirs(os.path.dirname(path))
-    if path.endswith(".parquet"):
-        import pyarrow as pa  # pylint: disable=import-outside-toplevel
-        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-
-        def vectors(array):
-            array = np.ascontiguousarray(array, np.float32)
-            return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)),
-                                                     array.shape[1])
-
-        table = pa.table(dict(
-            id=pa.array(columns["ids"]), name=pa.array([str(n) for n in names]),
-            label=pa.array(columns["labels"]),
-            **{k: vectors(columns[k]) for k in ("h", "z") if k in columns}))
-        pq.write_table(table, path)
-    else:
-        np.savez(path, names=names.astype(str), **columns)
-    return path
-
-
-def write_projector(log_dir, embeddings, labels, names, images=None):
-    """A TensorBoard projector view of `embeddings` in `log_dir`.
-
-    Args:
-        log_dir: directory for `tensorboard --logdir`.
-        embeddings: float32 [n, D].
-        labels: int [n] (metadata column).
-        names: str [n] (metadata column).
-        images: optional uint8 or [0, 1] float [n, S, S, 3] thumbnails for the sprite.
-    """
-    from tensorboard.plugins import projector  # pylint: disable=import-outside-toplevel
-    tf.io.gfile.makedirs(log_dir)
-    with open(os.path.join(log_dir, "metadata.tsv"), "w", encoding="utf-8") as f:
-        f.write("name\tlabel\n")
-        for name, label in zip(names, labels):
-            f.write(f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n")
-    variable = tf.Variable(np.asarray(embeddings, np.float32), name="embedding")
-    tf.train.Checkpoint(embedding=variable).save(os.path.join(log_dir, "embedding.ckpt"))
-    config = projector.ProjectorConfig()
-    view = config.embeddings.add()
-    view.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
-    view.metadata_path = "metadata.tsv"
-    if images is not None and len(images):
-        sprite = sprite_image(images)
-        tf.io.write_file(os.path.join(log_dir, "sprite.png"), tf.io.encode_png(sprite))
-        view.sprite.image_path = "sprite.png"
-        view.sprite.single_image_dim.extend([int(images.shape[2]), int(images.shape[1])])
-    projector.visualize_embeddings(log_dir, config)
-    return log_dir
-
-
-def sprite_image(images):
-    """Tiles [n, S, S, 3] images row-major into one uint8 square grid image."""
-    images = np.asarray(images)
-    if images.dtype != np.uint8:
-        images = np.clip(np.rint(images * 255.0), 0, 255).astype(np.uint8)
-    n, height, width, channels = images.shape
-    side = int(math.ceil(math.sqrt(n)))
-    grid = np.zeros([side * height, side * width, channels], np.uint8)
-    for i, image in enumerate(images):
-        row, col = divmod(i, side)
-        grid[row * height:(row + 1) * height, col * width:(col + 1) * width] = image
-    return grid
-
-
 def sample_images(source, split, ids, *, image_size):
     """Eval-preprocessed images of `ids` (sorted), float32 in [0, 1]."""
     batches = eval_dataset(source, split, image_size=image_size, batch_size=256,
                            example_ids=ids)
     return np.concatenate([b["image"].numpy()[b["id"].numpy() >= 0] for b in batches])
-
-
-# ---------------------------------------------------------------- encoders
-
-
-class _SavedModelEncoder:
-    """One of our SavedModel exports as `model(images, training=False) -> dict`."""
-
-    def __init__(self, path):
-        self.loaded = tf.saved_model.load(path)
-        self.image_size = int(self.loaded.image_size.numpy())
-
-    def __call__(self, images, training=False):
-        return self.loaded(images, trainable=bool(training))
-
-
-def load_encoder(path, *, strategy=None):
-    """Opens an encoder from `path`; returns `(model, image_size, description)`.
-
-    Args:
-        path: our run directory or checkpoint prefix (the architecture comes from the
-            run's flags.json), one of our SavedModel exports
-            (`run/saved_model/<step>`), or an authors' released SavedModel.
-        strategy: build our models under this strategy's scope (default strategy
-            when None). SavedModel exports run on the default device.
-
-    Raises:
-        FileNotFoundError: nothing loadable at `path`.
-    """
-    from simclr_tf import checkpoints, official  # pylint: disable=import-outside-toplevel
-    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
-    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
-    strategy = strategy or tf.distribute.get_strategy()
-    if official.is_official_savedmodel(path):
-        with strategy.scope():
-            model = official.load_official(path, num_classes=None)
-        return model, 224, f"released model {path}"
-    run_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-    flags_file = os.path.join(run_dir, "flags.json")
-    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        encoder = _SavedModelEncoder(path)
-        return encoder, encoder.image_size, f"SavedModel {path}"
-    if not tf.io.gfile.exists(flags_file):
-        raise FileNotFoundError(
-            f"No encoder at {path!r}: expected a run directory or checkpoint prefix with "
-            "flags.json beside it, a SavedModel export, or an authors' released model.")
-    with tf.io.gfile.GFile(flags_file) as f:
-        config = Config.from_json(f.read())
-    prefix = checkpoints.resolve_checkpoint_path(path)
-    with strategy.scope():
-        model = SimCLRModel(**config.model_kwargs(None))
-        model.build((None, config.image_size, config.image_size, 3))
-    checkpoints.restore_model(model, prefix)
-    return model, config.image_size, f"checkpoint {prefix}"

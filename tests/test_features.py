@@ -1,5 +1,6 @@
-"""Embeddings: deterministic, aligned with their ids and file names, equal under 1 and
-2 replicas; --mode=embed writes .npz / Parquet and a projector view."""
+"""The eval pipeline (ids, padded last batch) and embeddings: deterministic, aligned
+with their ids and file names, equal under 1 and 2 replicas; --mode=embed writes .npz /
+Parquet and a projector view."""
 import os
 
 import keras
@@ -7,7 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-from simclr_tf import checkpoints, embed, experiment
+from simclr_tf import checkpoints, experiment
+from simclr_tf.evaluation import features
 from simclr_tf.config import Config
 from simclr_tf.data import augment, registry
 
@@ -30,12 +32,12 @@ def test_embeddings_deterministic_aligned_and_replica_independent():
     source = registry.get_dataset("digits")
     ids = np.arange(0, 360, 7)  # a subset: ids are positions in the whole split
     model = _model(cfg)
-    one = embed.extract(tf.distribute.get_strategy(), model, source, "test",
+    one = features.extract(tf.distribute.get_strategy(), model, source, "test",
                         image_size=16, batch_size=16, example_ids=ids,
-                        outputs=(embed.H, embed.Z))
-    again = embed.extract(tf.distribute.get_strategy(), model, source, "test",
+                        outputs=(features.H, features.Z))
+    again = features.extract(tf.distribute.get_strategy(), model, source, "test",
                           image_size=16, batch_size=5, example_ids=ids[::-1],
-                          outputs=(embed.H, embed.Z))
+                          outputs=(features.H, features.Z))
     for key in one:
         np.testing.assert_array_equal(one[key], again[key], err_msg=key)
     np.testing.assert_array_equal(one["ids"], ids)
@@ -43,14 +45,29 @@ def test_embeddings_deterministic_aligned_and_replica_independent():
     # Row i is the model applied to image ids[i], computed directly.
     images = np.stack([image.numpy() for image, _ in source.load("test")])[ids]
     direct = model(_preprocess(images), training=False)
-    np.testing.assert_allclose(one[embed.H], direct[embed.H], atol=1e-5)
-    np.testing.assert_allclose(one[embed.Z], direct[embed.Z], atol=1e-5)
+    np.testing.assert_allclose(one[features.H], direct[features.H], atol=1e-5)
+    np.testing.assert_allclose(one[features.Z], direct[features.Z], atol=1e-5)
     # Two replicas, odd batch (uneven shares, a partial last batch): the same rows.
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    two = embed.extract(mirrored, _model(cfg, mirrored), source, "test", image_size=16,
+    two = features.extract(mirrored, _model(cfg, mirrored), source, "test", image_size=16,
                         batch_size=9, example_ids=ids)
     np.testing.assert_array_equal(two["ids"], ids)
-    np.testing.assert_allclose(two[embed.H], one[embed.H], atol=1e-6)
+    np.testing.assert_allclose(two[features.H], one[features.H], atol=1e-6)
+
+
+def test_eval_dataset_order_ids_and_padded_last_batch():
+    source = registry.get_dataset("digits")
+    batches = list(features.eval_dataset(source, "test", image_size=32, batch_size=100))
+    # Every batch full: the last one holds 60 examples and 40 padding rows.
+    assert [b["image"].shape[0] for b in batches] == [100, 100, 100, 100]
+    ids = np.concatenate([b["id"].numpy() for b in batches])
+    labels = np.concatenate([b["label"].numpy() for b in batches])
+    np.testing.assert_array_equal(ids, np.r_[np.arange(360), np.full(40, -1)])
+    np.testing.assert_array_equal(labels[:360], source.load_labels("test"))
+    assert (labels[360:] == -1).all() and not batches[-1]["image"][60:].numpy().any()
+    # At 32 px evaluation does not crop: the image is the source image, resized.
+    first = next(iter(source.load("test").take(1)))[0].numpy() / 255.0
+    np.testing.assert_allclose(batches[0]["image"][0].numpy(), first, atol=1e-5)
 
 
 def _folder(tmp_path):
@@ -83,8 +100,8 @@ def test_embed_mode_writes_parquet_npz_and_projector(tmp_path):
     assert table["label"] == [0, 0, 0, 1, 1, 1]
     images = tf.stack([tf.io.decode_png(tf.io.read_file(p)) for p in paths])
     direct = model(_preprocess(images), training=False)
-    np.testing.assert_allclose(np.array(table["h"]), direct[embed.H], atol=1e-5)
-    np.testing.assert_allclose(np.array(table["z"]), direct[embed.Z], atol=1e-5)
+    np.testing.assert_allclose(np.array(table["h"]), direct[features.H], atol=1e-5)
+    np.testing.assert_allclose(np.array(table["z"]), direct[features.Z], atol=1e-5)
     projector = os.path.join(model_dir, "projector")
     for name in ("projector_config.pbtxt", "metadata.tsv", "sprite.png"):
         assert os.path.exists(os.path.join(projector, name)), name

@@ -3,9 +3,9 @@
 `evaluate_protocols` computes h once per split (cached on disk when a cache
 directory is given), then runs both protocols on the same features:
 
-- weighted kNN top-1 (`simclr_tf.knn`: cosine similarity, k neighbours, votes
+- weighted kNN top-1 (`simclr_tf.evaluation.knn`: cosine similarity, k neighbours, votes
   exp(s / T)), the training split as the bank;
-- the paper's transfer linear probe (`simclr_tf.probe.linear_probe`): L2-regularised
+- the paper's transfer linear probe (`simclr_tf.evaluation.probe.linear_probe`): L2-regularised
   multinomial logistic regression fitted with L-BFGS, the regularisation chosen on a
   held-out part of the training split, then refitted on all of it.
 
@@ -18,7 +18,7 @@ import time
 
 import tensorflow as tf
 
-from simclr_tf import embed, knn, probe
+from simclr_tf.evaluation import features, knn, probe
 
 COLUMNS = ("dataset", "train_split", "test_split", "num_train", "num_test", "feature_dim",
            "knn_top_1", "linear_probe_top_1", "linear_probe_c", "seconds")
@@ -39,12 +39,12 @@ def split_features(strategy, model, source, split, *, image_size, batch_size=256
     Returns:
         (features dict, whether they came from the cache).
     """
-    path = embed.cache_path(cache_dir, source.name, split) if cache_dir else None
+    path = features.cache_path(cache_dir, source.name, split) if cache_dir else None
     key = dict(encoder=encoder_id, dataset=source.name, split=split,
-               image_size=image_size, outputs=[embed.H])
-    return embed.cached_features(
-        path, key, lambda: embed.extract(strategy, model, source, split,
-                                         image_size=image_size, batch_size=batch_size))
+               image_size=image_size, outputs=[features.H])
+    return features.cached_features(
+        path, key, lambda: features.extract(strategy, model, source, split,
+                                            image_size=image_size, batch_size=batch_size))
 
 
 def evaluate_protocols(model, source, *, strategy=None, image_size, train_split="train",
@@ -81,8 +81,8 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
     test, test_cached = split_features(strategy, model, source, test_split,
                                        image_size=image_size, batch_size=batch_size,
                                        cache_dir=cache_dir, encoder_id=encoder_id)
-    train_x, train_y = train[embed.H], train["labels"]
-    test_x, test_y = test[embed.H], test["labels"]
+    train_x, train_y = train[features.H], train["labels"]
+    test_x, test_y = test[features.H], test["labels"]
     knn_top_1 = knn.knn_accuracy(train_x, train_y, test_x, test_y, k=knn_k,
                                  temperature=knn_temperature,
                                  num_classes=source.num_classes or None)

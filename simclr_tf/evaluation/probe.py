@@ -1,9 +1,9 @@
 """Linear probe on frozen features: the paper's L-BFGS logistic regression.
 
-Features are extracted once (inference mode, `simclr_tf.embed.extract`) and a
-multinomial L2-regularised logistic regression is fitted with scikit-learn's L-BFGS;
-the regularisation strength is chosen on a held-out part of the training features,
-then the probe is refitted on all of them.
+Features are extracted once (inference mode, `simclr_tf.evaluation.features.extract`)
+and a multinomial L2-regularised logistic regression is fitted with scikit-learn's
+L-BFGS; the regularisation strength is chosen on a held-out part of the training
+features, then the probe is refitted on all of them.
 """
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split

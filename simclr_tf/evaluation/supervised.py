@@ -1,0 +1,117 @@
+"""Top-1 / top-5 accuracy and loss of the supervised head over a split.
+
+No optimizer and no Trainer: the model is called in inference mode under any
+`tf.distribute` strategy on the batches of the one eval pipeline
+(`features.eval_dataset`). Each replica pads its share of a batch to a fixed size
+(`features.pad_batch`: padding rows carry label -1), counts the top-1 and top-5 hits
+and sums the loss over its labelled rows (label >= 0), and the counts are summed over
+replicas. Counting instead of averaging makes the result the same for 1 or many
+replicas and any batch size (up to float rounding of the loss).
+
+Example:
+>>> evaluate(strategy, model, source, "test", image_size=32, batch_size=256)
+{'top_1_accuracy': 0.91, 'top_5_accuracy': 0.99, 'loss': 0.31, 'num_examples': 10000}
+"""
+import tensorflow as tf
+
+from simclr_tf import losses
+from simclr_tf.evaluation import features
+
+# What a replica returns per batch: all counts and sums, summed over replicas.
+COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
+
+
+def eval_counts(model, images, labels):
+    """This replica's top-1 / top-5 hits, labelled examples and summed loss.
+
+    Args:
+        model: `model(images, training=False)` -> dict with 'logits_sup'.
+        images: float32 [n, H, W, 3].
+        labels: int [n] class ids; -1 (unlabelled or padding) is never counted.
+
+    Returns:
+        dict of float32 scalars named as `COUNTS`.
+    """
+    outputs = model(images, training=False)
+    if "logits_sup" not in outputs:
+        raise ValueError("The model has no supervised head: its outputs lack "
+                         f"'logits_sup'. Received keys: {sorted(outputs)}")
+    logits = outputs["logits_sup"]
+    labels = tf.cast(labels, tf.int32)
+    labelled = labels >= 0
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.maximum(labels, 0), logits=tf.cast(logits, tf.float32))
+    return dict(top_1_correct=losses.top_k_correct(labels, logits, 1),
+                top_5_correct=losses.top_k_correct(labels, logits, 5),
+                num_labelled=tf.reduce_sum(tf.cast(labelled, tf.float32)),
+                loss_sum=tf.reduce_sum(tf.where(labelled, per_example, 0.0)))
+
+
+class SupervisedEvaluator:
+    """Top-1 / top-5 / loss of `logits_sup` over datasets of `eval_dataset` batches.
+
+    Args:
+        strategy: the strategy whose scope holds the model's variables.
+        model: callable `model(images, training=False) -> dict` with 'logits_sup'.
+
+    Example:
+        evaluator = SupervisedEvaluator(strategy, model)
+        dataset = features.eval_dataset(source, "test", image_size=32, batch_size=256)
+        evaluator(dataset)   # e.g. after restoring each checkpoint
+    """
+
+    def __init__(self, strategy, model):
+        features.check_strategy_and_model(strategy, model)
+        self.strategy, self.model = strategy, model
+        self._step = None
+        self._per_replica = None
+
+    def _make_step(self, per_replica):
+        def replica_step(batch):
+            # A replica's share of a batch may be short or empty (uneven split):
+            # padded to a fixed size with unlabelled blank rows, never counted.
+            batch = features.pad_batch(batch, per_replica)
+            return eval_counts(self.model, batch["image"], batch["label"])
+
+        @tf.function(reduce_retracing=True)
+        def step(batch):
+            counts = self.strategy.run(replica_step, args=(batch,))
+            return {name: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value,
+                                               axis=None)
+                    for name, value in counts.items()}
+
+        return step
+
+    def __call__(self, dataset, *, steps=None, batch_size=None):
+        """dict(top_1_accuracy, top_5_accuracy, loss, num_examples) as Python numbers,
+        over the labelled examples (label >= 0).
+
+        Args:
+            dataset: global batches, dicts with 'image' and 'label' (an
+                `features.eval_dataset`), not yet distributed.
+            steps: evaluate at most this many batches (None or 0: all).
+            batch_size: the global batch size (None: read from the dataset).
+        """
+        if steps is not None and (not isinstance(steps, int) or steps < 0):
+            raise ValueError(f"steps must be None or an int >= 0. Received: steps={steps!r}")
+        per_replica = features.replica_batch_size(self.strategy, dataset, batch_size)
+        if self._step is None or self._per_replica != per_replica:
+            self._step, self._per_replica = self._make_step(per_replica), per_replica
+        if steps:
+            dataset = dataset.take(steps)
+        totals = dict.fromkeys(COUNTS, 0.0)
+        for batch in self.strategy.experimental_distribute_dataset(dataset):
+            for name, value in self._step(batch).items():
+                totals[name] += float(value)
+        count = totals["num_labelled"]
+        denominator = max(count, 1.0)
+        return dict(top_1_accuracy=totals["top_1_correct"] / denominator,
+                    top_5_accuracy=totals["top_5_correct"] / denominator,
+                    loss=totals["loss_sum"] / denominator, num_examples=int(count))
+
+
+def evaluate(strategy, model, source, split, *, image_size, batch_size=256, steps=None):
+    """One-call form of `SupervisedEvaluator` over `features.eval_dataset(...)`."""
+    dataset = features.eval_dataset(source, split, image_size=image_size,
+                                    batch_size=batch_size)
+    return SupervisedEvaluator(strategy, model)(dataset, steps=steps, batch_size=batch_size)

@@ -1,0 +1,93 @@
+"""Embeddings to files: ids, names, labels, h (and z) as .npz or Parquet, and a
+TensorBoard projector view with an image sprite.
+"""
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from simclr_tf.evaluation.features import H, Z
+
+def write_embeddings(path, features, *, names=None):
+    """Writes ids, names, labels, h (and z) to `.npz` or `.parquet` (by suffix).
+
+    Args:
+        path: output file; `.parquet` writes one row per example (vectors as
+            fixed-size lists), anything else an .npz with arrays `ids`, `names`,
+            `labels`, `h` and optionally `z`.
+        features: dict from `FeatureExtractor` (`final_avg_pool`, maybe
+            `proj_head_output`, `labels`, `ids`).
+        names: a name (file path) per row.
+
+    Returns:
+        The path.
+    """
+    columns = dict(ids=features["ids"], labels=features["labels"], h=features[H])
+    if Z in features:
+        columns["z"] = features[Z]
+    names = np.asarray(names if names is not None else [str(i) for i in features["ids"]])
+    if os.path.dirname(path):
+        tf.io.gfile.makedirs(os.path.dirname(path))
+    if path.endswith(".parquet"):
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+        def vectors(array):
+            array = np.ascontiguousarray(array, np.float32)
+            return pa.FixedSizeListArray.from_arrays(pa.array(array.reshape(-1)),
+                                                     array.shape[1])
+
+        table = pa.table(dict(
+            id=pa.array(columns["ids"]), name=pa.array([str(n) for n in names]),
+            label=pa.array(columns["labels"]),
+            **{k: vectors(columns[k]) for k in ("h", "z") if k in columns}))
+        pq.write_table(table, path)
+    else:
+        np.savez(path, names=names.astype(str), **columns)
+    return path
+
+
+def write_projector(log_dir, embeddings, labels, names, images=None):
+    """A TensorBoard projector view of `embeddings` in `log_dir`.
+
+    Args:
+        log_dir: directory for `tensorboard --logdir`.
+        embeddings: float32 [n, D].
+        labels: int [n] (metadata column).
+        names: str [n] (metadata column).
+        images: optional uint8 or [0, 1] float [n, S, S, 3] thumbnails for the sprite.
+    """
+    from tensorboard.plugins import projector  # pylint: disable=import-outside-toplevel
+    tf.io.gfile.makedirs(log_dir)
+    with open(os.path.join(log_dir, "metadata.tsv"), "w", encoding="utf-8") as f:
+        f.write("name\tlabel\n")
+        for name, label in zip(names, labels):
+            f.write(f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n")
+    variable = tf.Variable(np.asarray(embeddings, np.float32), name="embedding")
+    tf.train.Checkpoint(embedding=variable).save(os.path.join(log_dir, "embedding.ckpt"))
+    config = projector.ProjectorConfig()
+    view = config.embeddings.add()
+    view.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
+    view.metadata_path = "metadata.tsv"
+    if images is not None and len(images):
+        sprite = sprite_image(images)
+        tf.io.write_file(os.path.join(log_dir, "sprite.png"), tf.io.encode_png(sprite))
+        view.sprite.image_path = "sprite.png"
+        view.sprite.single_image_dim.extend([int(images.shape[2]), int(images.shape[1])])
+    projector.visualize_embeddings(log_dir, config)
+    return log_dir
+
+
+def sprite_image(images):
+    """Tiles [n, S, S, 3] images row-major into one uint8 square grid image."""
+    images = np.asarray(images)
+    if images.dtype != np.uint8:
+        images = np.clip(np.rint(images * 255.0), 0, 255).astype(np.uint8)
+    n, height, width, channels = images.shape
+    side = int(math.ceil(math.sqrt(n)))
+    grid = np.zeros([side * height, side * width, channels], np.uint8)
+    for i, image in enumerate(images):
+        row, col = divmod(i, side)
+        grid[row * height:(row + 1) * height, col * width:(col + 1) * width] = image
+    return grid
