@@ -81,13 +81,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     # Imported after parsing so that --help never waits for TensorFlow.
+    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
     from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
-    from simclr_tf.evaluation import (  # pylint: disable=import-outside-toplevel
-        loading, probe, transfer)
+    from simclr_tf.evaluation import probe, transfer  # pylint: disable=import-outside-toplevel
 
-    model, image_size, description = loading.load_encoder(args.encoder)
+    model, image_size, description = checkpoints.open_encoder(args.encoder)
     image_size = args.image_size or image_size
-    encoder_id = transfer.encoder_identity(_prefix_of(args.encoder)) + f"@{image_size}px"
+    encoder_id = transfer.encoder_identity(
+        checkpoints.resolve(args.encoder).prefix) + f"@{image_size}px"
     cache_dir = args.cache_dir or os.path.splitext(args.out)[0] + ".features"
     overrides = _parse_splits(args.splits)
     c_grid = (tuple(float(c) for c in args.probe_c.split(",")) if args.probe_c
@@ -110,13 +111,6 @@ def main(argv=None):
         f"{args.knn_k}, T={args.knn_temperature:g}; L-BFGS linear probe)")
     print(f"Wrote {md_path} and {csv_path}")
     return rows
-
-
-def _prefix_of(path):
-    from simclr_tf import checkpoints, official  # pylint: disable=import-outside-toplevel
-    if official.is_official_savedmodel(path):
-        return official.checkpoint_prefix(path)
-    return checkpoints.resolve_checkpoint_path(path)
 
 
 if __name__ == "__main__":

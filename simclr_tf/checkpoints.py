@@ -1,18 +1,90 @@
-"""Checkpoints: resume a run from its model_dir, or initialise from another run.
+"""Checkpoints: the one place that knows what weights a path holds and loads them.
 
-Object-based `tf.train.Checkpoint`s of `model` + `optimizer` (slots and step
-included). On start, a checkpoint in model_dir wins (resume); otherwise `--checkpoint`
-initialises the encoder and projection head only (its supervised head may have
-another number of classes), and at least the encoder must load: a checkpoint that
-matches nothing fails instead of silently leaving random weights.
+- `resolve(path)`: a checkpoint prefix, a run directory, one of our SavedModel
+  exports, or one of the authors' released models -> `Weights` (kind, prefix, step).
+- `load_into(model, path, whole_model=...)`: every variable (evaluate, export), or
+  the encoder and projection head only (initialise from another run: its supervised
+  head may have another number of classes); at least the encoder must load, so a
+  checkpoint that matches nothing fails instead of leaving random weights.
+- `open_encoder(path)`: an encoder to evaluate, from any of those paths.
+- `step_of(prefix)`: the global step of a checkpoint.
+- `CheckpointState`: a training run's checkpoints in model_dir (object-based
+  `tf.train.Checkpoint`s of model + optimizer, slots and step included): save,
+  resume with fallbacks, clean-up of interrupted writes.
 """
+import dataclasses
 import os
 import re
+from typing import Optional
 
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import export
+from simclr_tf import export, official
+
+CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """What a path holds.
+
+    Attributes:
+        path: the path as given.
+        kind: CHECKPOINT (a training checkpoint of ours), EXPORT (the variables of one
+            of our SavedModels) or RELEASED (the authors' released model).
+        prefix: the checkpoint prefix to read.
+        step: the global step in the prefix, None when it carries none.
+    """
+    path: str
+    kind: str
+    prefix: str
+    step: Optional[int]
+
+
+def resolve(path):
+    """The `Weights` at `path` (see the module docstring for what it may be).
+
+    Raises:
+        FileNotFoundError: naming the path and what was expected there.
+    """
+    if official.is_official_savedmodel(path):
+        return Weights(path, RELEASED, official.checkpoint_prefix(path), None)
+    prefix = resolve_checkpoint_path(path)
+    kind = EXPORT if prefix.endswith(os.path.join("variables", "variables")) else CHECKPOINT
+    return Weights(path, kind, prefix, step_of(prefix))
+
+
+def latest(model_dir):
+    """The newest complete checkpoint recorded in model_dir (None if none or no dir)."""
+    return tf.train.latest_checkpoint(model_dir) if model_dir else None
+
+
+def load_into(model, path, *, whole_model):
+    """Loads the weights at `path` (or a `Weights`) into a built `SimCLRModel`.
+
+    Args:
+        model: the model.
+        path: anything `resolve` takes, or a `Weights`.
+        whole_model: True: every variable of the model must load (evaluation,
+            export). False: the encoder and projection head (initialising a run from
+            another one). From a released model everything loads either way, its
+            supervised head too when the model has one with as many classes.
+
+    Returns:
+        The `Weights` that were read.
+    """
+    weights = path if isinstance(path, Weights) else resolve(path)
+    if weights.kind == RELEASED:
+        head = model.supervised_head
+        fits = head is not None and head.num_classes == official.inspect_official(
+            weights.path).config.get("num_classes")
+        official.load_official_weights(model, weights.path, supervised_head=fits)
+    elif whole_model:
+        restore_model(model, weights.prefix)
+    else:
+        initialize_from(model, weights.prefix)
+    return weights
 
 
 def _saved_model_variables(directory):
@@ -195,7 +267,7 @@ def initialize_from(model, path):
 
     Args:
         model: a built `SimCLRModel`.
-        path: checkpoint prefix or directory (see `resolve_checkpoint_path`).
+        path: checkpoint prefix or directory of ours (see `resolve_checkpoint_path`).
 
     Returns:
         The checkpoint prefix that was read.
@@ -208,3 +280,54 @@ def initialize_from(model, path):
     tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
         prefix).expect_partial().assert_existing_objects_matched()
     return prefix
+
+
+class _SavedModelEncoder:
+    """One of our SavedModel exports as `model(images, training=False) -> dict`."""
+
+    def __init__(self, path):
+        self.loaded = tf.saved_model.load(path)
+        self.image_size = int(self.loaded.image_size.numpy())
+
+    def __call__(self, images, training=False):
+        return self.loaded(images, trainable=bool(training))
+
+
+def open_encoder(path, *, strategy=None):
+    """Opens an encoder to evaluate from `path`; returns `(model, image_size,
+    description)`.
+
+    Args:
+        path: our run directory or checkpoint prefix (the architecture comes from the
+            run's flags.json), one of our SavedModel exports
+            (`run/saved_model/<step>`), or an authors' released model.
+        strategy: build our models under this strategy's scope (default strategy
+            when None). SavedModel exports run on the default device.
+
+    Raises:
+        FileNotFoundError: nothing loadable at `path`.
+    """
+    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    strategy = strategy or tf.distribute.get_strategy()
+    if official.is_official_savedmodel(path):
+        with strategy.scope():
+            model = official.load_official(path, num_classes=None)
+        return model, 224, f"released model {path}"
+    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        encoder = _SavedModelEncoder(path)
+        return encoder, encoder.image_size, f"SavedModel {path}"
+    run_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    flags_file = os.path.join(run_dir, "flags.json")
+    if not tf.io.gfile.exists(flags_file):
+        raise FileNotFoundError(
+            f"No encoder at {path!r}: expected a run directory or checkpoint prefix with "
+            "flags.json beside it, a SavedModel export, or an authors' released model.")
+    with tf.io.gfile.GFile(flags_file) as f:
+        config = Config.from_json(f.read())
+    weights = resolve(path)
+    with strategy.scope():
+        model = SimCLRModel(**config.model_kwargs(None))
+        model.build((None, config.image_size, config.image_size, 3))
+    restore_model(model, weights.prefix)
+    return model, config.image_size, f"checkpoint {weights.prefix}"

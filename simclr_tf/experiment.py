@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, distribute, export, loop, official, optimizers, preflight
+from simclr_tf import checkpoints, distribute, export, loop, optimizers, preflight
 from simclr_tf import schedules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment, pipeline, subsets
@@ -194,15 +194,9 @@ def train(config, strategy, context):
     resumed = state.restore_latest()
     if resumed:
         logging.info("Resumed from %s", resumed)
-    elif "official" in context:
-        info = context["official"]
-        official.load_official_weights(
-            model, config.checkpoint,
-            supervised_head=model.supervised_head is not None
-            and context["num_classes"] == info.config.get("num_classes"))
-        logging.info("Initialised from the released model %s", config.checkpoint)
     elif config.checkpoint:
-        logging.info("Initialised from %s", checkpoints.initialize_from(model, config.checkpoint))
+        weights = checkpoints.load_into(model, config.checkpoint, whole_model=False)
+        logging.info("Initialised from %s (%s)", weights.prefix, weights.kind)
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
@@ -296,8 +290,8 @@ def evaluate(config, strategy, context):
                                     image_size=config.image_size,
                                     batch_size=config.eval_batch_size)
     results = {}
-    for prefix in _checkpoints_to_evaluate(config):
-        checkpoints.restore_model(model, prefix)
+    for path in _checkpoints_to_evaluate(config):
+        prefix = checkpoints.load_into(model, path, whole_model=True).prefix
         step = checkpoints.step_of(prefix, 0)
         metrics = evaluator(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
@@ -313,11 +307,10 @@ def evaluate(config, strategy, context):
 
 
 def _checkpoints_to_evaluate(config):
-    """Checkpoint prefixes to evaluate, in order."""
-    latest = tf.train.latest_checkpoint(config.model_dir) if config.model_dir else None
+    """Paths of the weights to evaluate, in order."""
     if config.eval_wait_secs <= 0:
-        # prepare() has checked that one of the two exists.
-        yield latest or checkpoints.resolve_checkpoint_path(config.checkpoint)
+        # preflight has checked that one of the two exists.
+        yield checkpoints.latest(config.model_dir) or config.checkpoint
         return
     # Follow a training run: evaluate each new checkpoint as it appears.
     for prefix in tf.train.checkpoints_iterator(config.model_dir, min_interval_secs=1,
@@ -327,9 +320,9 @@ def _checkpoints_to_evaluate(config):
 
 def export_latest(config, strategy, context):
     """--mode=export: a SavedModel of the latest checkpoint in model_dir."""
-    latest = tf.train.latest_checkpoint(config.model_dir)  # prepare() checked it exists
+    latest = checkpoints.latest(config.model_dir)  # preflight checked it exists
     model = build_model(config, strategy, context["num_classes"])
-    checkpoints.restore_model(model, latest)
+    checkpoints.load_into(model, latest, whole_model=True)
     path = export.export_for_step(model, config.model_dir, checkpoints.step_of(latest, 0),
                                   image_size=config.image_size,
                                   keep_hub_module_max=config.keep_hub_module_max)
@@ -342,11 +335,11 @@ def final_linear_probe(config, context):
     source = context["source"]
     strategy = tf.distribute.get_strategy()
     trained = build_model(config, strategy, context["num_classes"])
-    latest = tf.train.latest_checkpoint(config.model_dir)
+    latest = checkpoints.latest(config.model_dir)
     if latest is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
                           f"{config.model_dir!r}; train first.")
-    checkpoints.restore_model(trained, latest)
+    checkpoints.load_into(trained, latest, whole_model=True)
     keras.utils.set_random_seed(config.seed + 1)
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}
@@ -396,15 +389,12 @@ def load_trained_encoder(config, strategy, context):
     """The encoder to evaluate (no supervised head): model_dir's latest checkpoint,
     else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
     model = build_model(config, strategy, None)
-    latest = tf.train.latest_checkpoint(config.model_dir) if config.model_dir else None
+    latest = checkpoints.latest(config.model_dir)
     if latest is not None:
-        checkpoints.restore_model(model, latest)
-        return model, latest
-    if "official" in context:
-        official.load_official_weights(model, config.checkpoint, supervised_head=False)
-        return model, official.checkpoint_prefix(config.checkpoint)
+        return model, checkpoints.load_into(model, latest, whole_model=True).prefix
     if config.checkpoint:
-        return model, checkpoints.initialize_from(model, config.checkpoint)
+        return model, checkpoints.load_into(model, config.checkpoint,
+                                            whole_model=False).prefix
     raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
                       "first or pass --checkpoint.")
 

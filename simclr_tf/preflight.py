@@ -46,9 +46,7 @@ def check(config, strategy, source):
         _check_evaluating(config, source)
     _check_evaluation_splits(config, source, training)
     if config.checkpoint:
-        official_info = _check_checkpoint(config)
-        if official_info is not None:
-            context["official"] = official_info
+        _check_checkpoint(config)
     if config.model_dir:
         _check_model_dir(config.model_dir)
     _check_something_to_load(config)
@@ -97,15 +95,15 @@ def _check_evaluating(config, source):
 
 
 def _check_checkpoint(config):
-    """--checkpoint exists and reads; returns the released model's info, if it is one."""
+    """--checkpoint exists, reads, and (a released model) fits the flags' model."""
     try:
-        checkpoints.resolve_checkpoint_path(config.checkpoint)
+        weights = checkpoints.resolve(config.checkpoint)
     except FileNotFoundError as error:
         raise ConfigError("checkpoint", str(error)) from None
-    if official.is_official_savedmodel(config.checkpoint):
-        return check_official_architecture(config)
-    _check_checkpoint_readable(config.checkpoint)
-    return None
+    if weights.kind == checkpoints.RELEASED:
+        check_official_architecture(config)
+    else:
+        _check_checkpoint_readable(weights.prefix)
 
 
 def _check_model_dir(model_dir):
@@ -173,9 +171,8 @@ def knn_bank_split(config):
     return config.knn_bank_split or config.train_split
 
 
-def _check_checkpoint_readable(path):
+def _check_checkpoint_readable(prefix):
     """--checkpoint must be a checkpoint TensorFlow can read (index and data intact)."""
-    prefix = checkpoints.resolve_checkpoint_path(path)
     try:
         reader = tf.train.load_checkpoint(prefix)
         reader.get_variable_to_shape_map()

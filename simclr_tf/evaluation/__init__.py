@@ -11,5 +11,4 @@ call them.
 - `probe`: the paper's L-BFGS linear probe on frozen features.
 - `transfer`: kNN and linear probe of one encoder on labelled datasets, as a table.
 - `writers`: embeddings to .npz / Parquet, the TensorBoard projector (sprites).
-- `loading`: `load_encoder` from a run directory, an export or a released model.
 """
