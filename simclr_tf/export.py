@@ -55,6 +55,7 @@ import keras
 import tensorflow as tf
 
 from simclr_tf.data import augment
+from simclr_tf.models.outputs import H, LOGITS, Z
 
 SAVED_MODEL_DIRNAME = "saved_model"
 SERVING_DEFAULT = "serving_default"
@@ -127,7 +128,7 @@ class ServingModule(tf.Module):
         with _local_batch_norm(self.model):
             features = self.model(images, training=trainable)
         outputs = {name: _as_float32(value) for name, value in features.items()}
-        outputs["default"] = outputs["final_avg_pool"]
+        outputs["default"] = outputs[H]
         return outputs
 
     @tf.function(input_signature=[
@@ -163,10 +164,10 @@ class ServingModule(tf.Module):
     def _serving_outputs(self, images):
         with _local_batch_norm(self.model):
             features = self.model(images, training=False)
-        outputs = dict(embedding=_as_float32(features["final_avg_pool"]),
-                       projection=_as_float32(features["proj_head_output"]))
-        if "logits_sup" in features:
-            outputs["logits"] = _as_float32(features["logits_sup"])
+        outputs = dict(embedding=_as_float32(features[H]),
+                       projection=_as_float32(features[Z]))
+        if LOGITS in features:
+            outputs["logits"] = _as_float32(features[LOGITS])
             outputs["probabilities"] = tf.nn.softmax(outputs["logits"], axis=-1)
         return outputs
 

@@ -21,6 +21,7 @@ from simclr_tf import losses
 from simclr_tf import optimizers
 from simclr_tf import rules
 from simclr_tf.data import augment
+from simclr_tf.models.outputs import LOGITS, Z
 
 TRAIN_MODES = rules.TRAIN_MODES
 
@@ -138,8 +139,8 @@ class Trainer:
 
             def compute_loss():
                 outputs = self.model(images, training=True)
-                z1, z2 = tf.split(outputs["proj_head_output"], 2, axis=0)
-                return self._pretrain_loss(z1, z2, outputs.get("logits_sup"), labels)
+                z1, z2 = tf.split(outputs[Z], 2, axis=0)
+                return self._pretrain_loss(z1, z2, outputs.get(LOGITS), labels)
 
             metrics = self._optimize(compute_loss)
         metrics["num_examples"] = num_examples
@@ -197,7 +198,7 @@ class Trainer:
                 chunk_sources = tf.nest.map_structure(lambda x: x[i], sources)
                 return tf.concat(self._views(chunk_sources, chunk=i), axis=0)
         has_head = self.model.supervised_head is not None
-        names = ("proj_head_output", "logits_sup") if has_head else ("proj_head_output",)
+        names = (Z, LOGITS) if has_head else (Z,)
 
         def forward(i):
             outputs = self.model(chunk_images(i), training=True)
@@ -210,8 +211,8 @@ class Trainer:
             return first, second
 
         def objective(stacked):
-            z1, z2 = unchunk(stacked["proj_head_output"])
-            logits = tf.concat(unchunk(stacked["logits_sup"]), 0) if has_head else None
+            z1, z2 = unchunk(stacked[Z])
+            logits = tf.concat(unchunk(stacked[LOGITS]), 0) if has_head else None
             loss, metrics = self._pretrain_loss(z1, z2, logits, labels)
             loss, decay, scaled_loss = self._total_loss(loss)
             return scaled_loss, (loss, decay, metrics)
@@ -275,10 +276,10 @@ class Trainer:
 
     @staticmethod
     def _logits(outputs):
-        if "logits_sup" not in outputs:
+        if LOGITS not in outputs:
             raise ValueError("The model has no supervised head: its outputs lack "
                              f"'logits_sup'. Received keys: {sorted(outputs)}")
-        return outputs["logits_sup"]
+        return outputs[LOGITS]
 
     @staticmethod
     def _label_accuracy(labels, logits):

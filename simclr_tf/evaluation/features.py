@@ -25,9 +25,8 @@ import tensorflow as tf
 
 from simclr_tf import distribute
 from simclr_tf.data import augment
+from simclr_tf.models.outputs import H, Z  # noqa: F401  (re-exported: features.H, features.Z)
 
-H = "final_avg_pool"
-Z = "proj_head_output"
 
 
 # ---------------------------------------------------------------- data

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf.evaluation import features
+from simclr_tf.models.outputs import H
 
 DEFAULT_K = 200
 DEFAULT_TEMPERATURE = 0.07
@@ -157,8 +158,8 @@ class KnnMonitor:
         start = time.perf_counter()
         bank = self._features(self.bank_split, self.bank_ids)
         queries = self._features(self.query_split, self.query_ids)
-        accuracy = knn_accuracy(bank["final_avg_pool"], bank["labels"],
-                                queries["final_avg_pool"], queries["labels"], k=self.k,
+        accuracy = knn_accuracy(bank[H], bank["labels"],
+                                queries[H], queries["labels"], k=self.k,
                                 temperature=self.temperature,
                                 num_classes=self.source.num_classes or None)
         return dict(top_1_accuracy=accuracy, seconds=time.perf_counter() - start,

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from simclr_tf import losses
 from simclr_tf.evaluation import features
+from simclr_tf.models.outputs import LOGITS
 
 # What a replica returns per batch: all counts and sums, summed over replicas.
 COUNTS = ("top_1_correct", "top_5_correct", "num_labelled", "loss_sum")
@@ -33,10 +34,10 @@ def eval_counts(model, images, labels):
         dict of float32 scalars named as `COUNTS`.
     """
     outputs = model(images, training=False)
-    if "logits_sup" not in outputs:
+    if LOGITS not in outputs:
         raise ValueError("The model has no supervised head: its outputs lack "
                          f"'logits_sup'. Received keys: {sorted(outputs)}")
-    logits = outputs["logits_sup"]
+    logits = outputs[LOGITS]
     labels = tf.cast(labels, tf.int32)
     labelled = labels >= 0
     per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(

@@ -6,6 +6,7 @@ from simclr_tf import rules
 
 from simclr_tf.models.layers import (PACKAGE, BatchNormRelu, CheckpointListsMixin,
                                      build_by_tracing)
+from simclr_tf.models.outputs import Z
 
 PROJ_HEAD_MODES = rules.PROJ_HEAD_MODES
 
@@ -114,7 +115,7 @@ class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
                 x = ops.relu(x)
             hiddens.append(x)
         return {"proj_head_input": inputs,
-                "proj_head_output": hiddens[-1],
+                Z: hiddens[-1],
                 "supervised_head_input": hiddens[self.ft_proj_selector]}
 
     def get_config(self):

@@ -14,11 +14,12 @@ from simclr_tf import variants
 from simclr_tf.models.layers import (
     PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
     SqueezeExcitation, build_by_tracing)
+from simclr_tf.models.outputs import H
 
 BLOCKS = variants.BLOCKS  # depth -> (block kind, blocks per group)
 STEMS = ("imagenet", "cifar")
 FEATURE_NAMES = ("initial_conv", "initial_max_pool", "block_group1", "block_group2",
-                 "block_group3", "block_group4", "final_avg_pool")
+                 "block_group3", "block_group4", H)
 GROUP_WIDTHS = (64, 128, 256, 512)
 GROUP_STRIDES = (1, 2, 2, 2)
 
@@ -345,7 +346,7 @@ class ResNet(CheckpointListsMixin, keras.Model):
             x = group(x, training=training)
             features[f"block_group{i + 1}"] = x
         # h in float32 whatever the compute dtype: heads and probes read it.
-        features["final_avg_pool"] = ops.cast(ops.mean(x, axis=(1, 2)), "float32")
+        features[H] = ops.cast(ops.mean(x, axis=(1, 2)), "float32")
         return features
 
     def get_config(self):

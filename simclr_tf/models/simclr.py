@@ -5,6 +5,7 @@ from keras import ops
 from simclr_tf import rules
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
 from simclr_tf.models.layers import PACKAGE, build_by_tracing
+from simclr_tf.models.outputs import H, LOGITS, Z
 from simclr_tf.models.resnet import ResNet
 
 FINE_TUNE_AFTER_BLOCK_CHOICES = rules.FINE_TUNE_AFTER_BLOCK_CHOICES
@@ -72,13 +73,13 @@ class SimCLRModel(keras.Model):
 
     def call(self, inputs, training=None):
         outputs = dict(self.encoder(inputs, training=training))
-        outputs.update(self.projection_head(outputs["final_avg_pool"], training=training))
-        outputs["proj_head_output"] = ops.cast(outputs["proj_head_output"], "float32")
+        outputs.update(self.projection_head(outputs[H], training=training))
+        outputs[Z] = ops.cast(outputs[Z], "float32")
         if self.supervised_head is not None:
             head_input = outputs["supervised_head_input"]
             if self.supervised_head_stop_gradient:
                 head_input = ops.stop_gradient(head_input)
-            outputs["logits_sup"] = ops.cast(self.supervised_head(head_input), "float32")
+            outputs[LOGITS] = ops.cast(self.supervised_head(head_input), "float32")
         return outputs
 
     def get_config(self):
