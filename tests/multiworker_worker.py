@@ -21,7 +21,7 @@ NUM_STEPS = 3
 def pretrain(strategy):
     """Runs NUM_STEPS LARS pretraining steps; returns (initial, final weights, losses)."""
     from simclr_tf import optimizers, schedules, train
-    from standin_model import distributed_pretrain_iterator, make_model, random_batch
+    from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
 
     with strategy.scope():
         model = make_model(IMAGE_SIZE)

@@ -14,7 +14,7 @@ from simclr_tf import checkpoints, experiment, loop, official, preflight
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features
 
-from run_fixtures import config
+from helpers.run_fixtures import config
 
 
 def _encoder_weights(cfg, num_classes=10):

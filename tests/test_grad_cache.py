@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import grad_cache, losses, optimizers, train
-from standin_model import make_model, random_batch
+from helpers.standin_model import make_model, random_batch
 
 IMAGE_SIZE = 8
 BATCH = 8
@@ -152,7 +152,7 @@ def test_bad_chunk_sizes():
 def test_two_replicas_one_chunk_each_equal_one_replica():
     # Synchronised BN over 2 replicas x 1 chunk = the global batch's statistics, and the
     # BN state restore works on mirrored variables in a replica context.
-    from standin_model import distributed_pretrain_iterator
+    from helpers.standin_model import distributed_pretrain_iterator
     tf.distribute.MirroredStrategy._collective_key_base += 100000
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():

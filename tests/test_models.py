@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from model_fixtures import randomise as _randomise
+from helpers.model_fixtures import randomise as _randomise
 from simclr_tf import variants
 from simclr_tf.models import (FEATURE_NAMES, ProjectionHead, ResNet, SimCLRModel,
                               freeze_for_finetuning, layers as model_layers)

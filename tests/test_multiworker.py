@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import multiworker_worker
-from process_fixtures import free_ports, wait_all
+from helpers.process_fixtures import free_ports, wait_all
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import official_fixtures as fx
+from helpers import official_fixtures as fx
 from simclr_tf import checkpoints, official
 from simclr_tf.models import SimCLRModel, layers as model_layers
 

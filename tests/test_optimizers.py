@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import optimizers, schedules
-from standin_model import make_model
+from helpers.standin_model import make_model
 
 
 def numpy_lars(weights, grads_per_step, lrs, *, excluded, momentum=0.9, eeta=0.001,

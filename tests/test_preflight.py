@@ -7,7 +7,7 @@ import tensorflow as tf
 from simclr_tf import experiment, preflight
 from simclr_tf.config import ConfigError
 
-from run_fixtures import config
+from helpers.run_fixtures import config
 
 
 def _check(cfg, strategy=None):

@@ -28,8 +28,8 @@ REPO = os.path.dirname(TESTS_DIR)
 sys.path.insert(0, REPO)
 import run  # noqa: E402  pylint: disable=wrong-import-position
 
-from process_fixtures import free_ports, wait_all
-from run_fixtures import TINY, config  # noqa: E402,F401  pylint: disable=wrong-import-position
+from helpers.process_fixtures import free_ports, wait_all
+from helpers.run_fixtures import TINY, config  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
 def _env():

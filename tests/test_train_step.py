@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from simclr_tf import distribute, loop, losses, optimizers, schedules, train
 from simclr_tf.evaluation import supervised
-from standin_model import distributed_pretrain_iterator, make_model, random_batch
+from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
 
 GLOBAL_BATCH = 8
 IMAGE_SIZE = 8

@@ -3,7 +3,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf import official
-from model_fixtures import randomise  # noqa: F401  (re-exported for the tests)
+from helpers.model_fixtures import randomise  # noqa: F401  (re-exported for the tests)
 
 
 def read_tsv(path):
