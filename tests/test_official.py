@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import official_fixtures as fx
+from helpers import official_layout
 from simclr_tf import checkpoints, official
 from simclr_tf.models import SimCLRModel, layers as model_layers
 
@@ -86,19 +87,19 @@ def test_authors_variable_lists_map_onto_our_model(tsv, sk_ratio, fast_init):
         (50, 1, sk_ratio)
     model = SimCLRModel(**config)
     model.build((None, None, None, 3))
-    names, ours = official._official_names(model)
+    names, ours = official_layout._official_names(model)
     assert {names[k]: tuple(v.shape) for k, v in ours.items()} == shapes
 
 
 def test_reference_round_trips_through_the_authors_layout(reference_model, tmp_path):
-    prefix = official.export_official_layout(reference_model, tmp_path / "export")
+    prefix = official_layout.export_official_layout(reference_model, tmp_path / "export")
     exported, original = fx.read_values(tmp_path / "export"), fx.read_values(REFERENCE)
     assert set(exported) == set(original)
     for name, value in original.items():
         np.testing.assert_array_equal(exported[name], value, err_msg=name)
     assert prefix == str(tmp_path / "export" / "variables" / "variables")
     with pytest.raises(ValueError, match="already holds"):
-        official.export_official_layout(reference_model, tmp_path / "export")
+        official_layout.export_official_layout(reference_model, tmp_path / "export")
 
 
 ROUND_TRIPS = {
@@ -129,7 +130,7 @@ def test_round_trip_our_model_to_the_authors_layout_and_back(name, tmp_path):
     model = SimCLRModel(**kwargs)
     model.build((None, None, None, 3))
     fx.randomise(model)
-    official.export_official_layout(model, tmp_path)
+    official_layout.export_official_layout(model, tmp_path)
     assert official.is_official_savedmodel(tmp_path)
     info = official.inspect_official(tmp_path)
     expected_config = dict(SimCLRModel(**kwargs).get_config())
@@ -149,7 +150,7 @@ def small_official(tmp_path_factory):
     model.build((None, None, None, 3))
     fx.randomise(model, seed=1)
     directory = tmp_path_factory.mktemp("small_official")
-    official.export_official_layout(model, directory)
+    official_layout.export_official_layout(model, directory)
     return str(directory), model
 
 
