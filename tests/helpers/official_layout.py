@@ -7,7 +7,7 @@ import os
 
 import tensorflow as tf
 
-from simclr_tf import official
+from simclr_tf import official_roles
 
 class _Names:
     """Keras-style unique layer names: 'conv2d', 'conv2d_1', ... per base name."""
@@ -25,9 +25,9 @@ def _official_names(model):
     """`{role key: full name}` for our model, numbered the way the authors' Keras
     model numbers its layers (layers are named in construction order)."""
     names = _Names()
-    bn_scope = official._BN_SCOPES[0] if model.encoder.global_bn else official._BN_SCOPES[1]
+    bn_scope = official_roles.BN_SCOPES[0] if model.encoder.global_bn else official_roles.BN_SCOPES[1]
     out = {}
-    ours = official._our_roles(model)
+    ours = official_roles.our_roles(model)
     layer_attrs = {}
     for key in ours:
         layer_attrs.setdefault(key[:-1], []).append(key[-1])
