@@ -416,10 +416,15 @@ def test_bad_arguments_raise_value_error(call, match):
 def test_view_seed_folds_seed_step_replica_and_chunk_in_this_order():
     # The derivation every run since the first release used (resumed runs and both
     # passes of gradient caching rely on it): fold_in([seed, 1], step), replica, chunk.
-    fold = tf.random.experimental.stateless_fold_in
+    # The folded values are int64: fold_in hashes with the dtype of its data.
+    def fold(seed, value):
+        return tf.random.experimental.stateless_fold_in(seed, tf.constant(value, tf.int64))
+
     expected = fold(fold(tf.constant([3, 1], tf.int64), 5), 1)
     np.testing.assert_array_equal(augment.view_seed(3, 5, 1), expected)
     np.testing.assert_array_equal(augment.view_seed(3, 5, 1, 2), fold(expected, 2))
+    np.testing.assert_array_equal(augment.view_seed(3, tf.constant(5), tf.constant(1, tf.int32)),
+                                  expected)
     seeds = {tuple(augment.view_seed(3, step, replica, chunk).numpy())
              for step in (0, 1) for replica in (0, 1) for chunk in (None, 0, 1)}
     assert len(seeds) == 12
