@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
-from simclr_tf.data import augment
+from simclr_tf.data import augment, color
 
 N = 4000
 
@@ -249,7 +249,7 @@ def test_color_jitter_order_is_a_fresh_permutation_per_image(monkeypatch):
     def marker(k):
         return lambda x, seed: x * 10.0 + float(k + 1)
 
-    monkeypatch.setattr(augment, "_jitter_ops", lambda *a: [marker(k) for k in range(4)])
+    monkeypatch.setattr(color, "_jitter_ops", lambda *a: [marker(k) for k in range(4)])
     out = _draws(lambda x: augment.color_jitter_rand(x), np.zeros([1, 1, 3], np.float32),
                  2400)
     codes = np.rint(out[:, 0, 0, 0]).astype(int)

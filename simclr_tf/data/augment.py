@@ -1,5 +1,9 @@
 """SimCLR's image augmentations as pure TensorFlow functions.
 
+This module holds the crops, flips, the view seed of the train step and the recipes
+(`preprocess_for_train` / `_eval`); colour distortion lives in `color`, blur in `blur`,
+shared constants and seeds in `augment_common`, and all are re-exported here.
+
 Every function takes and returns float32 RGB images with values in [0, 1] (uint8 input
 is converted by `to_float_image`); nothing is ever mean/std normalised, so exported
 models expect the same [0, 1] pixels. The functions work eagerly, inside `tf.function`
@@ -44,117 +48,24 @@ v1, v2 = batch_random_blur([views1, views2], 224, 224)  # in the train step
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import tensorflow as tf
 
-# The reference's constants; REFERENCE.md "Augmentation".
-CROP_AREA_RANGE = (0.08, 1.0)
-CROP_ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
-CROP_MIN_OBJECT_COVERED = 0.1
-CROP_MAX_ATTEMPTS = 100
-FLIP_PROBABILITY = 0.5
-COLOR_JITTER_PROBABILITY = 0.8
-GRAYSCALE_PROBABILITY = 0.2
-BLUR_PROBABILITY = 0.5
-BLUR_SIGMA_RANGE = (0.1, 2.0)
-EVAL_CROP_PROPORTION = 0.875
-
-# Evaluation centre-crops 0.875 of the image, except for images of at most this many
-# pixels on a side (CIFAR-sized inputs), where the reference resizes the whole image:
-# a 28-pixel crop of a 32-pixel CIFAR image throws away too much of the object.
-# `eval_center_crop_enabled` is the one place that applies this rule.
-SMALL_IMAGE_MAX_SIZE = 32
-
-IMPLS = ("simclrv1", "simclrv2")
-
-# Colour jitter strength s scales brightness/contrast/saturation by 0.8 s and hue by
-# 0.2 s. Contrast and saturation factors U[1 - 0.8 s, 1 + 0.8 s] must stay >= 0, and
-# hue deltas must stay within tf.image.adjust_hue's [-0.5, 0.5]: hence s <= 1.25.
-MAX_COLOR_JITTER_STRENGTH = 1.25
-
-
-def _check_impl(impl: str) -> None:
-    if impl not in IMPLS:
-        raise ValueError(f"`impl` must be one of {IMPLS}. Received: impl={impl!r}")
-
-
-def _check_probability(name: str, p: float) -> None:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={p!r}")
-
-
-def _check_strength(strength: float) -> None:
-    if not 0.0 <= strength <= MAX_COLOR_JITTER_STRENGTH:
-        raise ValueError(
-            f"`color_jitter_strength` must be in [0, {MAX_COLOR_JITTER_STRENGTH}]. "
-            f"Received: color_jitter_strength={strength!r}")
-
-
-def _check_size(height: int, width: int) -> None:
-    for name, value in (("height", height), ("width", width)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
-
-
-def to_float_image(image: tf.Tensor) -> tf.Tensor:
-    """Converts an image to float32 in [0, 1].
-
-    Args:
-      image: uint8 (scaled by 1/255) or float (cast, assumed already in [0, 1]) tensor.
-
-    Returns:
-      A float32 tensor of the same shape.
-    """
-    image = tf.convert_to_tensor(image)
-    if image.dtype.is_integer:
-        return tf.image.convert_image_dtype(image, tf.float32)
-    return tf.cast(image, tf.float32)
-
-
-def eval_center_crop_enabled(image_size: int) -> bool:
-    """Whether evaluation centre-crops at this output size (the reference's rule).
-
-    Args:
-      image_size: output side in pixels.
-
-    Returns:
-      False for images of at most `SMALL_IMAGE_MAX_SIZE` (32) pixels, True otherwise.
-    """
-    return image_size > SMALL_IMAGE_MAX_SIZE
-
-
-def new_seed() -> tf.Tensor:
-    """A fresh stateless seed (int64 [2]) from TF's stateful generator."""
-    return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int64)
-
-
-def _seeds(seed, num: int) -> tf.Tensor:
-    """`num` independent seeds ([num, 2]) derived from `seed` (drawn if None)."""
-    if seed is None:
-        seed = new_seed()
-    return tf.random.experimental.stateless_split(seed, num)
-
-
-def _uniform(seed, minval, maxval, shape=()):
-    return tf.random.stateless_uniform(shape, seed, minval, maxval)
-
-
-def random_apply(func: Callable[[tf.Tensor], tf.Tensor], p: float,
-                 x: tf.Tensor, *, seed=None) -> tf.Tensor:
-    """Returns `func(x)` with probability `p`, else `x`.
-
-    Args:
-      func: the transformation; if random, it must take its randomness from a seed
-        drawn outside (see module docstring), not from stateful ops.
-      p: probability of applying it, in [0, 1].
-      x: the input tensor.
-      seed: stateless seed of the decision; drawn if None.
-    """
-    _check_probability("p", p)
-    if seed is None:
-        seed = new_seed()
-    return tf.cond(_uniform(seed, 0.0, 1.0) < p, lambda: func(x), lambda: tf.identity(x))
+# Re-exported: `augment` is the public face of the paper's augmentations.
+from simclr_tf.data.augment_common import (  # noqa: F401
+    BLUR_PROBABILITY, BLUR_SIGMA_RANGE, COLOR_JITTER_PROBABILITY, CROP_AREA_RANGE,
+    CROP_ASPECT_RATIO_RANGE, CROP_MAX_ATTEMPTS, CROP_MIN_OBJECT_COVERED,
+    EVAL_CROP_PROPORTION, FLIP_PROBABILITY, GRAYSCALE_PROBABILITY, IMPLS,
+    MAX_COLOR_JITTER_STRENGTH, SMALL_IMAGE_MAX_SIZE, _check_impl, _check_size,
+    _check_strength, _seeds, eval_center_crop_enabled, new_seed, random_apply,
+    to_float_image)
+from simclr_tf.data.blur import (  # noqa: F401
+    blur_kernel_size, gaussian_kernel_1d, gaussian_blur, random_blur,
+    batch_random_blur)
+from simclr_tf.data.color import (  # noqa: F401
+    color_jitter, color_jitter_nonrand, color_jitter_rand, random_brightness,
+    random_color_jitter, to_grayscale)
 
 
 # ---------------------------------------------------------------- crops and flips
@@ -296,235 +207,6 @@ def center_crop(image: tf.Tensor, height: int, width: int,
                            height, width)
 
 
-# ---------------------------------------------------------------- colour
-
-
-def random_brightness(image: tf.Tensor, max_delta: float,
-                      impl: str = "simclrv2", *, seed=None) -> tf.Tensor:
-    """Random brightness: v2 multiplies, v1 adds.
-
-    Args:
-      image: float image.
-      max_delta: 0.8 * strength in SimCLR.
-      impl: 'simclrv2' multiplies by U[max(0, 1 - max_delta), 1 + max_delta];
-        'simclrv1' adds U[-max_delta, max_delta] (tf.image.random_brightness).
-      seed: stateless seed; drawn if None.
-    """
-    _check_impl(impl)
-    if seed is None:
-        seed = new_seed()
-    if impl == "simclrv2":
-        return image * _uniform(seed, max(1.0 - max_delta, 0.0), 1.0 + max_delta)
-    return tf.image.adjust_brightness(image, _uniform(seed, -max_delta, max_delta))
-
-
-# The tf.image.random_* distributions, drawn from explicit stateless seeds.
-def _random_contrast(image, max_delta, seed):
-    return tf.image.adjust_contrast(
-        image, _uniform(seed, 1.0 - max_delta, 1.0 + max_delta))
-
-
-def _random_saturation(image, max_delta, seed):
-    return tf.image.adjust_saturation(
-        image, _uniform(seed, 1.0 - max_delta, 1.0 + max_delta))
-
-
-def _random_hue(image, max_delta, seed):
-    return tf.image.adjust_hue(image, _uniform(seed, -max_delta, max_delta))
-
-
-def _jitter_ops(brightness, contrast, saturation, hue, impl):
-    """The four jitter ops `op(x, seed)`, each followed by the reference's clip."""
-
-    def clipped(op, strength):
-
-        def apply(x, seed):
-            # An op with zero strength is the identity: skip the work.
-            if strength == 0:
-                return x
-            return tf.clip_by_value(op(x, strength, seed), 0.0, 1.0)
-
-        return apply
-
-    return [
-        clipped(lambda x, d, seed: random_brightness(x, d, impl=impl, seed=seed),
-                brightness),
-        clipped(_random_contrast, contrast),
-        clipped(_random_saturation, saturation),
-        clipped(_random_hue, hue),
-    ]
-
-
-def color_jitter_nonrand(image: tf.Tensor, brightness: float = 0.0,
-                         contrast: float = 0.0, saturation: float = 0.0,
-                         hue: float = 0.0, impl: str = "simclrv2", *, seed=None
-                         ) -> tf.Tensor:
-    """Brightness, contrast, saturation and hue jitter in this fixed order.
-
-    Args:
-      image: [H, W, 3] float image in [0, 1].
-      brightness: max brightness delta (v1) or factor spread (v2).
-      contrast: contrast factor ~ U[1 - contrast, 1 + contrast].
-      saturation: saturation factor ~ U[1 - saturation, 1 + saturation].
-      hue: hue delta ~ U[-hue, hue].
-      impl: 'simclrv1' or 'simclrv2' (brightness semantics).
-      seed: stateless seed; drawn if None.
-    """
-    _check_impl(impl)
-    ops = _jitter_ops(brightness, contrast, saturation, hue, impl)
-    seeds = _seeds(seed, len(ops))
-    for k, op in enumerate(ops):
-        image = op(image, seeds[k])
-    return image
-
-
-def color_jitter_rand(image: tf.Tensor, brightness: float = 0.0,
-                      contrast: float = 0.0, saturation: float = 0.0,
-                      hue: float = 0.0, impl: str = "simclrv2", *, seed=None
-                      ) -> tf.Tensor:
-    """Like `color_jitter_nonrand`, in a fresh random order for every call (image).
-
-    Args: as `color_jitter_nonrand`.
-    """
-    _check_impl(impl)
-    ops = _jitter_ops(brightness, contrast, saturation, hue, impl)
-    seeds = _seeds(seed, len(ops) + 1)
-    # The ranks of i.i.d. uniforms are a uniformly random permutation.
-    order = tf.argsort(_uniform(seeds[-1], 0.0, 1.0, shape=[len(ops)]))
-    for position in range(len(ops)):
-        # tf.switch_case keeps this graph-friendly: the permutation is a tensor.
-        image = tf.switch_case(
-            order[position],
-            [lambda k=k, op=op: op(image, seeds[k]) for k, op in enumerate(ops)])
-    return image
-
-
-def color_jitter(image: tf.Tensor, strength: float, random_order: bool = True,
-                 impl: str = "simclrv2", *, seed=None) -> tf.Tensor:
-    """SimCLR's colour jitter of strength s (always applied; see random_color_jitter).
-
-    Brightness 0.8 s, contrast 0.8 s, saturation 0.8 s, hue 0.2 s, each followed by a
-    clip to [0, 1].
-
-    Args:
-      image: [H, W, 3] float image in [0, 1].
-      strength: `color_jitter_strength`, in [0, 1.25] (1.0 ImageNet, 0.5 CIFAR).
-      random_order: a fresh random order per image (SimCLR) or the fixed order.
-      impl: 'simclrv2' (multiplicative brightness) or 'simclrv1' (additive).
-      seed: stateless seed; drawn if None.
-    """
-    _check_strength(strength)
-    _check_impl(impl)
-    jitter = color_jitter_rand if random_order else color_jitter_nonrand
-    return jitter(to_float_image(image), 0.8 * strength, 0.8 * strength,
-                  0.8 * strength, 0.2 * strength, impl=impl, seed=seed)
-
-
-def to_grayscale(image: tf.Tensor, keep_channels: bool = True) -> tf.Tensor:
-    """ITU-R 601 luma; with `keep_channels` tiled back to 3 identical channels."""
-    image = tf.image.rgb_to_grayscale(image)
-    if keep_channels:
-        image = tf.tile(image, [1, 1, 3])
-    return image
-
-
-def random_color_jitter(image: tf.Tensor, strength: float = 1.0, *,
-                        impl: str = "simclrv2",
-                        jitter_probability: float = COLOR_JITTER_PROBABILITY,
-                        grayscale_probability: float = GRAYSCALE_PROBABILITY,
-                        seed=None) -> tf.Tensor:
-    """Colour distortion: jitter with p = 0.8, then independently grayscale p = 0.2.
-
-    Args:
-      image: [H, W, 3] float image in [0, 1].
-      strength: `color_jitter_strength`.
-      impl: 'simclrv1' or 'simclrv2'.
-      jitter_probability: probability of `color_jitter`.
-      grayscale_probability: probability of `to_grayscale`.
-      seed: stateless seed; drawn if None.
-    """
-    _check_strength(strength)
-    _check_impl(impl)
-    _check_probability("jitter_probability", jitter_probability)
-    _check_probability("grayscale_probability", grayscale_probability)
-    seeds = _seeds(seed, 3)
-    image = random_apply(lambda x: color_jitter(x, strength, impl=impl, seed=seeds[0]),
-                         jitter_probability, to_float_image(image), seed=seeds[1])
-    return random_apply(to_grayscale, grayscale_probability, image, seed=seeds[2])
-
-
-# ---------------------------------------------------------------- blur
-
-
-def blur_kernel_size(image_size: int) -> int:
-    """The blur kernel's side for an image side: 2 * floor(floor(size / 10) / 2) + 1.
-
-    23 at 224 px, 3 at 32 px: the reference's 10%-of-the-image kernel, forced odd.
-    """
-    return 2 * ((image_size // 10) // 2) + 1
-
-
-def gaussian_kernel_1d(sigma, kernel_size: int) -> tf.Tensor:
-    """Normalised 1-D Gaussian weights, float32 [kernel_size], centred."""
-    radius = kernel_size // 2
-    x = tf.range(-radius, radius + 1, dtype=tf.float32)
-    sigma = tf.cast(sigma, tf.float32)
-    weights = tf.exp(-tf.square(x) / (2.0 * tf.square(sigma)))
-    return weights / tf.reduce_sum(weights)
-
-
-def gaussian_blur(image: tf.Tensor, kernel_size: int, sigma,
-                  padding: str = "SAME") -> tf.Tensor:
-    """Separable Gaussian blur (depthwise, so channels never mix).
-
-    Args:
-      image: [H, W, C] or [N, H, W, C] float tensor.
-      kernel_size: odd side of the kernel (see `blur_kernel_size`).
-      sigma: standard deviation in pixels (python float or scalar tensor).
-      padding: 'SAME' (zero padding, the reference's choice) or 'VALID'.
-
-    Returns:
-      The blurred tensor, same rank and dtype as `image` (not clipped).
-    """
-    if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
-        raise ValueError(
-            f"`kernel_size` must be a positive odd int. Received: kernel_size={kernel_size!r}")
-    image = tf.convert_to_tensor(image)
-    single = image.shape.rank == 3
-    if single:
-        image = image[tf.newaxis]
-    channels = image.shape[-1]
-    weights = tf.cast(gaussian_kernel_1d(sigma, kernel_size), image.dtype)
-    vertical = tf.tile(tf.reshape(weights, [kernel_size, 1, 1, 1]), [1, 1, channels, 1])
-    horizontal = tf.tile(tf.reshape(weights, [1, kernel_size, 1, 1]), [1, 1, channels, 1])
-    strides = [1, 1, 1, 1]
-    image = tf.nn.depthwise_conv2d(image, vertical, strides, padding=padding)
-    image = tf.nn.depthwise_conv2d(image, horizontal, strides, padding=padding)
-    return image[0] if single else image
-
-
-def random_blur(image: tf.Tensor, height: int, width: int, p: float = 1.0, *,
-                seed=None) -> tf.Tensor:
-    """Blurs with sigma ~ U(0.1, 2.0) with probability p (one draw for the tensor).
-
-    Args:
-      image: [H, W, C] or [N, H, W, C] float tensor.
-      height: image height; sets the kernel size (`blur_kernel_size`).
-      width: image width (unused: the reference sizes the kernel from the height).
-      p: probability of blurring.
-      seed: stateless seed; drawn if None.
-    """
-    del width
-    _check_probability("p", p)
-    kernel_size = blur_kernel_size(height)
-    seeds = _seeds(seed, 2)
-
-    def blur(x):
-        return gaussian_blur(x, kernel_size, _uniform(seeds[0], *BLUR_SIGMA_RANGE))
-
-    return random_apply(blur, p, image, seed=seeds[1])
-
-
 def view_seed(seed: int, step, replica, chunk=None) -> tf.Tensor:
     """The stateless seed of the views drawn in a train step: the one place it is
     derived, from (seed, step, replica[, chunk]) in this order.
@@ -548,44 +230,6 @@ def view_seed(seed: int, step, replica, chunk=None) -> tf.Tensor:
     if chunk is not None:
         derived = tf.random.experimental.stateless_fold_in(derived, tf.cast(chunk, tf.int64))
     return derived
-
-
-def batch_random_blur(images_list: Sequence[tf.Tensor], height: int, width: int,
-                      blur_probability: float = BLUR_PROBABILITY, *,
-                      seed=None) -> list[tf.Tensor]:
-    """Blurs batches of views on the device, as SimCLR's train step does.
-
-    For each [n, H, W, 3] tensor of the list (one per view) one sigma ~ U(0.1, 2.0) is
-    drawn, the whole tensor is blurred with it, and each image independently keeps the
-    blurred version with probability `blur_probability`; the result is clipped to
-    [0, 1]. Graph-friendly: call it inside the `tf.function` train step, on each replica.
-
-    Args:
-      images_list: list/tuple of float [n, H, W, 3] tensors.
-      height: image height (sets the kernel: 23 at 224, 3 at 32).
-      width: image width.
-      blur_probability: per-image probability of being blurred.
-      seed: stateless seed; drawn if None.
-
-    Returns:
-      A list of tensors shaped like the inputs.
-    """
-    _check_size(height, width)
-    _check_probability("blur_probability", blur_probability)
-    if isinstance(images_list, tf.Tensor) or not isinstance(images_list, (list, tuple)):
-        raise ValueError("`images_list` must be a list or tuple of [n, H, W, 3] tensors. "
-                         f"Received: images_list={type(images_list).__name__}")
-    seeds = _seeds(seed, 2 * len(images_list))
-    blurred_list = []
-    for i, images in enumerate(images_list):
-        images = tf.convert_to_tensor(images)
-        blurred = random_blur(images, height, width, p=1.0, seed=seeds[2 * i])
-        keep_blurred = tf.cast(
-            _uniform(seeds[2 * i + 1], 0.0, 1.0, shape=[tf.shape(images)[0], 1, 1, 1])
-            < blur_probability, images.dtype)
-        mixed = keep_blurred * blurred + (1.0 - keep_blurred) * images
-        blurred_list.append(tf.clip_by_value(mixed, 0.0, 1.0))
-    return blurred_list
 
 
 # ---------------------------------------------------------------- recipes
