@@ -35,6 +35,14 @@ class ConfigError(ValueError):
         self.flag = flag
         super().__init__(f"--{flag}: {message}")
 
+    @classmethod
+    def from_rule(cls, flag, error):
+        """The error of a `simclr_tf.rules` check on the value of `--flag`."""
+        message = str(error)
+        if message.startswith(f"{flag} "):
+            message = message[len(flag) + 1:]
+        return cls(flag, message)
+
 
 def _field(default, help, choices=None):  # pylint: disable=redefined-builtin
     metadata = {"help": help}
@@ -260,27 +268,37 @@ class Config:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(name, f"must be >= 0; got {value!r}.")
+        if not 0.0 < self.batch_norm_decay < 1.0:
+            raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
+                              f"{self.batch_norm_decay!r}.")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError("momentum", f"must be in [0, 1), e.g. 0.9; got {self.momentum!r}.")
+        self._check_rules()
+        if self.variant is not None:
+            self._check_variant()
+        if not 0.0 < self.label_fraction <= 1.0:
+            raise ConfigError("label_fraction", "must be in (0, 1], e.g. 0.01 or 0.1; got "
+                              f"{self.label_fraction!r}.")
+        if self.knn_k < 1:
+            raise ConfigError("knn_k", f"must be >= 1, e.g. 200; got {self.knn_k!r}.")
+        if not (math.isfinite(self.knn_temperature) and self.knn_temperature > 0):
+            raise ConfigError("knn_temperature", "must be > 0, e.g. 0.07; got "
+                              f"{self.knn_temperature!r}.")
+        for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
+                     "embed_projector_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0; got {getattr(self, name)!r}.")
+        self._check_combinations()
+        return self
+
+    def _check_combinations(self):
+        """Rules between flags."""
         if self.train_steps == 0 and self.train_epochs == 0 and self.mode != "eval":
             raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
                               "them to say how long to train.")
         if self.checkpoint_steps == 0 and self.checkpoint_epochs == 0:
             raise ConfigError("checkpoint_epochs", "and --checkpoint_steps are both 0: set "
                               "one of them (e.g. --checkpoint_epochs=1).")
-        if not 0.0 < self.batch_norm_decay < 1.0:
-            raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
-                              f"{self.batch_norm_decay!r}.")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ConfigError("momentum", f"must be in [0, 1), e.g. 0.9; got {self.momentum!r}.")
-        try:
-            variants.check_depth(self.resnet_depth)
-        except ValueError as error:
-            raise ConfigError("resnet_depth", str(error)) from None
-        if self.variant is not None:
-            self._check_variant()
-        self._check_rules()
-        if not 0.0 < self.label_fraction <= 1.0:
-            raise ConfigError("label_fraction", "must be in (0, 1], e.g. 0.01 or 0.1; got "
-                              f"{self.label_fraction!r}.")
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                               "(pretraining uses no labels); drop it or fine-tune.")
@@ -292,15 +310,6 @@ class Config:
                 and not self.checkpoint:
             raise ConfigError("model_dir", f"or --checkpoint is required with "
                               f"--mode={self.mode}: the run to evaluate.")
-        if self.knn_k < 1:
-            raise ConfigError("knn_k", f"must be >= 1, e.g. 200; got {self.knn_k!r}.")
-        if not (math.isfinite(self.knn_temperature) and self.knn_temperature > 0):
-            raise ConfigError("knn_temperature", "must be > 0, e.g. 0.07; got "
-                              f"{self.knn_temperature!r}.")
-        for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
-                     "embed_projector_size"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0; got {getattr(self, name)!r}.")
         if self.mode == "embed" and self.embed_output and not self.embed_output.endswith(
                 (".npz", ".parquet")):
             raise ConfigError("embed_output", "must end with .npz or .parquet; got "
@@ -318,12 +327,12 @@ class Config:
             raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "
                               "variables); drop --jit_compile.")
-        return self
 
     def _check_rules(self):
         """The rules the library also applies to its arguments (`simclr_tf.rules`);
         the per-replica part of grad_cache_chunk's runs in `simclr_tf.preflight`."""
         checks = (
+            ("resnet_depth", variants.check_depth, (self.resnet_depth,)),
             ("temperature", rules.check_temperature, (self.temperature,)),
             ("weight_decay", rules.check_weight_decay, (self.weight_decay,)),
             ("fine_tune_after_block", rules.check_fine_tune_after_block,
@@ -338,7 +347,7 @@ class Config:
             try:
                 check(*arguments)
             except ValueError as error:
-                raise ConfigError(flag, str(error)) from None
+                raise ConfigError.from_rule(flag, error) from None
 
     def _check_variant(self):
         try:

@@ -65,8 +65,9 @@ def _check_training(config, strategy, source):
     try:
         rules.check_grad_cache_chunk(config.grad_cache_chunk, per_replica)
     except ValueError as error:
-        raise ConfigError("grad_cache_chunk", f"{error} (--train_batch_size="
-                          f"{config.train_batch_size} over {replicas} replicas)") from None
+        raise ConfigError.from_rule("grad_cache_chunk", f"{error} (--train_batch_size="
+                                    f"{config.train_batch_size} over {replicas} replicas)"
+                                    ) from None
     if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
             and _onednn_cpu_training(strategy)):
         raise ConfigError(
