@@ -1,10 +1,11 @@
-"""One run of `run.py`: everything between a validated Config and the results.
+"""One run of `run.py`: dispatches `--mode` and assembles the parts from the Config.
 
-Checks that need the dataset or the strategy run first, before any model is built
-(split names, labels for fine-tuning, batch divisible by the replicas, a writable
-model_dir, an existing --checkpoint). Then train (pretrain or finetune) with
-checkpoints every `checkpoint_steps`, resuming from model_dir, then evaluate, then
-optionally the linear probe of the pretrained encoder next to a random one.
+`run(config)`: seeds, strategy, `preflight` (every check before a model exists, no
+side effects), model_dir and flags.json, then the mode's parts (`MODES`), then
+optionally the final linear probe, and result.json. The parts are short assembly
+functions: the model (`build_model`), the Trainer (`build_trainer`), checkpoints
+(`simclr_tf.checkpoints`), the loop (`simclr_tf.loop`) and the evaluators
+(`simclr_tf.evaluation`) do the work.
 """
 import functools
 import json
@@ -43,18 +44,10 @@ def run(config):
     if config.model_dir:
         _create_model_dir(config, strategy)
     results = {}
-    if config.mode in ("train", "train_then_eval"):
-        results.update(train(config, strategy, context))
+    for part in MODES[config.mode]:
+        results.update(part(config, strategy, context))
         if results.get("interrupted"):
             return results
-    if config.mode in ("eval", "train_then_eval"):
-        results.update(evaluate(config, strategy, context))
-    if config.mode == "export":
-        results.update(export_latest(config, strategy, context))
-    if config.mode == "linear_probe":
-        results.update(linear_probe_mode(config, strategy, context))
-    if config.mode == "embed":
-        results.update(embed_mode(config, strategy, context))
     if config.final_linear_probe:
         results.update(final_linear_probe(config, context))
     if results and config.model_dir and _is_chief(strategy):
@@ -463,3 +456,16 @@ def embed_mode(config, strategy, context):
               flush=True)
         results["embed/projector"] = log_dir
     return results
+
+
+# --mode -> what it runs, in order (a SIGTERM during training stops the rest). A new
+# mode is a function `(config, strategy, context) -> results` here, its name in this
+# table and in the flag's choices (`config.Config.mode`).
+MODES = {
+    "train": (train,),
+    "eval": (evaluate,),
+    "train_then_eval": (train, evaluate),
+    "export": (export_latest,),
+    "linear_probe": (linear_probe_mode,),
+    "embed": (embed_mode,),
+}

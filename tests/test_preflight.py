@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import experiment, preflight
-from simclr_tf.config import ConfigError
+from simclr_tf.config import Config, ConfigError
 
 from helpers.run_fixtures import config
 
@@ -49,3 +49,7 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
         _check(cfg, strategy)
     _check(config(model_dir=str(tmp_path), train_steps=1, grad_cache_chunk=8), strategy)
     _check(cfg)  # one replica holds all 32
+
+
+def test_every_mode_flag_has_a_part_in_experiment():
+    assert set(experiment.MODES) == set(Config.field_choices("mode"))
