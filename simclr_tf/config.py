@@ -251,9 +251,7 @@ class Config:
             ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
             ("train_batch_size", "e.g. 512 or 4096"),
             ("eval_batch_size", "e.g. 256"),
-            ("width_multiplier", "e.g. 1, 2, 4 or 0.25 for a small model"),
             ("image_size", "e.g. 224 (ImageNet) or 32 (CIFAR)"),
-            ("proj_out_dim", "e.g. 128"),
             ("keep_checkpoint_max", "e.g. 5"),
             ("keep_hub_module_max", "e.g. 1"),
         )
@@ -262,8 +260,7 @@ class Config:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
         _non_negative = ("eval_wait_secs", "warmup_epochs", "train_steps", "eval_steps",
-                         "checkpoint_steps", "sk_ratio", "se_ratio", "color_jitter_strength",
-                         "train_epochs", "checkpoint_epochs")
+                         "checkpoint_steps", "train_epochs", "checkpoint_epochs")
         for name in _non_negative:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -271,19 +268,9 @@ class Config:
         if not 0.0 < self.batch_norm_decay < 1.0:
             raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
                               f"{self.batch_norm_decay!r}.")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ConfigError("momentum", f"must be in [0, 1), e.g. 0.9; got {self.momentum!r}.")
         self._check_rules()
         if self.variant is not None:
             self._check_variant()
-        if not 0.0 < self.label_fraction <= 1.0:
-            raise ConfigError("label_fraction", "must be in (0, 1], e.g. 0.01 or 0.1; got "
-                              f"{self.label_fraction!r}.")
-        if self.knn_k < 1:
-            raise ConfigError("knn_k", f"must be >= 1, e.g. 200; got {self.knn_k!r}.")
-        if not (math.isfinite(self.knn_temperature) and self.knn_temperature > 0):
-            raise ConfigError("knn_temperature", "must be > 0, e.g. 0.07; got "
-                              f"{self.knn_temperature!r}.")
         for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
                      "embed_projector_size"):
             if getattr(self, name) < 0:
@@ -342,6 +329,16 @@ class Config:
             ("ft_proj_selector", rules.check_ft_proj_selector,
              (self.proj_head_mode, self.num_proj_layers, self.ft_proj_selector)),
             ("grad_cache_chunk", rules.check_grad_cache_chunk, (self.grad_cache_chunk,)),
+            ("momentum", rules.check_momentum, (self.momentum,)),
+            ("width_multiplier", rules.check_width_multiplier, (self.width_multiplier,)),
+            ("sk_ratio", rules.check_ratio, ("sk_ratio", self.sk_ratio)),
+            ("se_ratio", rules.check_ratio, ("se_ratio", self.se_ratio)),
+            ("proj_out_dim", rules.check_proj_out_dim, (self.proj_out_dim,)),
+            ("label_fraction", rules.check_label_fraction, (self.label_fraction,)),
+            ("knn_k", rules.check_knn_k, (self.knn_k,)),
+            ("knn_temperature", rules.check_knn_temperature, (self.knn_temperature,)),
+            ("color_jitter_strength", rules.check_color_jitter_strength,
+             (self.color_jitter_strength,)),
         )
         for flag, check, arguments in checks:
             try:

@@ -148,8 +148,7 @@ class LARS(keras.optimizers.Optimizer):
         # `self.weight_decay`; this optimizer decays inside the update instead.
         super().__init__(learning_rate=learning_rate, weight_decay=None, name=name,
                          **kwargs)
-        if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1). Received: momentum={momentum!r}")
+        rules.check_momentum(momentum)
         if not isinstance(eeta, (int, float)) or not eeta > 0:
             raise ValueError(f"eeta must be > 0. Received: eeta={eeta!r}")
         rules.check_weight_decay(weight_decay)

@@ -6,6 +6,7 @@ rule and its message live here only. Pure Python, no TensorFlow: `run.py` checks
 flags before importing TensorFlow. Each raises `ValueError("... Received: x=...")`.
 """
 import math
+import numbers
 
 TRAIN_MODES = ("pretrain", "finetune")
 OPTIMIZERS = ("lars", "momentum", "adam")
@@ -16,7 +17,7 @@ FINE_TUNE_AFTER_BLOCK_CHOICES = (-1, 0, 1, 2, 3, 4)
 
 
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_temperature(temperature):
@@ -74,3 +75,72 @@ def check_grad_cache_chunk(chunk, batch_size=None):
         raise ValueError(f"grad_cache_chunk must divide the per-replica batch of "
                          f"{batch_size} images: use a divisor of {batch_size}. "
                          f"Received: grad_cache_chunk={chunk!r}")
+
+
+def check_momentum(momentum):
+    """A momentum coefficient in [0, 1)."""
+    if not (_is_number(momentum) and 0.0 <= momentum < 1.0):
+        raise ValueError(f"momentum must be in [0, 1), e.g. 0.9. Received: momentum={momentum!r}")
+
+
+def check_width_multiplier(width_multiplier):
+    """The ResNet width multiplier: a finite number > 0."""
+    if not (_is_number(width_multiplier) and math.isfinite(width_multiplier)
+            and width_multiplier > 0):
+        raise ValueError("width_multiplier must be > 0, e.g. 1, 2, 4 or 0.25 for a small "
+                         f"model. Received: width_multiplier={width_multiplier!r}")
+
+
+def check_ratio(name, ratio):
+    """A selective-kernel or squeeze-excitation ratio: a finite number >= 0 (0 = off)."""
+    if not (_is_number(ratio) and math.isfinite(ratio) and ratio >= 0):
+        raise ValueError(f"{name} must be >= 0 (0 = off, e.g. 0.0625). "
+                         f"Received: {name}={ratio!r}")
+
+
+def check_proj_out_dim(proj_out_dim):
+    """The projection's output width: an int >= 1."""
+    if not (_is_number(proj_out_dim) and proj_out_dim >= 1):
+        raise ValueError(f"proj_out_dim must be >= 1, e.g. 128. "
+                         f"Received: proj_out_dim={proj_out_dim!r}")
+
+
+def check_label_fraction(label_fraction):
+    """The fraction of labelled examples to fine-tune on, in (0, 1]."""
+    if not (_is_number(label_fraction) and 0.0 < label_fraction <= 1.0):
+        raise ValueError("label_fraction must be in (0, 1], e.g. 0.01 or 0.1. "
+                         f"Received: label_fraction={label_fraction!r}")
+
+
+def check_knn_k(k):
+    """Neighbours of the weighted kNN: an int >= 1."""
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive int, e.g. 200. Received: k={k!r}")
+
+
+def check_knn_temperature(temperature):
+    """The kNN vote temperature: a finite number > 0."""
+    if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError("temperature must be > 0, e.g. 0.07. "
+                         f"Received: temperature={temperature!r}")
+
+
+# Colour jitter strength s scales brightness/contrast/saturation by 0.8 s and hue by
+# 0.2 s. Contrast and saturation factors U[1 - 0.8 s, 1 + 0.8 s] must stay >= 0, and
+# hue deltas must stay within tf.image.adjust_hue's [-0.5, 0.5]: hence s <= 1.25.
+MAX_COLOR_JITTER_STRENGTH = 1.25
+COLOR_JITTER_IMPLS = ("simclrv1", "simclrv2")
+
+
+def check_color_jitter_strength(strength):
+    """In [0, MAX_COLOR_JITTER_STRENGTH] (1.0 for ImageNet, 0.5 for CIFAR-10)."""
+    if not (_is_number(strength) and 0.0 <= strength <= MAX_COLOR_JITTER_STRENGTH):
+        raise ValueError(
+            f"color_jitter_strength must be in [0, {MAX_COLOR_JITTER_STRENGTH}], e.g. 1.0 "
+            f"(ImageNet) or 0.5 (CIFAR-10). Received: color_jitter_strength={strength!r}")
+
+
+def check_color_jitter_impl(impl):
+    """One of `COLOR_JITTER_IMPLS`."""
+    if impl not in COLOR_JITTER_IMPLS:
+        raise ValueError(f"impl must be one of {COLOR_JITTER_IMPLS}. Received: impl={impl!r}")

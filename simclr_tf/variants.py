@@ -5,6 +5,8 @@ fractional width such as `r18_0.25x_sk0` is accepted for small experiments.
 """
 import re
 
+from simclr_tf import rules
+
 # SimCLRv2 uses selective kernels with this ratio whenever a name says `sk1`.
 SK_RATIO = 0.0625
 
@@ -56,8 +58,10 @@ def parse_variant(name):
     except ValueError as error:
         raise ValueError(f"Unsupported ResNet depth in variant {name!r}: {error}") from None
     width = float(match.group(2))
-    if width <= 0:
-        raise ValueError(f"Width multiplier must be > 0. Received: name={name!r}")
+    try:
+        rules.check_width_multiplier(width)
+    except ValueError as error:
+        raise ValueError(f"Bad width in variant {name!r}: {error}") from None
     return dict(
         depth=depth,
         width_multiplier=int(width) if width.is_integer() else width,

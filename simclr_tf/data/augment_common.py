@@ -8,6 +8,8 @@ from typing import Callable
 
 import tensorflow as tf
 
+from simclr_tf import rules
+
 # The reference's constants; REFERENCE.md "Augmentation".
 CROP_AREA_RANGE = (0.08, 1.0)
 CROP_ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
@@ -26,29 +28,15 @@ EVAL_CROP_PROPORTION = 0.875
 # `eval_center_crop_enabled` is the one place that applies this rule.
 SMALL_IMAGE_MAX_SIZE = 32
 
-IMPLS = ("simclrv1", "simclrv2")
-
-# Colour jitter strength s scales brightness/contrast/saturation by 0.8 s and hue by
-# 0.2 s. Contrast and saturation factors U[1 - 0.8 s, 1 + 0.8 s] must stay >= 0, and
-# hue deltas must stay within tf.image.adjust_hue's [-0.5, 0.5]: hence s <= 1.25.
-MAX_COLOR_JITTER_STRENGTH = 1.25
-
-
-def _check_impl(impl: str) -> None:
-    if impl not in IMPLS:
-        raise ValueError(f"`impl` must be one of {IMPLS}. Received: impl={impl!r}")
+IMPLS = rules.COLOR_JITTER_IMPLS
+MAX_COLOR_JITTER_STRENGTH = rules.MAX_COLOR_JITTER_STRENGTH  # why 1.25: simclr_tf.rules
+_check_impl = rules.check_color_jitter_impl
+_check_strength = rules.check_color_jitter_strength
 
 
 def _check_probability(name: str, p: float) -> None:
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"`{name}` must be in [0, 1]. Received: {name}={p!r}")
-
-
-def _check_strength(strength: float) -> None:
-    if not 0.0 <= strength <= MAX_COLOR_JITTER_STRENGTH:
-        raise ValueError(
-            f"`color_jitter_strength` must be in [0, {MAX_COLOR_JITTER_STRENGTH}]. "
-            f"Received: color_jitter_strength={strength!r}")
 
 
 def _check_size(height: int, width: int) -> None:

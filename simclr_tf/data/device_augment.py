@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from simclr_tf import rules
 from simclr_tf.data import augment
 
 # tf.image.resize bicubic: ResizeBicubic's Keys kernel (a = -0.5) sampled in a table.
@@ -371,12 +372,8 @@ def make_view_fn(image_size: int, *, color_jitter_strength: float = 1.0,
     Example:
       trainer = Trainer(..., view_fn=make_view_fn(224), blur_fn=...)
     """
-    if impl not in augment.IMPLS:
-        raise ValueError(f"impl must be one of {augment.IMPLS}. Received: impl={impl!r}")
-    if not 0.0 <= color_jitter_strength <= augment.MAX_COLOR_JITTER_STRENGTH:
-        raise ValueError("color_jitter_strength must be in "
-                         f"[0, {augment.MAX_COLOR_JITTER_STRENGTH}]. Received: "
-                         f"color_jitter_strength={color_jitter_strength!r}")
+    rules.check_color_jitter_impl(impl)
+    rules.check_color_jitter_strength(color_jitter_strength)
 
     def view_fn(inputs):
         seeds = tf.random.experimental.stateless_split(inputs["seed"][0], 2)

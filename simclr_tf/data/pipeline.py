@@ -111,12 +111,8 @@ def build_input_fn(
     if train_mode not in TRAIN_MODES:
         raise ValueError(f"`train_mode` must be one of {TRAIN_MODES}. "
                          f"Received: train_mode={train_mode!r}")
-    if impl not in augment.IMPLS:
-        raise ValueError(f"`impl` must be one of {augment.IMPLS}. Received: impl={impl!r}")
-    if not 0.0 <= color_jitter_strength <= augment.MAX_COLOR_JITTER_STRENGTH:
-        raise ValueError(
-            f"`color_jitter_strength` must be in [0, {augment.MAX_COLOR_JITTER_STRENGTH}]. "
-            f"Received: color_jitter_strength={color_jitter_strength!r}")
+    rules.check_color_jitter_impl(impl)
+    rules.check_color_jitter_strength(color_jitter_strength)
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.
     pretraining = train_mode == "pretrain"
     if not pretraining and not source.has_labels(split):

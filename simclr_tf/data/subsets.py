@@ -14,6 +14,7 @@ from typing import Iterable
 import numpy as np
 import tensorflow as tf
 
+from simclr_tf import rules
 from simclr_tf.data.registry import get_dataset
 from simclr_tf.data.sources import DatasetSource, stratified_subset_ids
 from simclr_tf.data.tfds_source import AUTHORS_IMAGENET_SUBSETS, TFDSSource, table_name
@@ -66,9 +67,7 @@ def make_label_subset(source: DatasetSource, split: str, label_fraction: float, 
       A `LabelSubset`; pass `subset.source`, `subset.split` and `subset.example_ids`
       to the pipeline and `subset.write(path)` to record it.
     """
-    if not 0.0 < label_fraction <= 1.0:
-        raise ValueError("`label_fraction` must be in (0, 1]. "
-                         f"Received: label_fraction={label_fraction!r}")
+    rules.check_label_fraction(label_fraction)
     if not source.has_labels(split):
         raise ValueError(f"Split {split!r} of dataset {source.name!r} has no labels; "
                          "a label subset needs a labelled split.")

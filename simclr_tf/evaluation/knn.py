@@ -22,6 +22,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from simclr_tf import rules
 from simclr_tf.evaluation import features
 from simclr_tf.models.outputs import H
 
@@ -45,10 +46,8 @@ def _check(bank_features, bank_labels, query_features, k, temperature):
     if bank_labels.min() < 0:
         raise ValueError("Bank labels must be class ids >= 0 (an unlabelled split cannot "
                          "be a kNN bank).")
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive int. Received: k={k!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+    rules.check_knn_k(k)
+    rules.check_knn_temperature(temperature)
     return bank_features, bank_labels, query_features
 
 
@@ -131,11 +130,11 @@ class KnnMonitor:
                  batch_size=256, k=DEFAULT_K, temperature=DEFAULT_TEMPERATURE,
                  max_bank=10_000, max_queries=10_000, seed=0):
         features.check_strategy_and_model(strategy, model)
-        for name, value in (("batch_size", batch_size), ("k", k)):
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive int. Received: {name}={value!r}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0. Received: temperature={temperature!r}")
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int. Received: "
+                             f"batch_size={batch_size!r}")
+        rules.check_knn_k(k)
+        rules.check_knn_temperature(temperature)
         for name, value in (("max_bank", max_bank), ("max_queries", max_queries)):
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0. Received: {name}={value!r}")

@@ -80,8 +80,7 @@ class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
         if mode not in PROJ_HEAD_MODES:
             raise ValueError(f"mode must be one of {PROJ_HEAD_MODES}. Received: mode={mode!r}")
         rules.check_num_proj_layers(mode, num_proj_layers)
-        if int(proj_out_dim) < 1:
-            raise ValueError(f"proj_out_dim must be >= 1. Received: proj_out_dim={proj_out_dim!r}")
+        rules.check_proj_out_dim(proj_out_dim)
         self.mode = mode
         self.num_proj_layers = int(num_proj_layers)
         self.proj_out_dim = int(proj_out_dim)

@@ -10,7 +10,7 @@ from the image size. Freezing for fine-tuning is decided outside (see
 import keras
 from keras import ops
 
-from simclr_tf import variants
+from simclr_tf import rules, variants
 from simclr_tf.models.layers import (
     PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
     SqueezeExcitation, build_by_tracing)
@@ -305,12 +305,9 @@ class ResNet(CheckpointListsMixin, keras.Model):
         kwargs.setdefault("name", "resnet")
         super().__init__(**kwargs)
         variants.check_depth(depth)
-        if not width_multiplier > 0:
-            raise ValueError("width_multiplier must be > 0. "
-                             f"Received: width_multiplier={width_multiplier!r}")
-        if sk_ratio < 0 or se_ratio < 0:
-            raise ValueError("sk_ratio and se_ratio must be >= 0. "
-                             f"Received: sk_ratio={sk_ratio!r}, se_ratio={se_ratio!r}")
+        rules.check_width_multiplier(width_multiplier)
+        rules.check_ratio("sk_ratio", sk_ratio)
+        rules.check_ratio("se_ratio", se_ratio)
         self.depth = int(depth)
         self.width_multiplier = width_multiplier
         self.sk_ratio = float(sk_ratio)
