@@ -1,0 +1,61 @@
+"""simclr_tf.rules: each value rule defined once, for the flags and the library alike."""
+import pytest
+
+from simclr_tf import rules
+from simclr_tf.config import Config, ConfigError
+
+# (rule, good arguments, bad arguments, the argument the message names)
+CASES = [
+    (rules.check_temperature, (0.1,), (0.0,), "temperature"),
+    (rules.check_temperature, (0.5,), (float("nan"),), "temperature"),
+    (rules.check_weight_decay, (0.0,), (-1e-6,), "weight_decay"),
+    (rules.check_num_proj_layers, ("nonlinear", 1), ("nonlinear", 0), "num_proj_layers"),
+    (rules.check_num_proj_layers, ("none", 0), ("nonlinear", -1), "num_proj_layers"),
+    (rules.check_ft_proj_selector, ("nonlinear", 3, -4), ("nonlinear", 3, 4),
+     "ft_proj_selector"),
+    (rules.check_ft_proj_selector, ("none", 3, 0), ("none", 3, 1), "ft_proj_selector"),
+    (rules.check_fine_tune_after_block, (4,), (5,), "fine_tune_after_block"),
+    (rules.check_grad_cache_chunk, (0,), (-1,), "grad_cache_chunk"),
+    (rules.check_grad_cache_chunk, (8, 16), (32, 16), "grad_cache_chunk"),
+    (rules.check_momentum, (0.0,), (1.0,), "momentum"),
+    (rules.check_width_multiplier, (0.25,), (0,), "width_multiplier"),
+    (rules.check_ratio, ("sk_ratio", 0.0625), ("sk_ratio", -0.1), "sk_ratio"),
+    (rules.check_proj_out_dim, (128,), (0,), "proj_out_dim"),
+    (rules.check_label_fraction, (1.0,), (0.0,), "label_fraction"),
+    (rules.check_knn_k, (200,), (0,), "k"),
+    (rules.check_knn_temperature, (0.07,), (-1.0,), "temperature"),
+    (rules.check_color_jitter_strength, (1.25,), (1.3,), "color_jitter_strength"),
+    (rules.check_color_jitter_impl, ("simclrv1",), ("v3",), "impl"),
+]
+
+
+@pytest.mark.parametrize("rule, good, bad, name", CASES,
+                         ids=[f"{c[0].__name__}{c[2]}" for c in CASES])
+def test_rule_accepts_good_values_and_names_the_bad_one(rule, good, bad, name):
+    rule(*good)
+    with pytest.raises(ValueError, match=rf"Received: {name}="):
+        rule(*bad)
+
+
+@pytest.mark.parametrize("flag, value, rule, arguments", [
+    ("temperature", 0.0, rules.check_temperature, (0.0,)),
+    ("ft_proj_selector", 4, rules.check_ft_proj_selector, ("nonlinear", 3, 4)),
+    ("color_jitter_strength", 2.0, rules.check_color_jitter_strength, (2.0,)),
+    ("momentum", 1.5, rules.check_momentum, (1.5,)),
+])
+def test_the_flag_error_is_the_rule_error(flag, value, rule, arguments):
+    with pytest.raises(ValueError) as expected:
+        rule(*arguments)
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({flag: value, "model_dir": "/tmp/unused"}).validate()
+    assert info.value.flag == flag
+    assert str(info.value) == f"--{flag}: " + str(expected.value)[len(flag) + 1:]
+
+
+def test_the_library_raises_the_same_error():
+    from simclr_tf.models.heads import ProjectionHead  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError) as expected:
+        rules.check_ft_proj_selector("nonlinear", 3, 4)
+    with pytest.raises(ValueError) as info:
+        ProjectionHead("nonlinear", 3, 128, ft_proj_selector=4)
+    assert str(info.value) == str(expected.value)
