@@ -162,7 +162,7 @@ class CheckpointState:
     @property
     def latest(self):
         """The newest complete checkpoint in model_dir (None when there is none)."""
-        return tf.train.latest_checkpoint(self.model_dir)
+        return latest(self.model_dir)
 
     def candidates(self):
         """Checkpoints recorded in model_dir's state file, newest first."""

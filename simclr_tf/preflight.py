@@ -138,7 +138,7 @@ def _check_something_to_load(config):
     if config.mode not in ("eval", "export") or (config.mode == "eval"
                                                   and config.eval_wait_secs > 0):
         return
-    if config.model_dir and tf.train.latest_checkpoint(config.model_dir):
+    if checkpoints.latest(config.model_dir):
         return
     if config.mode == "eval" and config.checkpoint:
         return
