@@ -15,12 +15,14 @@
 import dataclasses
 import os
 import re
+import time
 from typing import Optional
 
 import tensorflow as tf
 from absl import logging
 
 from simclr_tf import export, official
+from simclr_tf.config import ConfigError
 
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
 
@@ -55,25 +57,27 @@ def resolve(path):
     return Weights(path, kind, prefix, step_of(prefix))
 
 
-def latest(model_dir):
-    """The newest complete checkpoint recorded in model_dir (None if none or no dir)."""
-    return tf.train.latest_checkpoint(model_dir) if model_dir else None
-
-
-def load_into(model, path, *, whole_model):
+def load_into(model, path, *, whole_model, flag="checkpoint"):
     """Loads the weights at `path` (or a `Weights`) into a built `SimCLRModel`.
 
     Args:
         model: the model.
-        path: anything `resolve` takes, or a `Weights`.
+        path: anything `resolve` takes, or a `Weights`. A run directory loads its
+            newest checkpoint that loads (`load_latest`) when `whole_model`.
         whole_model: True: every variable of the model must load (evaluation,
             export). False: the encoder and projection head (initialising a run from
             another one). From a released model everything loads either way, its
             supervised head too when the model has one with as many classes.
 
+        flag: the flag that named `path`, for errors.
+
     Returns:
         The `Weights` that were read.
     """
+    if whole_model and not isinstance(path, Weights) and tf.io.gfile.isdir(path) \
+            and candidates(path)[0]:
+        # A run directory: its newest checkpoint that loads.
+        return resolve(load_latest(model, path, flag=flag))
     weights = path if isinstance(path, Weights) else resolve(path)
     if weights.kind == RELEASED:
         head = model.supervised_head
@@ -104,18 +108,18 @@ def resolve_checkpoint_path(path):
         FileNotFoundError: naming the path and what was expected there.
     """
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            latest = _saved_model_variables(path)
-        if latest is None and export.latest_export(path) is not None:
-            latest = _saved_model_variables(export.latest_export(path))
-        if latest is None:
+        prefix = latest(path)
+        if prefix is None:
+            prefix = _saved_model_variables(path)
+        if prefix is None and export.latest_export(path) is not None:
+            prefix = _saved_model_variables(export.latest_export(path))
+        if prefix is None:
             raise FileNotFoundError(
                 f"No checkpoint in directory {path!r}: expected a 'checkpoint' file "
                 "written by a training run, a SavedModel (saved_model.pb and "
                 "variables/), or pass a checkpoint prefix such as "
                 f"{os.path.join(path, 'ckpt-1000')!r}.")
-        return latest
+        return prefix
     if tf.io.gfile.exists(path + ".index"):
         return path
     raise FileNotFoundError(
@@ -124,16 +128,169 @@ def resolve_checkpoint_path(path):
         "'/run/ckpt-1000', or a SavedModel directory.")
 
 
+STATE_FILE = "checkpoint"  # TensorFlow's state file: the recorded checkpoints
+UNLOADABLE_DIR = "unloadable"  # where checkpoints that do not load are set aside
+_BASE = "ckpt"
+
+
+class NonFiniteWeightsError(FloatingPointError):
+    """The weights to save hold NaN or infinite values."""
+
+
+def read_state(directory):
+    """The checkpoints recorded in directory's state file, and what is wrong with it.
+
+    Returns:
+        (prefixes newest first, problem): problem is None for an intact state file,
+        "missing", or "damaged (<reason>)" for one that does not parse.
+    """
+    if not tf.io.gfile.exists(os.path.join(directory, STATE_FILE)):
+        return [], "missing"
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except Exception as error:  # pylint: disable=broad-except
+        # UnicodeDecodeError, protobuf's ParseError, ValueError: whatever the bytes are.
+        return [], f"damaged ({type(error).__name__}: {_first_line(error)})"
+    if state is None:
+        return [], "missing"
+    paths = list(state.all_model_checkpoint_paths or [])
+    if state.model_checkpoint_path:
+        paths.append(state.model_checkpoint_path)
+    paths = {os.path.normpath(p if os.path.isabs(p) else os.path.join(directory, p))
+             for p in paths}
+    return sorted(paths, key=lambda p: step_of(p, -1), reverse=True), None
+
+
+def _groups(directory, base=_BASE):
+    """{step: names of its files} for every `<base>-<step>` file or folder."""
+    groups = {}
+    if not tf.io.gfile.isdir(directory):
+        return groups
+    for name in tf.io.gfile.listdir(directory):
+        name = name.rstrip("/")
+        match = re.fullmatch(re.escape(base) + r"-(\d+)(_temp.*|\.index|\.data-.*)", name)
+        if match:
+            groups.setdefault(int(match.group(1)), []).append(name)
+    return groups
+
+
+def candidates(directory, base=_BASE):
+    """Prefixes of the checkpoints in directory, newest first: those its state file
+    records and those with an index file on disk (a lost or damaged state file does
+    not hide a checkpoint). Returns (prefixes, the state file's problem or None)."""
+    recorded, problem = read_state(directory)
+    on_disk = [os.path.join(directory, f"{base}-{step}")
+               for step, names in _groups(directory, base).items()
+               if f"{base}-{step}.index" in names]
+    paths = {os.path.normpath(p) for p in recorded + on_disk}
+    return sorted(paths, key=lambda p: step_of(p, -1), reverse=True), problem
+
+
+def unreadable_reason(prefix):
+    """Why the checkpoint at `prefix` cannot be read (a cheap check: the index parses
+    and every data shard it names is there), or None when it looks complete."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        reader.get_variable_to_shape_map()
+        shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
+        expected = int(shards[0].rsplit("-of-", 1)[1]) if shards else 1
+        if len(shards) != expected:
+            return f"{expected - len(shards)} of its {expected} data files are missing"
+    except (tf.errors.OpError, ValueError, IndexError) as error:
+        return _first_line(error)
+    return None
+
+
+def latest(model_dir):
+    """The newest checkpoint in model_dir that looks complete (see `unreadable_reason`),
+    whether or not the state file records it; None if none or no dir. Never writes."""
+    if not model_dir or not tf.io.gfile.isdir(model_dir):
+        return None
+    paths, _ = candidates(model_dir)
+    for prefix in paths:
+        reason = unreadable_reason(prefix)
+        if reason is None:
+            return prefix
+        logging.warning("Checkpoint %s cannot be read (%s); using an older one.",
+                        prefix, reason)
+    return None
+
+
+def load_latest(model, model_dir, *, flag="model_dir"):
+    """Restores every variable of `model` from model_dir's newest checkpoint that
+    loads, falling back to older ones with a warning; returns its prefix.
+
+    Raises:
+        ConfigError(flag): model_dir has no checkpoint, or none of them loads (each
+            named with its reason).
+    """
+    paths, _ = candidates(model_dir) if model_dir else ([], None)
+    failures = []
+    for prefix in paths:
+        reason = unreadable_reason(prefix)
+        if reason is None:
+            try:
+                restore_model(model, prefix)
+                return prefix
+            except _LOAD_ERRORS as error:
+                reason = _first_line(error)
+        failures.append(f"{prefix}: {reason}")
+        logging.warning("Checkpoint %s does not load (%s); trying the previous one.",
+                        prefix, reason)
+    if failures:
+        raise ConfigError(flag, "no checkpoint in %r loads into the model of these "
+                          "flags:\n  %s\nPass the flags of the run that wrote them "
+                          "(its flags.json), or train first." % (
+                              model_dir, "\n  ".join(failures)))
+    raise ConfigError(flag, f"has no checkpoint in {model_dir!r}; train first.")
+
+
+# Damaged files surface as OpErrors, or IndexError ('Read less bytes'); a checkpoint
+# of another model as AssertionError / ValueError.
+_LOAD_ERRORS = (tf.errors.OpError, ValueError, AssertionError, IndexError)
+
+
+def _unreadable_tensor(prefix):
+    """Why some tensor of the checkpoint cannot be read in full, or None."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError, IndexError) as error:
+        return _first_line(error)
+    return None
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+
+
+def non_finite_variables(variables):
+    """Names of the floating-point variables holding NaN or infinite values."""
+    return [v.path if hasattr(v, "path") else v.name for v in variables
+            if tf.as_dtype(v.dtype).is_floating
+            and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))]
+
+
 class CheckpointState:
     """The checkpoints of a training run in `model_dir`.
 
     Writes are atomic as far as a reader of model_dir can tell: TensorFlow writes a
     checkpoint's shards under `<prefix>_temp/`, merges them into `<prefix>.index` /
     `.data-*`, and only then rewrites the `checkpoint` state file (write to a temporary
-    file, then rename). A process killed mid-write leaves the state file pointing at
-    the previous, complete checkpoint plus some orphaned files, which the next start
-    removes (`remove_partial_writes`). Restoring falls back to older checkpoints when
-    the newest does not load, with a warning naming it.
+    file, then rename). `recover` (at start) never deletes a checkpoint that loads:
+
+    - the newest checkpoint that loads and holds finite values is restored, found in
+      the state file *and* on disk, so a lost or damaged state file hides nothing (a
+      damaged one is set aside as `checkpoint.damaged-<time>` and rebuilt);
+    - a newer one that does not load is deleted only when it is provably an
+      interrupted write (its `_temp` folder is still there, or an intact state file
+      does not record it: TensorFlow records a checkpoint after writing it); any
+      other is moved, whole, to `model_dir/unloadable/` with a warning;
+    - when none loads but some are not interrupted writes, it stops with an error
+      naming them rather than starting again from step 0.
+
+    `save` refuses weights that are not finite (`NonFiniteWeightsError`).
 
     Args:
         model_dir: the run's directory; checkpoints are always restored from here.
@@ -143,7 +300,8 @@ class CheckpointState:
         save_dir: where this process writes its checkpoints, if not model_dir: a
             non-chief worker of a multi-worker run must take part in every save (the
             variables' values are synchronised across workers while saving) but must
-            not write over the chief's files, so it writes to a scratch directory.
+            not write over the chief's files, so it writes to a scratch directory,
+            cleared at start, and never changes model_dir.
     """
 
     def __init__(self, model_dir, model, optimizer=None, max_to_keep=5, save_dir=None):
@@ -151,13 +309,37 @@ class CheckpointState:
         if optimizer is not None:
             items["optimizer"] = optimizer
         self.model = model
-        self.has_optimizer = optimizer is not None
+        self.optimizer = optimizer
         self.model_dir = model_dir
         self.save_dir = save_dir or model_dir
+        self.owns_model_dir = self.save_dir == model_dir
+        self.max_to_keep = max_to_keep if self.owns_model_dir else 1
         self.checkpoint = tf.train.Checkpoint(**items)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self.save_dir,
-            max_to_keep=max_to_keep if self.save_dir == model_dir else 1)
+        self.state_problem = None
+        if self.owns_model_dir:
+            self.state_problem = self._set_aside_damaged_state()
+        elif tf.io.gfile.isdir(self.save_dir):
+            tf.io.gfile.rmtree(self.save_dir)  # a scratch dir: nothing in it is read
+        self.manager = self._new_manager()
+
+    def _new_manager(self):
+        return tf.train.CheckpointManager(self.checkpoint, self.save_dir,
+                                          max_to_keep=self.max_to_keep,
+                                          checkpoint_name=_BASE)
+
+    def _set_aside_damaged_state(self):
+        """Renames a state file that does not parse; returns the state's problem."""
+        if not tf.io.gfile.isdir(self.model_dir):
+            return None
+        _, problem = read_state(self.model_dir)
+        if problem and problem.startswith("damaged"):
+            aside = os.path.join(self.model_dir, f"{STATE_FILE}.damaged-{int(time.time())}")
+            tf.io.gfile.rename(os.path.join(self.model_dir, STATE_FILE), aside,
+                               overwrite=True)
+            logging.warning("The checkpoint state file of %s is %s; moved it to %s and "
+                            "rebuilding the list from the checkpoint files.",
+                            self.model_dir, problem, aside)
+        return problem
 
     @property
     def latest(self):
@@ -165,80 +347,154 @@ class CheckpointState:
         return latest(self.model_dir)
 
     def candidates(self):
-        """Checkpoints recorded in model_dir's state file, newest first."""
-        state = tf.train.get_checkpoint_state(self.model_dir)
-        if state is None:
-            return []
-        paths = list(state.all_model_checkpoint_paths or [])
-        if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
-            paths.append(state.model_checkpoint_path)
-        paths = [p if os.path.isabs(p) else os.path.join(self.model_dir, p) for p in paths]
-        return sorted(set(paths), key=lambda p: step_of(p, -1), reverse=True)
+        """model_dir's checkpoints (state file and disk), newest first."""
+        return candidates(self.model_dir)[0]
 
-    def restore_latest(self):
-        """Restores the newest checkpoint of model_dir that loads; returns its path.
-
-        Returns None when model_dir has no checkpoint. A checkpoint that fails to load
-        (missing or damaged files) is skipped with a warning and the previous one is
-        tried; RuntimeError when none of them loads.
-        """
-        candidates = self.candidates()
-        failures = []
-        for prefix in candidates:
-            try:
-                if self.has_optimizer:
-                    self.checkpoint.restore(prefix).assert_existing_objects_matched()
-                else:
-                    restore_model(self.model, prefix)
-            # Damaged files surface as OpErrors, or IndexError ('Read less bytes').
-            except (tf.errors.OpError, ValueError, AssertionError, IndexError) as error:
-                reason = str(error).strip().splitlines()[0][:300]
-                failures.append(f"{prefix}: {reason}")
-                logging.warning("Checkpoint %s does not load (%s); falling back to the "
-                                "previous checkpoint.", prefix, reason)
-                continue
-            if failures:
-                logging.warning("Resuming from %s, the newest checkpoint that loads.", prefix)
-            return prefix
-        if candidates:
-            raise RuntimeError("No checkpoint in %r loads:\n  %s" % (
-                self.model_dir, "\n  ".join(failures)))
+    def _restore(self, prefix):
+        """Restores `prefix`; returns None, or why it does not load."""
+        reason = unreadable_reason(prefix)
+        if reason is not None:
+            return reason
+        try:
+            if self.optimizer is not None:
+                self.checkpoint.restore(prefix).assert_existing_objects_matched()
+            else:
+                restore_model(self.model, prefix)
+        except _LOAD_ERRORS as error:
+            return _first_line(error)
+        variables = list(self.model.variables)
+        if self.optimizer is not None:
+            variables += list(self.optimizer.variables)
+        bad = non_finite_variables(variables)
+        if bad:
+            return f"{len(bad)} tensors hold NaN or infinite values (e.g. {bad[0]})"
         return None
 
-    def remove_partial_writes(self):
-        """Deletes what a killed save left in save_dir; returns the removed paths.
+    def recover(self):
+        """Restores the newest checkpoint of model_dir that loads and is finite, and
+        tidies what an interrupted run left (see the class docstring).
 
-        Removed: `<prefix>_temp*` shard folders, and files of checkpoints newer than
-        the newest recorded one (never recorded, so possibly incomplete; training
-        writes them again). Recorded and older checkpoints are never touched.
+        Returns:
+            The restored prefix, or None when model_dir has no checkpoint.
+
+        Raises:
+            ConfigError(model_dir): checkpoints are there but none loads and not all
+                of them are interrupted writes (nothing is changed then).
         """
-        if not tf.io.gfile.isdir(self.save_dir):
-            return []
-        state = tf.train.get_checkpoint_state(self.save_dir)
-        latest_step = -1
-        if state is not None and state.model_checkpoint_path:
-            latest_step = step_of(state.model_checkpoint_path, -1)
-        base = os.path.basename(self.manager._checkpoint_prefix)  # pylint: disable=protected-access
-        removed = []
-        for name in tf.io.gfile.listdir(self.save_dir):
-            name = name.rstrip("/")
-            match = re.fullmatch(re.escape(base) + r"-(\d+)(_temp.*|\.index|\.data-.*)",
-                                 name)
-            if match is None:
+        recorded, _ = read_state(self.model_dir) if self.state_problem is None else ([], None)
+        groups = _groups(self.model_dir)
+        steps = set(groups) | {step_of(p, -1) for p in recorded}
+        restored, interrupted, kept = None, [], []
+        for step in sorted(steps, reverse=True):
+            prefix = os.path.join(self.model_dir, f"{_BASE}-{step}")
+            suspect = self._maybe_interrupted(step, groups, recorded)
+            # A suspect is read in full before it is restored: a partial write must
+            # never leave half-assigned weights behind.
+            reason = unreadable_reason(prefix) or (suspect and _unreadable_tensor(prefix))
+            if reason:
+                (interrupted if suspect else kept).append((step, reason))
                 continue
-            if match.group(2).startswith("_temp") or int(match.group(1)) > latest_step:
-                path = os.path.join(self.save_dir, name)
-                if tf.io.gfile.isdir(path):
-                    tf.io.gfile.rmtree(path)
-                else:
-                    tf.io.gfile.remove(path)
-                removed.append(path)
-        if removed:
-            logging.warning("Removed %d file(s) of an interrupted checkpoint write: %s",
-                            len(removed), ", ".join(sorted(removed)))
-        return removed
+            reason = self._restore(prefix)
+            if reason is None:
+                restored = prefix
+                break
+            kept.append((step, reason))
+        for step, reason in interrupted + kept:
+            logging.warning("Checkpoint %s-%d does not load (%s).", _BASE, step, reason)
+        if not self.owns_model_dir:
+            return restored
+        if restored is None and kept:
+            raise ConfigError(
+                "model_dir", "no checkpoint in %r loads, and these are not interrupted "
+                "writes:\n  %s\nNothing was changed. To start this run again from step "
+                "0, move them out of model_dir (or use another --model_dir); to go on "
+                "from one of them, repair it or pass the flags of the run that wrote it."
+                % (self.model_dir, "\n  ".join(
+                    f"{_BASE}-{step}: {reason}" for step, reason in kept)))
+        for step, _ in interrupted:
+            self._remove(groups.get(step, []))
+        for step, reason in kept:
+            self._set_aside(groups.get(step, []), reason)
+        done = {step for step, _ in interrupted}
+        for step, names in groups.items():  # a finished write whose _temp folder remained
+            if step not in done:
+                self._remove([n for n in names if "_temp" in n])
+        if restored is not None and (self.state_problem or interrupted or kept
+                                     or os.path.normpath(restored) not in recorded):
+            self._rewrite_state(restored)
+        if restored is not None and (interrupted or kept):
+            logging.warning("Resuming from %s, the newest checkpoint that loads.", restored)
+        return restored
+
+    def _maybe_interrupted(self, step, groups, recorded):
+        """Whether `step` may be a write that never finished: its `_temp` folder is
+        still there, it has no index, or an intact state file does not record it
+        (TensorFlow records a checkpoint after writing it). If it then does not read,
+        it is an interrupted write."""
+        names = groups.get(step, [])
+        if any("_temp" in name for name in names) or f"{_BASE}-{step}.index" not in names:
+            return True
+        prefix = os.path.normpath(os.path.join(self.model_dir, f"{_BASE}-{step}"))
+        return self.state_problem is None and prefix not in recorded
+
+    def _remove(self, names):
+        for name in names:
+            path = os.path.join(self.model_dir, name)
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            elif tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+        if names:
+            logging.warning("Removed the files of an interrupted checkpoint write: %s",
+                            ", ".join(sorted(names)))
+
+    def _set_aside(self, names, reason):
+        if not names:
+            return
+        target = os.path.join(self.model_dir, UNLOADABLE_DIR)
+        tf.io.gfile.makedirs(target)
+        for name in names:
+            tf.io.gfile.rename(os.path.join(self.model_dir, name),
+                               os.path.join(target, name), overwrite=True)
+        logging.warning("Moved %s (does not load: %s) to %s; delete it once you no "
+                        "longer need it.", ", ".join(sorted(names)), reason, target)
+
+    def _rewrite_state(self, restored):
+        """Records the checkpoints now in model_dir, up to `restored`, and restarts the
+        manager on that record (its rotation then covers them)."""
+        step = step_of(restored, -1)
+        kept = sorted(s for s, names in _groups(self.model_dir).items()
+                      if s <= step and f"{_BASE}-{s}.index" in names)
+        # With their files' times, so that the manager's rotation (keep_checkpoint_max)
+        # covers them as if it had written them.
+        times = [tf.io.gfile.stat(os.path.join(self.model_dir, f"{_BASE}-{s}.index")
+                                  ).mtime_nsec / 1e9 for s in kept]
+        tf.compat.v1.train.update_checkpoint_state(
+            self.model_dir, model_checkpoint_path=f"{_BASE}-{step}",
+            all_model_checkpoint_paths=[f"{_BASE}-{s}" for s in kept],
+            all_model_checkpoint_timestamps=times,
+            last_preserved_timestamp=min(times) - 1)
+        self.manager = self._new_manager()
+        if self.state_problem:
+            logging.warning("Rebuilt the checkpoint state file of %s: %s.", self.model_dir,
+                            ", ".join(f"{_BASE}-{s}" for s in kept))
+        self.state_problem = None
 
     def save(self, step):
+        """Saves a checkpoint at `step`; returns its prefix.
+
+        Raises:
+            NonFiniteWeightsError: some weight or optimizer slot is NaN or infinite
+                (nothing is written).
+        """
+        variables = list(self.model.variables)
+        if self.optimizer is not None:
+            variables += list(self.optimizer.variables)
+        bad = non_finite_variables(variables)
+        if bad:
+            raise NonFiniteWeightsError(
+                f"After step {step}, {len(bad)} weight or optimizer tensors hold NaN or "
+                f"infinite values (e.g. {', '.join(bad[:3])}); not saving them.")
         return self.manager.save(checkpoint_number=int(step))
 
 

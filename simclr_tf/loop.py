@@ -10,8 +10,10 @@
       every hook's `end` (export, last kNN result, ...)
 
 A SIGTERM (preemption on cloud VMs, Kubernetes, Slurm) saves a checkpoint at the
-current step and returns `interrupted=True`; a non-finite loss raises
-`NonFiniteLossError` naming the last good checkpoint, and nothing after it is saved.
+current step and returns `interrupted=True` (run.py then exits with 143, so schedulers
+retry); a non-finite loss, or weights that are not finite when a checkpoint is due,
+raise `NonFiniteLossError` naming the last good checkpoint, and nothing after it is
+saved.
 Segments only decide how many steps one call runs: the same steps run in more or
 fewer calls, so cadences never change training numerics.
 """
@@ -23,7 +25,7 @@ import time
 import keras
 import numpy as np
 
-from simclr_tf.checkpoints import step_of
+from simclr_tf.checkpoints import NonFiniteWeightsError, step_of
 
 # Metrics shown in the progress bar, in this order, when present.
 PROGRESS_METRICS = ("loss", "contrast_acc", "label_acc", "learning_rate", "examples_per_sec")
@@ -152,7 +154,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
             step = trainer.step
             last = step == total_steps
             if step % checkpoint_steps == 0 or last:
-                checkpoints.save(step)
+                _save(checkpoints, step)
             for hook in hooks:
                 if hook.every and (step % hook.every == 0 or last):
                     hook.after_steps(step, logs)
@@ -163,9 +165,21 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     return results
 
 
+def _save(checkpoints, step):
+    """Saves; weights that are not finite are never saved (NonFiniteLossError naming
+    the last good checkpoint)."""
+    try:
+        return checkpoints.save(step)
+    except NonFiniteWeightsError as error:
+        raise NonFiniteLossError(
+            f"{error} Likely a learning rate or weight decay too large for float32, or "
+            "a temperature too low. Last good checkpoint (kept, not overwritten): "
+            f"{checkpoints.latest or 'none yet'}.") from None
+
+
 def _save_on_sigterm(step, checkpoints):
     latest = checkpoints.latest
-    path = latest if latest and step_of(latest) == step else checkpoints.save(step)
+    path = latest if latest and step_of(latest) == step else _save(checkpoints, step)
     print(f"SIGTERM received: saved a checkpoint at step {step} ({path}) and "
           "stopped; run the same command again to resume.", flush=True)
     return dict(global_step=step, interrupted=True)
