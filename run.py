@@ -83,13 +83,21 @@ def main(argv):
     from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
     from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
     try:
-        experiment.run(config)
+        results = experiment.run(config)
     except ConfigError as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except NonFiniteLossError as error:
+    except (NonFiniteLossError, experiment.ExportError) as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(1)
+    if results.get("interrupted"):
+        # Stopped by SIGTERM after saving a checkpoint: not finished. 128 + SIGTERM, as
+        # a shell reports a process killed by it, so schedulers retry the run.
+        sys.exit(EXIT_INTERRUPTED)
+
+
+# Exit status after a SIGTERM that saved a checkpoint (run the same command to resume).
+EXIT_INTERRUPTED = 143
 
 
 _define_flags()

@@ -97,6 +97,11 @@ class Config:
         "the linear head.")
     master: Optional[str] = _field(None, "Address/name of the TensorFlow master to use.")
     model_dir: Optional[str] = _field(None, "Model directory for training.")
+    break_lock: bool = _field(
+        False, "Take over model_dir's lock even if another run seems to hold it. One "
+        "run writes a model_dir at a time; a lock whose process ended on this host, or "
+        "whose heartbeat stopped 10 minutes ago, is taken over without this flag. For "
+        "shared filesystems, when you know that the other run is dead.")
     data_dir: Optional[str] = _field(None, "Directory where dataset is stored.")
     use_tpu: bool = _field(False, "Whether to run on TPU (the authors' default is True; "
                            "ours is False so GPU and CPU users need no flag).")

@@ -7,6 +7,7 @@ functions: the model (`build_model`), the Trainer (`build_trainer`), checkpoints
 (`simclr_tf.checkpoints`), the loop (`simclr_tf.loop`) and the evaluators
 (`simclr_tf.evaluation`) do the work.
 """
+import contextlib
 import functools
 import json
 import os
@@ -17,6 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import checkpoints, distribute, export, loop, optimizers, preflight
+from simclr_tf import run_lock
 from simclr_tf import schedules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment, pipeline, subsets
@@ -41,18 +43,71 @@ def run(config):
     strategy = create_strategy(config)
     source = preflight.load_source(config)
     context = preflight.check(config, strategy, source)
+    writes = bool(config.model_dir) and _is_chief(strategy)
     if config.model_dir:
-        _create_model_dir(config, strategy)
-    results = {}
-    for part in MODES[config.mode]:
-        results.update(part(config, strategy, context))
-        if results.get("interrupted"):
-            return results
-    if config.final_linear_probe:
-        results.update(final_linear_probe(config, context))
-    if results and config.model_dir and _is_chief(strategy):
-        write_json(os.path.join(config.model_dir, "result.json"), results)
+        _create_model_dir(config)
+    with _lock(config, writes):
+        if writes:
+            _start_record(config)
+        results = {}
+        for part in MODES[config.mode]:
+            results.update(part(config, strategy, context))
+            if results.get("interrupted"):
+                return results
+        if config.final_linear_probe:
+            results.update(final_linear_probe(config, context))
+        if results and writes:
+            write_json(record_path(config, "result"), results)
     return results
+
+
+# --mode -> the file names of its record in model_dir. Training keeps flags.json /
+# result.json (what `open_encoder` and users read); the other modes never overwrite
+# them and write flags.<mode>.json / result.<mode>.json.
+_TRAINING_MODES = ("train", "train_then_eval")
+
+
+def record_path(config, kind):
+    """model_dir/<kind>.json for training, model_dir/<kind>.<mode>.json otherwise."""
+    name = f"{kind}.json" if config.mode in _TRAINING_MODES else f"{kind}.{config.mode}.json"
+    return os.path.join(config.model_dir, name)
+
+
+# Modes that only read model_dir's checkpoints (and write their own result files), so
+# they may follow a running job: no lock.
+READER_MODES = ("eval",)
+
+
+def _lock(config, writes):
+    if not writes or config.mode in READER_MODES:
+        return contextlib.nullcontext()
+    return run_lock.acquire(config.model_dir, config.mode, force=config.break_lock)
+
+
+def _start_record(config):
+    """The run's flags, written once preflight has passed and the lock is held; the
+    mode's previous result is removed so that a run that fails leaves none."""
+    flags_path = record_path(config, "flags")
+    if config.mode in _TRAINING_MODES and tf.io.gfile.exists(flags_path):
+        _log_changed_flags(flags_path, config)
+    write_json(flags_path, config.to_dict())
+    result_path = record_path(config, "result")
+    if tf.io.gfile.exists(result_path):
+        tf.io.gfile.remove(result_path)
+
+
+def _log_changed_flags(path, config):
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            before = json.load(f)
+    except (ValueError, OSError, tf.errors.OpError):
+        return
+    now = config.to_dict()
+    changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now)
+               if k in before and before[k] != now[k]]
+    if changed:
+        logging.warning("model_dir's flags.json records other flags; continuing with "
+                        "the new ones (%s).", "; ".join(changed))
 
 
 # ------------------------------------------------------------------ set-up checks
@@ -74,15 +129,12 @@ def create_strategy(config):
 
 
 
-def _create_model_dir(config, strategy):
-    """model_dir, with the resolved configuration in flags.json (chief only)."""
+def _create_model_dir(config):
     try:
         tf.io.gfile.makedirs(config.model_dir)
     except (OSError, tf.errors.OpError) as error:
         raise ConfigError("model_dir", f"{config.model_dir!r} cannot be created "
                           f"({error}); choose another directory.") from None
-    if _is_chief(strategy):
-        write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
 
 
 def write_json(path, values):
@@ -183,13 +235,22 @@ def train(config, strategy, context):
     state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
                                         max_to_keep=config.keep_checkpoint_max,
                                         save_dir=scratch_dir)
-    state.remove_partial_writes()
-    resumed = state.restore_latest()
+    resumed = state.recover()
     if resumed:
         logging.info("Resumed from %s", resumed)
+        initialized_from = f"resumed {resumed}"
     elif config.checkpoint:
         weights = checkpoints.load_into(model, config.checkpoint, whole_model=False)
         logging.info("Initialised from %s (%s)", weights.prefix, weights.kind)
+        initialized_from = weights.prefix
+    else:
+        initialized_from = "random"
+        if config.train_mode == "finetune":
+            print("Fine-tuning from randomly initialised weights: no --checkpoint was "
+                  "given and model_dir has none, so this is supervised training from "
+                  "scratch (recorded as train/initialized_from=random). Pass "
+                  "--checkpoint=<a pretraining run> to fine-tune a pretrained encoder.",
+                  flush=True)
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
@@ -213,9 +274,8 @@ def train(config, strategy, context):
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
-        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=export.export_for_step(
-            model, config.model_dir, step, image_size=config.image_size,
-            keep_hub_module_max=config.keep_hub_module_max))))
+        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=_export(
+            model, config, step))))
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, verbose=chief)
@@ -223,7 +283,27 @@ def train(config, strategy, context):
         return results
     logs = results.pop("logs")
     del results["interrupted"]
-    return dict(results, **_train_summaries(logs))
+    return dict(results, **_train_summaries(logs), **{
+        "train/initialized_from": initialized_from})
+
+
+class ExportError(RuntimeError):
+    """Exporting the SavedModel failed; the checkpoints are intact."""
+
+
+def _export(model, config, step):
+    """model_dir/saved_model/<step>; an I/O failure (a full disk) names what is safe
+    and how to retry."""
+    try:
+        return export.export_for_step(model, config.model_dir, step,
+                                      image_size=config.image_size,
+                                      keep_hub_module_max=config.keep_hub_module_max)
+    except (OSError, tf.errors.OpError) as error:
+        raise ExportError(
+            f"Exporting the SavedModel of step {step} to {config.model_dir}/saved_model "
+            f"failed: {str(error).strip().splitlines()[0][:300]}. The checkpoints are "
+            "saved and intact; free space (or fix the path) and run the same flags with "
+            "--mode=export.") from None
 
 
 def _train_summaries(logs, exclude=()):
@@ -284,7 +364,8 @@ def evaluate(config, strategy, context):
                                     batch_size=config.eval_batch_size)
     results = {}
     for path in _checkpoints_to_evaluate(config):
-        prefix = checkpoints.load_into(model, path, whole_model=True).prefix
+        flag = "checkpoint" if path == config.checkpoint else "model_dir"
+        prefix = checkpoints.load_into(model, path, whole_model=True, flag=flag).prefix
         step = checkpoints.step_of(prefix, 0)
         metrics = evaluator(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
@@ -303,7 +384,7 @@ def _checkpoints_to_evaluate(config):
     """Paths of the weights to evaluate, in order."""
     if config.eval_wait_secs <= 0:
         # preflight has checked that one of the two exists.
-        yield checkpoints.latest(config.model_dir) or config.checkpoint
+        yield config.model_dir if checkpoints.latest(config.model_dir) else config.checkpoint
         return
     # Follow a training run: evaluate each new checkpoint as it appears.
     for prefix in tf.train.checkpoints_iterator(config.model_dir, min_interval_secs=1,
@@ -313,12 +394,11 @@ def _checkpoints_to_evaluate(config):
 
 def export_latest(config, strategy, context):
     """--mode=export: a SavedModel of the latest checkpoint in model_dir."""
-    latest = checkpoints.latest(config.model_dir)  # preflight checked it exists
     model = build_model(config, strategy, context["num_classes"])
-    checkpoints.load_into(model, latest, whole_model=True)
-    path = export.export_for_step(model, config.model_dir, checkpoints.step_of(latest, 0),
-                                  image_size=config.image_size,
-                                  keep_hub_module_max=config.keep_hub_module_max)
+    # preflight checked that model_dir has a checkpoint; the newest that loads.
+    latest = checkpoints.load_into(model, config.model_dir, whole_model=True,
+                                   flag="model_dir").prefix
+    path = _export(model, config, checkpoints.step_of(latest, 0))
     print(f"Exported {latest} to {path}", flush=True)
     return dict(saved_model=path)
 
@@ -328,11 +408,10 @@ def final_linear_probe(config, context):
     source = context["source"]
     strategy = tf.distribute.get_strategy()
     trained = build_model(config, strategy, context["num_classes"])
-    latest = checkpoints.latest(config.model_dir)
-    if latest is None:
+    if checkpoints.latest(config.model_dir) is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
                           f"{config.model_dir!r}; train first.")
-    checkpoints.load_into(trained, latest, whole_model=True)
+    checkpoints.load_into(trained, config.model_dir, whole_model=True, flag="model_dir")
     keras.utils.set_random_seed(config.seed + 1)
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}
@@ -382,9 +461,9 @@ def load_trained_encoder(config, strategy, context):
     """The encoder to evaluate (no supervised head): model_dir's latest checkpoint,
     else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
     model = build_model(config, strategy, None)
-    latest = checkpoints.latest(config.model_dir)
-    if latest is not None:
-        return model, checkpoints.load_into(model, latest, whole_model=True).prefix
+    if checkpoints.latest(config.model_dir) is not None:
+        return model, checkpoints.load_into(model, config.model_dir, whole_model=True,
+                                            flag="model_dir").prefix
     if config.checkpoint:
         return model, checkpoints.load_into(model, config.checkpoint,
                                             whole_model=False).prefix
