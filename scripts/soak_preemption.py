@@ -7,8 +7,16 @@ model_dir and is killed with SIGKILL either
     of a save in progress: `ckpt-N_temp/` shards, or `ckpt-N.*` files of a step the
     `checkpoint` state file does not yet record, and kills at the 1st-3rd such write), or
   - at a random time (start-up, tracing, training, saving or exporting alike).
-After every kill the `checkpoint` state file must name a complete checkpoint that
-reads back (every tensor, checksums included). Once enough kills have happened the
+Some attempts are stopped with SIGTERM instead (as a scheduler preempts): the run
+must save, stop and exit with 143 (or die by the signal when it arrives before
+training started). Between attempts the script also damages the run as users and
+disks do: it deletes the `checkpoint` state file or appends garbage to it (the next
+start must rebuild it from the checkpoint files and lose nothing), and once it starts
+a second run.py on the same model_dir while one trains (it must be refused with exit
+2, naming the run that holds the lock).
+After every attempt the checkpoint a restart would resume from must read back (every
+tensor, checksums included), and an intact state file must name a complete
+checkpoint. Once enough kills have happened the
 run is left to finish. Then the final weights (model and optimizer slots) are
 compared with an uninterrupted run's: with --deterministic (the default; passes
 --deterministic to run.py) they must be bit-for-bit equal. Every checkpoint left in
@@ -53,6 +61,14 @@ def parse_args(argv=None):
     parser.add_argument("--checkpoint_steps", type=int, default=2)
     parser.add_argument("--checkpoint_kill_share", type=float, default=0.5,
                         help="Share of kills aimed at checkpoint writes.")
+    parser.add_argument("--sigterm_share", type=float, default=0.2,
+                        help="Share of attempts stopped with SIGTERM, not SIGKILL.")
+    parser.add_argument("--state_damage_share", type=float, default=0.3,
+                        help="Share of kills after which the state file is deleted or "
+                        "damaged.")
+    parser.add_argument("--second_writer", action=argparse.BooleanOptionalAction,
+                        default=True, help="Once, start a second run on the model_dir "
+                        "of a running one; it must be refused.")
     parser.add_argument("--max_random_delay", type=float, default=25.0,
                         help="Random kills happen 0..this many seconds after a start.")
     parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction,
@@ -125,14 +141,73 @@ def kill(process):
     process.wait()
 
 
-def attempt_with_kill(command, model_dir, log_path, mode, rng, args):
-    """Starts run.py and kills it as `mode` says; returns a record of what happened."""
+def stop(process, signum):
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for_line(log_path, text, process, timeout, offset=0):
+    """Waits until `text` is in the log after `offset` (True), the process ends or
+    time runs out."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and process.poll() is None:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            if text.encode() in f.read():
+                return True
+        time.sleep(0.2)
+    return False
+
+
+def second_writer(command, log_path, args):
+    """Runs the same command again while the first one trains; returns its record."""
+    process, log = start(command, log_path)
+    try:
+        process.wait(timeout=args.attempt_timeout)
+    except subprocess.TimeoutExpired:
+        kill(process)
+    finally:
+        log.close()
+    with open(log_path, "rb") as f:
+        output = f.read().decode(errors="replace")
+    refused = process.returncode == 2 and "is in use by --mode=train run" in output
+    return dict(returncode=process.returncode, refused=refused,
+                message=output.strip().splitlines()[-1][:300] if output.strip() else "")
+
+
+def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None):
+    """Starts run.py and kills it as `mode` says; returns a record of what happened.
+
+    second: a log path to start a second writer on the same model_dir once this one
+    trains (it must be refused), or None.
+    """
+    offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
     process, log = start(command, log_path)
     started = time.monotonic()
     record = dict(mode=mode, step_before=recorded_step(model_dir))
     leftovers = set(writes_in_progress(model_dir))  # from the previous kill
     try:
-        if mode == "checkpoint_write":
+        if second is not None:
+            if wait_for_line(log_path, "Training ", process, args.attempt_timeout,
+                             offset):
+                record["second_writer"] = second_writer(command, second, args)
+            else:
+                record["second_writer"] = dict(refused=False, message="the first run "
+                                               "never started training")
+        if mode == "sigterm":
+            delay = rng.uniform(0.5, args.max_random_delay)
+            record["delay_s"] = round(delay, 2)
+            try:
+                process.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                stop(process, signal.SIGTERM)
+                try:
+                    process.wait(timeout=args.attempt_timeout)
+                except subprocess.TimeoutExpired:
+                    kill(process)
+        elif mode == "checkpoint_write":
             target = rng.randint(1, 3)  # the n-th write seen in this attempt
             record["target_write"] = target
             seen, previous = 0, set(writes_in_progress(model_dir))  # leftovers
@@ -162,7 +237,7 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args):
         if process.poll() is None:
             kill(process)
         log.close()
-    record["killed"] = process.returncode == -signal.SIGKILL
+    record["killed"] = process.returncode in (-signal.SIGKILL, -signal.SIGTERM, 143)
     record["returncode"] = process.returncode
     record["elapsed_s"] = round(time.monotonic() - started, 2)
     record["step_after"] = recorded_step(model_dir)
@@ -191,19 +266,40 @@ def read_all_tensors(prefix):
             if name not in _IGNORED_TENSORS and not name.startswith("_CHECKPOINTABLE")}
 
 
-def state_file_is_sound(model_dir):
-    """(ok, detail): the state file is absent or names a checkpoint that reads back."""
+def state_file_is_sound(model_dir, expect_checkpoint):
+    """(ok, detail): what a restart would resume from (the newest checkpoint, state
+    file or not) reads back in full, and an intact state file names a checkpoint that
+    reads back. A deleted or damaged state file (this script's doing) is allowed: the
+    next start rebuilds it."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    if not os.path.exists(os.path.join(model_dir, "checkpoint")):
-        return True, "no checkpoint yet"
-    latest = tf.train.latest_checkpoint(model_dir)
+    sys.path.insert(0, REPO)
+    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    latest = checkpoints.latest(model_dir) if os.path.isdir(model_dir) else None
     if latest is None:
+        return not expect_checkpoint, "no checkpoint"
+    _, problem = checkpoints.read_state(model_dir)
+    named = tf.train.latest_checkpoint(model_dir) if problem is None else latest
+    if named is None:
         return False, "state file names a checkpoint whose files are missing"
     try:
         read_all_tensors(latest)
+        read_all_tensors(named)
     except Exception as error:  # pylint: disable=broad-except
         return False, f"{latest}: {error}"
-    return True, os.path.basename(latest)
+    return True, os.path.basename(named) + (f" (state file {problem})" if problem else "")
+
+
+def damage_state_file(model_dir, rng):
+    """Deletes the state file or appends garbage to it; returns what was done."""
+    path = os.path.join(model_dir, "checkpoint")
+    if not os.path.exists(path):
+        return None
+    if rng.random() < 0.5:
+        os.remove(path)
+        return "deleted"
+    with open(path, "ab") as f:
+        f.write(bytes(rng.randrange(256) for _ in range(40)))
+    return "garbage appended"
 
 
 def compare(reference_prefix, soaked_prefix):
@@ -264,25 +360,43 @@ def main(argv=None):
                                      args.attempt_timeout)
     reference_seconds = time.monotonic() - began
 
-    kills, attempts, unsound = [], 0, []
+    kills, attempts, unsound, bad_exits, damages, seconds = [], 0, [], [], [], []
+    saved_once = False
     command = run_command(args, soak_dir)
     soak_log = os.path.join(workdir, "preempted.log")
     while len(kills) < args.kills:
         attempts += 1
-        mode = ("checkpoint_write" if rng.random() < args.checkpoint_kill_share
-                else "random_time")
-        record = attempt_with_kill(command, soak_dir, soak_log, mode, rng, args)
-        sound, detail = state_file_is_sound(soak_dir)
+        draw = rng.random()
+        mode = ("sigterm" if draw < args.sigterm_share else "checkpoint_write"
+                if draw < args.sigterm_share + (1 - args.sigterm_share)
+                * args.checkpoint_kill_share else "random_time")
+        second = None
+        if args.second_writer and not seconds and mode != "checkpoint_write":
+            second = os.path.join(workdir, "second_writer.log")
+        record = attempt_with_kill(command, soak_dir, soak_log, mode, rng, args, second)
+        if "second_writer" in record:
+            seconds.append(record["second_writer"])
+        if mode == "sigterm" and record["returncode"] not in (143, -signal.SIGTERM, 0):
+            bad_exits.append(record)
+        saved_once = saved_once or record["step_after"] >= 0
+        sound, detail = state_file_is_sound(soak_dir, saved_once)
         record["state_file"] = detail
         if not sound:
             unsound.append(record)
         if record["killed"]:
             kills.append(record)
+            if rng.random() < args.state_damage_share:
+                record["state_damage"] = damage_state_file(soak_dir, rng)
+                if record["state_damage"]:
+                    damages.append(record["state_damage"])
         print(f"  attempt {attempts}: {mode:16s} killed={record['killed']} "
-              f"after {record['elapsed_s']:6.2f}s, recorded step {record['step_before']}"
-              f" -> {record['step_after']}, partial files at kill: "
-              f"{len(record.get('partial_files_at_kill') or [])}, state: {detail}",
-              flush=True)
+              f"(exit {record['returncode']}) after {record['elapsed_s']:6.2f}s, recorded "
+              f"step {record['step_before']} -> {record['step_after']}, partial files at "
+              f"kill: {len(record.get('partial_files_at_kill') or [])}, state: {detail}"
+              + (f"; state file then {record['state_damage']}"
+                 if record.get("state_damage") else "")
+              + (f"; second writer refused: {record['second_writer']['refused']}"
+                 if "second_writer" in record else ""), flush=True)
         if not record["killed"] and record["returncode"] == 0 \
                 and record["step_after"] >= args.train_steps:
             # Finished before the kill: start a fresh soak so kills keep hitting work.
@@ -307,6 +421,9 @@ def main(argv=None):
         final_steps_match=(soaked_prefix or "").endswith(f"ckpt-{args.train_steps}")
         and (reference_prefix or "").endswith(f"ckpt-{args.train_steps}"),
         state_file_always_sound=not unsound,
+        sigterm_exits_nonzero=not bad_exits,
+        second_writer_refused=all(r["refused"] for r in seconds)
+        and (bool(seconds) or not args.second_writer),
         remaining_checkpoints_load=bool(loaded) and all(v == "ok" for v in loaded.values()),
         no_partial_files_left=not leftovers,
         enough_kills=len(kills) >= args.kills,
@@ -317,14 +434,19 @@ def main(argv=None):
         restarts=attempts - 1, train_steps=args.train_steps,
         checkpoint_steps=args.checkpoint_steps, deterministic=args.deterministic,
         weights=comparison, remaining_checkpoints=loaded, leftover_partial_files=leftovers,
-        unsound_state_files=unsound, checks=checks, passed=all(checks.values()),
+        unsound_state_files=unsound, sigterm_bad_exits=bad_exits,
+        state_file_damages=damages, second_writers=seconds,
+        checks=checks, passed=all(checks.values()),
         reference_seconds=round(reference_seconds, 1),
         total_seconds=round(time.monotonic() - began, 1), kill_records=kills)
     path = args.json or os.path.join(workdir, "report.json")
     with open(path, "w") as f:
         json.dump(report, f, indent=2, default=str)
-    print(f"\nPreemption soak: {len(kills)} SIGKILLs ({mid_write} during checkpoint "
-          f"writes), {attempts - 1} restarts, {report['total_seconds']} s.")
+    sigterms = sum(1 for k in kills if k["mode"] == "sigterm")
+    print(f"\nPreemption soak: {len(kills) - sigterms} SIGKILLs ({mid_write} during "
+          f"checkpoint writes), {sigterms} SIGTERMs, {len(damages)} state files deleted "
+          f"or damaged, {len(seconds)} second writer(s), {attempts - 1} restarts, "
+          f"{report['total_seconds']} s.")
     print(f"Final weights vs uninterrupted run: {comparison.get('num_tensors', 0)} tensors, "
           f"{comparison.get('num_differing')} differ, max |diff| "
           f"{comparison.get('max_abs_diff', float('nan')):g}"

@@ -52,6 +52,7 @@ def test_pretrain_resume_finetune_eval(tmp_path):
                       mode="train_then_eval")
     tuned = experiment.run(finetune)
     assert tuned["global_step"] == 3 and tuned["eval/num_examples"] == 360
+    assert tuned["train/initialized_from"] == os.path.join(pretrain_dir, "ckpt-5")
     assert tuned["saved_model"] == os.path.join(finetune_dir, "saved_model", "3")
     ids = open(os.path.join(finetune_dir, "label_subset_ids.txt")).read().split("\n")
     assert len([i for i in ids if i and not i.startswith("#")]) == 144  # 10% of 1437
@@ -143,12 +144,48 @@ def _all_weights(cfg):
     return {v.path: v.numpy() for v in model.weights}
 
 
-def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path):
+def _bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, monkeypatch):
     run_dir = str(tmp_path / "run")
     experiment.run(config(train_steps=1, model_dir=run_dir, mode="train"))
-    result = experiment.run(config(train_steps=1, model_dir=run_dir, mode="export"))
+    record = {name: _bytes(os.path.join(run_dir, name))
+              for name in ("flags.json", "result.json")}
+    assert json.loads(record["result.json"])["train/initialized_from"] == "random"
+    result = experiment.run(config(train_steps=1, model_dir=run_dir, mode="export",
+                                   eval_batch_size=64))
     assert result["saved_model"] == os.path.join(run_dir, "saved_model", "1")
     assert os.path.exists(os.path.join(result["saved_model"], "saved_model.pb"))
+    # Every mode keeps its own record; the training record is never overwritten.
+    assert {name: _bytes(os.path.join(run_dir, name)) for name in record} == record
+    assert json.load(open(os.path.join(run_dir, "flags.export.json")))[
+        "eval_batch_size"] == 64
+    assert json.load(open(os.path.join(run_dir, "result.export.json")))[
+        "saved_model"] == result["saved_model"]
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(experiment.export, "export_for_step", full_disk)
+    with pytest.raises(experiment.ExportError) as info:
+        experiment.run(config(train_steps=1, model_dir=run_dir, mode="export"))
+    assert "No space left on device" in str(info.value)
+    assert "checkpoints are saved and intact" in str(info.value)
+    assert "--mode=export" in str(info.value)
+    # The previous export's result is gone, not left stale; the training record stays.
+    assert not os.path.exists(os.path.join(run_dir, "result.export.json"))
+    assert {name: _bytes(os.path.join(run_dir, name)) for name in record} == record
+    assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")
+
+
+def test_fine_tuning_without_a_checkpoint_says_so_and_records_it(tmp_path, capsys):
+    result = experiment.run(config(train_mode="finetune", train_steps=1, mode="train",
+                                   model_dir=str(tmp_path / "run")))
+    assert result["train/initialized_from"] == "random"
+    assert "supervised training from scratch" in capsys.readouterr().out
 
 
 def test_eval_mode_without_checkpoint_fails_clearly(tmp_path):
