@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import os
+import time
 
 import keras
 import numpy as np
@@ -386,10 +387,17 @@ def _checkpoints_to_evaluate(config):
         # preflight has checked that one of the two exists.
         yield config.model_dir if checkpoints.latest(config.model_dir) else config.checkpoint
         return
-    # Follow a training run: evaluate each new checkpoint as it appears.
-    for prefix in tf.train.checkpoints_iterator(config.model_dir, min_interval_secs=1,
-                                                timeout=config.eval_wait_secs):
-        yield prefix
+    # Follow a training run: evaluate each new checkpoint as it appears (found like
+    # a resume finds them, so a damaged state file does not stop the evaluator).
+    last, since = None, time.monotonic()
+    while time.monotonic() - since <= config.eval_wait_secs:
+        prefix = checkpoints.latest(config.model_dir)
+        if prefix is not None and prefix != last:
+            last = prefix
+            yield prefix
+            since = time.monotonic()
+        else:
+            time.sleep(1)
 
 
 def export_latest(config, strategy, context):

@@ -261,3 +261,12 @@ def test_run_refuses_a_locked_model_dir_before_building_and_eval_still_reads(
     with pytest.raises(RuntimeError, match="built"):
         experiment.run(config(model_dir=str(model_dir), mode="train", train_steps=1))
     assert not (model_dir / run_lock.LOCK_FILE).exists()  # released on the error
+
+
+def test_an_evaluator_following_a_run_copes_with_a_damaged_state_file(tmp_path):
+    _saved(tmp_path, (1, 2))
+    with open(tmp_path / "checkpoint", "ab") as f:
+        f.write(b"\xff")
+    followed = list(experiment._checkpoints_to_evaluate(  # pylint: disable=protected-access
+        config(mode="eval", model_dir=str(tmp_path), eval_wait_secs=1)))
+    assert followed == [str(tmp_path / "ckpt-2")]
