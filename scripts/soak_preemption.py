@@ -111,7 +111,9 @@ _CKPT = re.compile(r"ckpt-(\d+)(_temp.*|\.index|\.data-.*)$")
 def recorded_step(model_dir):
     """The step of the checkpoint the state file names (-1 when none)."""
     try:
-        text = open(os.path.join(model_dir, "checkpoint")).read()
+        with open(os.path.join(model_dir, "checkpoint"), encoding="utf-8",
+                  errors="replace") as f:  # this script damages it on purpose
+            text = f.read()
     except OSError:
         return -1
     match = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', text, re.M)

@@ -266,7 +266,8 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
     `weight_decay_loss` in the loss, so they are created without decay.
 
     Args:
-        name: 'lars', 'momentum' (SGD with momentum, not Nesterov) or 'adam'.
+        name: 'lars', 'momentum' (SGD with Nesterov momentum, as the authors'
+            code) or 'adam'.
         learning_rate: float or `LearningRateSchedule`.
         momentum: momentum for 'lars' and 'momentum'.
         weight_decay: decay coefficient (used here only by 'lars').
@@ -282,7 +283,8 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
         return LARS(learning_rate, momentum=momentum, weight_decay=weight_decay,
                     excluded_variables=lars_excluded_variables(model))
     if name == "momentum":
-        return keras.optimizers.SGD(learning_rate, momentum=float(momentum), nesterov=False)
+        # Nesterov, as the authors' code (TF2 model.py and TF1 model_util.py).
+        return keras.optimizers.SGD(learning_rate, momentum=float(momentum), nesterov=True)
     if name == "adam":
         return keras.optimizers.Adam(learning_rate)
     raise ValueError(f"name must be one of {OPTIMIZERS}. Received: name={name!r}")

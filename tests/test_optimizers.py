@@ -198,6 +198,7 @@ def test_build_optimizer():
     assert isinstance(lars, optimizers.LARS) and lars.lars_weight_decay == 1e-4
     sgd = optimizers.build_optimizer("momentum", 0.1, momentum=0.8, weight_decay=1e-4)
     assert isinstance(sgd, keras.optimizers.SGD) and sgd.momentum == 0.8
+    assert sgd.nesterov  # the authors' SGD(momentum, nesterov=True)
     assert sgd.weight_decay is None  # decay goes through the loss
     adam = optimizers.build_optimizer("adam", 0.1)
     assert isinstance(adam, keras.optimizers.Adam) and adam.weight_decay is None
@@ -205,3 +206,21 @@ def test_build_optimizer():
         optimizers.build_optimizer("lars", 0.1)
     with pytest.raises(ValueError, match="name='rmsprop'"):
         optimizers.build_optimizer("rmsprop", 0.1)
+
+
+def test_momentum_optimizer_is_nesterov_in_closed_form():
+    """--optimizer=momentum: the authors' Keras SGD(momentum, nesterov=True):
+    v <- m v - lr g;  w <- w + m v - lr g  (numpy, 4 steps on 0.5 ||w - t||^2)."""
+    target = np.array([1.0, -2.0, 0.5], np.float32)
+    w0 = np.array([0.3, 0.7, -1.1], np.float32)
+    lr, m = 0.1, 0.8
+    w, v = w0.astype(np.float64), np.zeros(3)
+    for _ in range(4):
+        g = w - target
+        v = m * v - lr * g
+        w = w + m * v - lr * g
+    variable = keras.Variable(w0)
+    sgd = optimizers.build_optimizer("momentum", lr, momentum=m)
+    for _ in range(4):
+        sgd.apply_gradients([(tf.convert_to_tensor(variable) - target, variable)])
+    np.testing.assert_allclose(variable.numpy(), w, rtol=1e-6)
