@@ -192,6 +192,18 @@ def test_jitter_rate_08_and_grayscale_rate_02(rgb_image):
     assert abs((~unchanged[gray]).mean() - 0.8) < _bound(0.8, gray.sum())
 
 
+def test_strength_zero_turns_all_colour_distortion_off_grayscale_included(rgb_image):
+    """The authors skip the whole colour distortion at strength 0 (a colour-strength
+    ablation's 0 point): no view is jittered or grey, crops and flips are unchanged."""
+    seeds = [tf.constant([i, 3], tf.int64) for i in range(300)]
+    zero = np.stack([augment.preprocess_for_train(rgb_image, 8, 8, color_jitter_strength=0.0,
+                                                  seed=seed).numpy() for seed in seeds])
+    plain = np.stack([augment.preprocess_for_train(rgb_image, 8, 8, color_distort=False,
+                                                   seed=seed).numpy() for seed in seeds])
+    np.testing.assert_array_equal(zero, plain)
+    assert (np.ptp(zero, axis=-1).max(axis=(1, 2)) > 1e-3).all()  # none grey
+
+
 @pytest.mark.parametrize("impl", ["simclrv1", "simclrv2"])
 def test_brightness_additive_v1_multiplicative_v2(impl):
     image = np.array([[[0.2, 0.2, 0.2], [0.6, 0.6, 0.6]]], np.float32)

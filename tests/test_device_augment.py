@@ -174,3 +174,12 @@ def test_view_fn_two_independent_views_in_a_compiled_step():
         assert v.shape == (8, 32, 32, 3) and v.dtype == tf.float32
         assert 0.0 <= float(tf.reduce_min(v)) and float(tf.reduce_max(v)) <= 1.0
     assert (np.abs(v1 - v2).max(axis=(1, 2, 3)) > 1e-3).all()
+
+
+def test_strength_zero_turns_all_colour_distortion_off_on_device():
+    rgb = np.random.RandomState(1).uniform(0.2, 0.8, size=(8, 8, 3)).astype(np.float32)
+    images, sizes = _batch(rgb, 500), tf.constant([[8, 8]] * 500)
+    zero = device_augment.augment_views(images, sizes, SEED, 8, color_jitter_strength=0.0)
+    plain = device_augment.augment_views(images, sizes, SEED, 8, color_distort=False)
+    np.testing.assert_array_equal(zero.numpy(), plain.numpy())
+    assert (np.ptp(zero.numpy(), axis=-1).max(axis=(1, 2)) > 1e-3).all()  # none grey

@@ -248,7 +248,8 @@ def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
       image: [H, W, 3] uint8 or float image in [0, 1].
       height: output height.
       width: output width.
-      color_jitter_strength: jitter strength s in [0, 1.25].
+      color_jitter_strength: jitter strength s in [0, 1.25]; 0 turns the whole
+        colour distortion off, grayscale included (as the authors' code).
       crop: random resized crop; if False the whole image is only resized.
       flip: random horizontal flip.
       color_distort: random colour jitter (p 0.8) and grayscale (p 0.2).
@@ -270,7 +271,9 @@ def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
             tf.image.resize(image, [height, width], method="bicubic"), 0.0, 1.0)
     if flip:
         image = random_flip(image, seed=seeds[1])
-    if color_distort:
+    if color_distort and color_jitter_strength > 0:
+        # Strength 0 skips all colour distortion, grayscale included, as the
+        # authors' code does (`if color_jitter_strength > 0`).
         image = random_color_jitter(image, color_jitter_strength, impl=impl,
                                     seed=seeds[2])
     image = tf.reshape(image, [height, width, 3])

@@ -356,7 +356,7 @@ def augment_views(images, sizes, seed, image_size: int, *, color_jitter_strength
         boxes = tf.concat([tf.zeros([n, 2], tf.int32), tf.cast(sizes, tf.int32)], axis=1)
     flips = _uniform(seeds[1], [n]) < augment.FLIP_PROBABILITY if flip else None
     views = crop_resize_flip(images, boxes, image_size, image_size, flips)
-    if color_distort:
+    if color_distort and color_jitter_strength > 0:  # 0: none, grayscale included
         jittered = color_jitter(views, color_jitter_strength, seeds[2], impl=impl)
         apply = _uniform(seeds[3], [n]) < augment.COLOR_JITTER_PROBABILITY
         views = tf.where(apply[:, None, None, None], jittered, views)
