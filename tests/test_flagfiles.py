@@ -63,6 +63,9 @@ def test_paper_settings_reach_the_config(monkeypatch):
     assert v2.num_proj_layers == 3 and v2.use_blur and v2.temperature == 0.1
     linear = _parse(os.path.join(ROOT, "flags", "imagenet_linear_eval.flags"))
     assert linear.train_mode == "finetune" and linear.fine_tune_after_block == 4
+    # The authors' README command: Nesterov momentum, lr 0.1, weight decay 1e-6.
+    assert (linear.optimizer, linear.learning_rate, linear.weight_decay) == (
+        "momentum", 0.1, 1e-6)
     one_pct = _parse(os.path.join(ROOT, "flags", "simclrv2_finetune_1pct.flags"))
     assert one_pct.label_fraction == 0.01 and one_pct.ft_proj_selector == 1
     cifar = _parse(os.path.join(ROOT, "flags", "cifar10_r18_pretrain.flags"))
