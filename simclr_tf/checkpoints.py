@@ -57,7 +57,7 @@ def resolve(path):
     return Weights(path, kind, prefix, step_of(prefix))
 
 
-def load_into(model, path, *, whole_model, flag="checkpoint"):
+def load_into(model, path, *, whole_model, supervised_head=True, flag="checkpoint"):
     """Loads the weights at `path` (or a `Weights`) into a built `SimCLRModel`.
 
     Args:
@@ -65,9 +65,11 @@ def load_into(model, path, *, whole_model, flag="checkpoint"):
         path: anything `resolve` takes, or a `Weights`. A run directory loads its
             newest checkpoint that loads (`load_latest`) when `whole_model`.
         whole_model: True: every variable of the model must load (evaluation,
-            export). False: the encoder and projection head (initialising a run from
-            another one). From a released model everything loads either way, its
-            supervised head too when the model has one with as many classes.
+            export). False: initialising a run from another one: the encoder and
+            projection head, and the supervised head when `supervised_head` and the
+            source has one with as many classes (any source: ours or released).
+        supervised_head: with `whole_model=False`, whether a supervised head that
+            fits is loaded (False for `--zero_init_logits_layer`: it stays at zero).
 
         flag: the flag that named `path`, for errors.
 
@@ -83,11 +85,13 @@ def load_into(model, path, *, whole_model, flag="checkpoint"):
         head = model.supervised_head
         fits = head is not None and head.num_classes == official.inspect_official(
             weights.path).config.get("num_classes")
-        official.load_official_weights(model, weights.path, supervised_head=fits)
+        official.load_official_weights(model, weights.path,
+                                       supervised_head=fits and (supervised_head
+                                                                 or whole_model))
     elif whole_model:
         restore_model(model, weights.prefix)
     else:
-        initialize_from(model, weights.prefix)
+        initialize_from(model, weights.prefix, supervised_head=supervised_head)
     return weights
 
 
@@ -518,24 +522,42 @@ def restore_model(model, prefix):
     status.expect_partial()  # the optimizer's slots stay unread
 
 
-def initialize_from(model, path):
-    """Loads the encoder and projection head of `model` from another run's checkpoint.
+def initialize_from(model, path, *, supervised_head=True):
+    """Loads the encoder and projection head of `model` from another run's checkpoint,
+    and its supervised head when `supervised_head` and the checkpoint has one of the
+    same shape (the online linear head of a pretraining run on the same classes).
 
     Args:
         model: a built `SimCLRModel`.
         path: checkpoint prefix or directory of ours (see `resolve_checkpoint_path`).
+        supervised_head: load a supervised head that fits.
 
     Returns:
         The checkpoint prefix that was read.
     """
     prefix = resolve_checkpoint_path(path)
-    parts = tf.train.Checkpoint(encoder=model.encoder,
-                                projection_head=model.projection_head)
+    items = dict(encoder=model.encoder, projection_head=model.projection_head)
+    if supervised_head and _head_fits(model, prefix):
+        items["supervised_head"] = model.supervised_head
+    parts = tf.train.Checkpoint(**items)
     tf.train.Checkpoint(model=parts).read(prefix).expect_partial()
     # Raises if any encoder variable found nothing to load from.
     tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
         prefix).expect_partial().assert_existing_objects_matched()
     return prefix
+
+
+def _head_fits(model, prefix):
+    """Whether the checkpoint holds a supervised head with the model's head's shapes."""
+    head = getattr(model, "supervised_head", None)
+    if head is None:
+        return False
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    saved = sorted(tuple(shape) for key, shape in shapes.items()
+                   if key.startswith("model/supervised_head/") and "OPTIMIZER_SLOT" not in key
+                   and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    ours = sorted(tuple(v.shape) for v in head.weights)
+    return bool(saved) and saved == ours
 
 
 class _SavedModelEncoder:

@@ -236,22 +236,7 @@ def train(config, strategy, context):
     state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
                                         max_to_keep=config.keep_checkpoint_max,
                                         save_dir=scratch_dir)
-    resumed = state.recover()
-    if resumed:
-        logging.info("Resumed from %s", resumed)
-        initialized_from = f"resumed {resumed}"
-    elif config.checkpoint:
-        weights = checkpoints.load_into(model, config.checkpoint, whole_model=False)
-        logging.info("Initialised from %s (%s)", weights.prefix, weights.kind)
-        initialized_from = weights.prefix
-    else:
-        initialized_from = "random"
-        if config.train_mode == "finetune":
-            print("Fine-tuning from randomly initialised weights: no --checkpoint was "
-                  "given and model_dir has none, so this is supervised training from "
-                  "scratch (recorded as train/initialized_from=random). Pass "
-                  "--checkpoint=<a pretraining run> to fine-tune a pretrained encoder.",
-                  flush=True)
+    initialized_from = initialize(config, model, state)
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
@@ -286,6 +271,34 @@ def train(config, strategy, context):
     del results["interrupted"]
     return dict(results, **_train_summaries(logs), **{
         "train/initialized_from": initialized_from})
+
+
+def initialize(config, model, state):
+    """The weights a training run starts from: model_dir's newest checkpoint that
+    loads (resume), else --checkpoint, else random. Returns what was used, for the
+    record ("resumed <prefix>", the prefix read, or "random")."""
+    resumed = state.recover()
+    if resumed:
+        logging.info("Resumed from %s", resumed)
+        initialized_from = f"resumed {resumed}"
+    elif config.checkpoint:
+        # A supervised head that fits is loaded, from any source (the authors' TF2
+        # behaviour), unless --zero_init_logits_layer keeps it at zero (their TF1
+        # protocol, the paper's).
+        weights = checkpoints.load_into(
+            model, config.checkpoint, whole_model=False,
+            supervised_head=not config.zero_init_logits_layer)
+        logging.info("Initialised from %s (%s)", weights.prefix, weights.kind)
+        initialized_from = weights.prefix
+    else:
+        initialized_from = "random"
+        if config.train_mode == "finetune":
+            print("Fine-tuning from randomly initialised weights: no --checkpoint was "
+                  "given and model_dir has none, so this is supervised training from "
+                  "scratch (recorded as train/initialized_from=random). Pass "
+                  "--checkpoint=<a pretraining run> to fine-tune a pretrained encoder.",
+                  flush=True)
+    return initialized_from
 
 
 class ExportError(RuntimeError):
