@@ -291,12 +291,13 @@ def state_file_is_sound(model_dir, expect_checkpoint):
     return True, os.path.basename(named) + (f" (state file {problem})" if problem else "")
 
 
-def damage_state_file(model_dir, rng):
-    """Deletes the state file or appends garbage to it; returns what was done."""
+def damage_state_file(model_dir, rng, how=None):
+    """Deletes the state file or appends garbage to it (`how`: 'delete', 'garbage',
+    or None for either); returns what was done."""
     path = os.path.join(model_dir, "checkpoint")
     if not os.path.exists(path):
         return None
-    if rng.random() < 0.5:
+    if how == "delete" or (how is None and rng.random() < 0.5):
         os.remove(path)
         return "deleted"
     with open(path, "ab") as f:
@@ -387,8 +388,12 @@ def main(argv=None):
             unsound.append(record)
         if record["killed"]:
             kills.append(record)
-            if rng.random() < args.state_damage_share:
-                record["state_damage"] = damage_state_file(soak_dir, rng)
+            # The first two kills that leave a state file damage it (garbage, then
+            # deletion), so that every soak covers both; later ones by chance.
+            if len(damages) < 2 or rng.random() < args.state_damage_share:
+                record["state_damage"] = damage_state_file(
+                    soak_dir, rng, ("garbage", "delete")[len(damages)]
+                    if len(damages) < 2 else None)
                 if record["state_damage"]:
                     damages.append(record["state_damage"])
         print(f"  attempt {attempts}: {mode:16s} killed={record['killed']} "
@@ -404,6 +409,7 @@ def main(argv=None):
             # Finished before the kill: start a fresh soak so kills keep hitting work.
             print("  (the run finished before its kill; starting over)", flush=True)
             shutil.rmtree(soak_dir, ignore_errors=True)
+            saved_once = False
     print("Final, uninterrupted attempt ...", flush=True)
     final_rc = run_to_completion(command, soak_log, args.attempt_timeout)
     attempts += 1
@@ -423,6 +429,7 @@ def main(argv=None):
         final_steps_match=(soaked_prefix or "").endswith(f"ckpt-{args.train_steps}")
         and (reference_prefix or "").endswith(f"ckpt-{args.train_steps}"),
         state_file_always_sound=not unsound,
+        state_file_damaged_and_deleted=len(damages) >= 2,
         sigterm_exits_nonzero=not bad_exits,
         second_writer_refused=all(r["refused"] for r in seconds)
         and (bool(seconds) or not args.second_writer),
