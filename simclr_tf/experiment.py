@@ -250,8 +250,9 @@ def train(config, strategy, context):
     print(f"Training {plan.total_steps} steps ({step} done), checkpoint every "
           f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
           f"{strategy.num_replicas_in_sync} replica(s).", flush=True)
-    hooks = [loop.Every(plan.checkpoint_steps, lambda step, logs: write_scalars(
-        writer, step, _train_summaries(logs, exclude=("num_examples",))))]
+    hooks = [loop.Every(plan.checkpoint_steps,
+                        lambda step, logs: write_train_summaries(writer, step, logs,
+                                                                 trainer.optimizer))]
     if config.knn_eval_split and config.train_mode == "pretrain":
         monitor = make_knn_monitor(config, strategy, model, source)
         hooks.append(loop.Every(config.knn_eval_every or plan.checkpoint_steps,
@@ -267,10 +268,8 @@ def train(config, strategy, context):
                          hooks=hooks, verbose=chief)
     if results["interrupted"]:
         return results
-    logs = results.pop("logs")
-    del results["interrupted"]
-    return dict(results, **_train_summaries(logs), **{
-        "train/initialized_from": initialized_from})
+    del results["logs"], results["interrupted"]  # the summaries' train/* are in
+    return dict(results, **{"train/initialized_from": initialized_from})
 
 
 def initialize(config, model, state):
@@ -320,9 +319,15 @@ def _export(model, config, step):
             "--mode=export.") from None
 
 
-def _train_summaries(logs, exclude=()):
-    return {f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()
-            if k not in exclude}
+def write_train_summaries(writer, step, logs, optimizer):
+    """TensorBoard scalars of a checkpoint interval under the authors' names, as
+    their means over the interval; `train/learning_rate` is the rate at `step`, as
+    theirs. Returns the values (for result.json)."""
+    values = {f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()
+              if k not in ("num_examples",)}
+    values["train/learning_rate"] = float(optimizer.learning_rate)
+    write_scalars(writer, step, values)
+    return values
 
 
 def _remove_scratch(writer, scratch_dir):
@@ -335,8 +340,12 @@ def _worker_scratch_dir(model_dir, strategy):
     return os.path.join(model_dir, f".scratch_{resolver.task_type}_{resolver.task_id}")
 
 
-# Trainer log names -> the TensorBoard / result.json names users know.
-SUMMARY_NAMES = dict(sup_loss="supervised_loss", label_acc="supervised_acc")
+# Trainer log names -> the authors' TensorBoard / result.json names (train/total_loss,
+# train/contrast_loss, train/contrast_acc, train/contrast_entropy,
+# train/supervised_loss, train/supervised_acc, train/weight_decay,
+# train/learning_rate); our extras (grad_norm, examples_per_sec) keep their names.
+SUMMARY_NAMES = dict(loss="total_loss", sup_loss="supervised_loss",
+                     label_acc="supervised_acc")
 
 
 def _is_chief(strategy):
@@ -373,6 +382,10 @@ def evaluate(config, strategy, context):
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = build_model(config, strategy, context["num_classes"])
     evaluator = supervised.SupervisedEvaluator(strategy, model)
+    # The weight-decay term of the loss at these weights (the authors'
+    # eval/regularization_loss): with LARS the supervised head's only.
+    regularization = optimizers.weight_decay_loss(model, config.optimizer,
+                                                  config.weight_decay)
     dataset = features.eval_dataset(context["source"], config.eval_split,
                                     image_size=config.image_size,
                                     batch_size=config.eval_batch_size)
@@ -385,8 +398,12 @@ def evaluate(config, strategy, context):
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
               f"{metrics['top_1_accuracy']:.4f}, top-5 {metrics['top_5_accuracy']:.4f} "
               f"({metrics['num_examples']} examples, {prefix})", flush=True)
-        results = {f"eval/{k}": v for k, v in metrics.items()}
-        results["eval/global_step"] = step
+        # The authors' names; ours (supervised_loss, num_examples) beside them.
+        results = {"eval/label_top_1_accuracy": metrics["top_1_accuracy"],
+                   "eval/label_top_5_accuracy": metrics["top_5_accuracy"],
+                   "eval/regularization_loss": float(regularization()),
+                   "eval/supervised_loss": metrics["loss"],
+                   "eval/num_examples": metrics["num_examples"], "global_step": step}
         if config.model_dir:
             write_scalars(tf.summary.create_file_writer(config.model_dir), step,
                           {k: v for k, v in results.items() if "accuracy" in k or "loss" in k})

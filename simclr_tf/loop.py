@@ -123,13 +123,14 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
         checkpoints: a `simclr_tf.checkpoints.CheckpointState` to save into.
         total_steps: the step to train to.
         checkpoint_steps: steps between checkpoints (one is also saved at the end).
-        hooks: `Hook`s, called in order after each checkpoint.
+        hooks: `Hook`s, called in order after each checkpoint; `after_steps` gets
+            the means of the logs since the hook's previous call.
         verbose: show progress bars (the chief of a multi-worker run only).
 
     Returns:
-        dict(global_step, train_seconds, logs=the last step's logs, interrupted=False,
-        **the entries of every hook's `end`); after a SIGTERM only
-        dict(global_step, interrupted=True).
+        dict(global_step, train_seconds, logs=means over the last checkpoint interval
+        (`Means`), interrupted=False, **the entries of every hook's `end`); after a
+        SIGTERM only dict(global_step, interrupted=True).
 
     Raises:
         NonFiniteLossError: naming the step and the last good checkpoint.
@@ -137,12 +138,16 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     step, logs = trainer.step, {}
     start = time.perf_counter()
     cadences = [checkpoint_steps] + [hook.every for hook in hooks if hook.every]
+    # Each hook sees the means of the steps since its previous call (the authors'
+    # summaries are interval means); the results get the last checkpoint interval's.
+    intervals = {id(hook): Means() for hook in hooks if hook.every}
+    since_checkpoint = Means()
     with _StopOnSigterm() as sigterm:
         while step < total_steps:
             segment = min([total_steps - step] + [every - step % every for every in cadences])
             try:
-                logs = run_steps(trainer, iterator, segment, verbose=verbose,
-                                 after_call=sigterm.check)
+                segment_logs = run_steps(trainer, iterator, segment, verbose=verbose,
+                                         after_call=sigterm.check)
             except NonFiniteLossError as error:
                 # Nothing after the last good checkpoint is saved: the weights of the
                 # failing step are not finite.
@@ -153,11 +158,14 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
                 return _save_on_sigterm(trainer.step, checkpoints)
             step = trainer.step
             last = step == total_steps
+            for means in [since_checkpoint, *intervals.values()]:
+                means.add(segment_logs, segment)
             if step % checkpoint_steps == 0 or last:
                 _save(checkpoints, step)
+                logs = since_checkpoint.pop()
             for hook in hooks:
                 if hook.every and (step % hook.every == 0 or last):
-                    hook.after_steps(step, logs)
+                    hook.after_steps(step, intervals[id(hook)].pop())
     results = dict(global_step=step, train_seconds=time.perf_counter() - start, logs=logs,
                    interrupted=False)
     for hook in hooks:
@@ -185,8 +193,38 @@ def _save_on_sigterm(step, checkpoints):
     return dict(global_step=step, interrupted=True)
 
 
+# Logs that are a state, not a per-step quantity: intervals report the last value.
+LAST_VALUES = ("learning_rate", "num_examples", "examples_per_sec")
+
+
+class Means:
+    """Means of training logs over the steps added since the last `pop` (each
+    `add(logs, steps)` weighs logs that are means over `steps` steps); for
+    `LAST_VALUES` the last value added."""
+
+    def __init__(self):
+        self._sums, self._last, self._steps = {}, {}, 0
+
+    def add(self, logs, steps):
+        for name, value in logs.items():
+            if name in LAST_VALUES:
+                self._last[name] = value
+            else:
+                self._sums[name] = self._sums.get(name, 0.0) + float(value) * steps
+        self._steps += steps
+
+    def pop(self):
+        """The means (and last values) so far, then starts a new interval."""
+        result = {name: np.float32(total / max(self._steps, 1))
+                  for name, total in self._sums.items()}
+        result.update(self._last)
+        self._sums, self._last, self._steps = {}, {}, 0
+        return result
+
+
 def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
-    """Trains `num_steps` steps with a progress bar; returns the last step's logs.
+    """Trains `num_steps` steps with a progress bar; returns the means of their logs
+    (`Means`; `examples_per_sec` over the whole segment).
 
     Args:
         trainer: a `simclr_tf.train.Trainer` (`steps_per_loop` steps per call).
@@ -204,7 +242,7 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
     progbar = keras.utils.Progbar(
         num_steps, verbose=1 if verbose else 0,
         stateful_metrics=("learning_rate", "examples_per_sec"))
-    done, logs = 0, {}
+    done, means, examples, seconds = 0, Means(), 0.0, 0.0
     while done < num_steps:
         calls = min(trainer.steps_per_loop, num_steps - done)
         start = time.perf_counter()
@@ -215,12 +253,18 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
                      loss_scaling=isinstance(trainer.optimizer,
                                              keras.optimizers.LossScaleOptimizer))
         # Images per second (a pretraining example is one image, two views).
+        examples += float(logs["num_examples"]) * calls
+        seconds += elapsed
         logs["examples_per_sec"] = np.float32(
             logs["num_examples"] * calls / max(elapsed, 1e-9))
+        means.add(logs, calls)
         progbar.update(done, values=[(k, logs[k]) for k in PROGRESS_METRICS if k in logs])
         if after_call is not None:
             after_call()
-    return logs
+    result = means.pop()
+    if done:
+        result["examples_per_sec"] = np.float32(examples / max(seconds, 1e-9))
+    return result
 
 
 def check_finite(logs, step, *, temperature, loss_scaling):

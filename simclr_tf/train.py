@@ -28,6 +28,8 @@ TRAIN_MODES = rules.TRAIN_MODES
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value.
 _SUMMED = ("num_examples",)
+# Logs that train_steps reports for the last step of a call, not as a mean.
+_LAST = ("learning_rate", "num_examples")
 
 
 class Trainer:
@@ -314,14 +316,20 @@ class Trainer:
         @tf.function
         def train_function(iterator, num_steps):
             logs = one_step(iterator)
+            sums = dict(logs)
             for _ in tf.range(num_steps - 1):
                 logs = one_step(iterator)
-            return logs
+                sums = {name: sums[name] + value for name, value in logs.items()}
+            steps = tf.cast(num_steps, tf.float32)
+            return {name: logs[name] if name in _LAST else sums[name] / steps
+                    for name in logs}
 
         return train_function
 
     def train_steps(self, iterator, num_steps=1):
-        """Runs `num_steps` (>= 1) steps in one compiled call; returns the last logs.
+        """Runs `num_steps` (>= 1) steps in one compiled call; returns their logs:
+        means over the steps (as the authors' summaries), except `learning_rate` and
+        `num_examples`, the last step's.
 
         Args:
             iterator: an iterator over a distributed dataset

@@ -34,14 +34,17 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     assert tf.train.latest_checkpoint(pretrain_dir).endswith("ckpt-4")
     flags_json = json.load(open(os.path.join(pretrain_dir, "flags.json")))
     assert flags_json["train_steps"] == 4 and flags_json["resolved_stem"] == "cifar"
-    for name in ("contrast_loss", "contrast_acc", "contrast_entropy", "supervised_loss",
-                 "supervised_acc", "weight_decay", "learning_rate", "examples_per_sec"):
+    for name in ("total_loss", "contrast_loss", "contrast_acc", "contrast_entropy",
+                 "supervised_loss", "supervised_acc", "weight_decay", "learning_rate",
+                 "examples_per_sec"):
         assert f"train/{name}" in first, name
     # Resume: a longer target continues from step 4, never overshooting.
     second = experiment.run(config(train_steps=5, checkpoint_steps=2,
                                    model_dir=pretrain_dir, mode="train_then_eval"))
     assert second["global_step"] == 5 and second["eval/num_examples"] == 360
-    assert 0.0 <= second["eval/top_1_accuracy"] <= 1.0
+    assert 0.0 <= second["eval/label_top_1_accuracy"] <= second[
+        "eval/label_top_5_accuracy"] <= 1.0
+    assert second["eval/regularization_loss"] > 0  # LARS: the head's decay
     assert json.load(open(os.path.join(pretrain_dir, "result.json")))["global_step"] == 5
     assert os.path.exists(os.path.join(pretrain_dir, "result_5.json"))
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import experiment, official
+from simclr_tf import experiment, official, train
 
 from helpers.run_fixtures import config
 
@@ -67,3 +67,52 @@ def test_zero_init_logits_layer_zeroes_the_released_models_head(tmp_path):
             np.testing.assert_array_equal(_head_kernel(model), expected)
         np.testing.assert_array_equal(model.encoder.weights[0].numpy(),
                                       released.encoder.weights[0].numpy())
+
+
+AUTHORS_TRAIN_NAMES = {"train/total_loss", "train/contrast_loss", "train/contrast_acc",
+                       "train/contrast_entropy", "train/supervised_loss",
+                       "train/supervised_acc", "train/weight_decay", "train/learning_rate"}
+
+
+def _scalars(log_dir):
+    """{(tag, step): value} of every scalar summary under log_dir (top level)."""
+    values = {}
+    for name in os.listdir(log_dir):
+        if not name.startswith("events.out.tfevents"):
+            continue
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(log_dir, name)):
+            for value in event.summary.value:
+                if value.metadata.plugin_data.plugin_name == "scalars":
+                    values[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
+    return values
+
+
+def test_tensorboard_has_the_authors_names_as_interval_means(tmp_path, monkeypatch):
+    per_call = []
+    original = train.Trainer.train_steps
+
+    def recording(self, iterator, num_steps=1):
+        logs = original(self, iterator, num_steps)
+        per_call.append(dict(logs))
+        return logs
+
+    monkeypatch.setattr(train.Trainer, "train_steps", recording)
+    run_dir = tmp_path / "run"
+    result = experiment.run(config(train_steps=4, checkpoint_steps=2, mode="train",
+                                   warmup_epochs=0, model_dir=str(run_dir)))
+    scalars = _scalars(run_dir)
+    assert len(per_call) == 4
+    for step in (2, 4):
+        tags = {tag for tag, at in scalars if at == step}
+        assert AUTHORS_TRAIN_NAMES <= tags, tags
+        assert "train/loss" not in tags
+        interval = per_call[step - 2:step]
+        for ours, theirs in (("loss", "total_loss"), ("contrast_acc", "contrast_acc"),
+                             ("sup_loss", "supervised_loss"),
+                             ("contrast_entropy", "contrast_entropy")):
+            np.testing.assert_allclose(scalars[(f"train/{theirs}", step)],
+                                       np.mean([c[ours] for c in interval]), rtol=1e-6)
+    # As the authors: the rate at the step written (the cosine, without warmup here,
+    # ends at 0 on the last step), not the rate of the step before it.
+    assert scalars[("train/learning_rate", 4)] == 0.0 < per_call[-1]["learning_rate"]
+    assert result["train/total_loss"] == pytest.approx(scalars[("train/total_loss", 4)])

@@ -221,11 +221,19 @@ def test_steps_per_loop_and_hooks():
     seen = []
     logs = loop.run_steps(looped, _batches(5), 5, after_call=lambda: seen.append(looped.step),
                           verbose=False)
-    loop.run_steps(single, _batches(5), 5, verbose=False)
+    batches = _batches(5)
+    per_step = [single.train_steps(batches, 1) for _ in range(5)]
     assert seen == [3, 5]  # one call of 3 steps, then the remaining 2
     assert {"loss", "contrast_acc", "learning_rate", "examples_per_sec"} <= set(logs)
     for a, b in zip(model_a.weights, model_b.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+    # The logs are means over every step (in calls of 3 and 2), as the authors'
+    # interval summaries; the learning rate is the last step's.
+    for name in ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "weight_decay"):
+        np.testing.assert_allclose(logs[name], np.mean([s[name] for s in per_step]),
+                                   rtol=1e-5, err_msg=name)
+    assert logs["learning_rate"] == per_step[-1]["learning_rate"]
+    assert len({float(s["loss"]) for s in per_step}) > 1  # a mean, not a constant
 
 
 def test_non_finite_loss_stops_with_a_clear_message():
