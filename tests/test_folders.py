@@ -91,3 +91,19 @@ def test_folder_errors(tmp_path):
     _save(_colour((1, 2, 3)), str(tmp_path / "cls" / "x.png"), "PNG")
     with pytest.raises(ValueError, match="mixes"):
         registry.get_dataset(f"folder:{tmp_path}")
+
+
+def test_folder_follows_directory_links_once(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    for cls in ("a", "b"):
+        _save(_colour((1, 2, 3)), str(root / cls / "0.png"), "PNG")
+    _save(_colour((4, 5, 6)), str(outside / "x.png"), "PNG")
+    os.symlink(".", root / "loop")                 # a cycle at the top
+    os.symlink(".", root / "a" / "loop")           # and inside a class
+    os.symlink(root / "b", root / "a_alias_of_b")  # a second name for a class
+    os.symlink(outside, root / "c")                # a class kept elsewhere: followed
+    os.symlink(outside, root / "d")                # ... once
+    os.symlink(root, outside / "back")             # leading back: not followed
+    source = registry.get_dataset(f"folder:{root}")
+    assert source.class_names == ("a", "b", "c")
+    assert [y for _, y in _all(source.load("train"))] == [0, 1, 2]

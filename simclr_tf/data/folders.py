@@ -6,7 +6,10 @@ directly in the folder make it unlabelled (label -1, pretraining only). Subfolde
 named like splits (`train`, `validation`, `val`, `test`, `unlabelled`) make each one a
 split; otherwise the whole folder is split 'train' (use slices such as 'train[:90%]' /
 'train[90%:]' for a held-out part). Grey, grey+alpha, RGBA, palette and 16-bit images
-are all converted to 8-bit RGB.
+are all converted to 8-bit RGB. Symbolic links to directories are followed when they
+lead outside the folder, each target directory once; links back into it (`loop -> .`,
+`alias -> cat`) are skipped with a warning, so a link never loops nor makes a class of
+duplicates (`_FolderWalk`).
 
 Every file is checked once when the source is built (`scan_image_files`, cached in
 `DEFAULT_SCAN_CACHE_DIR`); undecodable files are skipped and counted, or raise
@@ -40,35 +43,80 @@ def _is_image(filename: str) -> bool:
             and filename.lower().endswith(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS))
 
 
-def _images_under(directory: str) -> list[str]:
-    """Image files below `directory` (recursively), sorted for a stable order."""
-    found = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(os.path.join(root, f) for f in sorted(files) if _is_image(f))
-    return found
+class _FolderWalk:
+    """Lists an image folder; each directory is read at most once.
+
+    Symbolic links to directories are followed when they lead outside the folder,
+    each target directory once (the first link in name order reaches it). Links
+    that lead back into the folder (`loop -> .`, `alias -> ../cat`) are not
+    followed: their images are reached through the real directories already, and
+    following them would loop or make an alias a class of duplicates. Links
+    skipped either way are listed in `ignored_links`.
+    """
+
+    def __init__(self, root: str):
+        self._root = os.path.realpath(root)
+        self._visited = {self._root}
+        self.ignored_links: list[str] = []
+
+    def _enter(self, path: str, is_link: bool) -> bool:
+        real = os.path.realpath(path)
+        inside = real == self._root or real.startswith(self._root + os.sep)
+        if real in self._visited or (is_link and inside):
+            self.ignored_links.append(path)
+            return False
+        self._visited.add(real)
+        return True
+
+    def children(self, directory: str) -> tuple[list[str], list[str]]:
+        """(subdirectories to read, image files) directly in `directory`, sorted."""
+        with os.scandir(directory) as scanned:
+            entries = sorted(scanned, key=lambda entry: entry.name)
+        subdirs, images = [], []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if self._enter(entry.path, entry.is_symlink()):
+                    subdirs.append(entry.path)
+            elif _is_image(entry.name):
+                # Unreadable files (broken links too) stay, for the scan to name.
+                images.append(entry.path)
+        return subdirs, images
+
+    def images_under(self, directory: str) -> list[str]:
+        """Image files below `directory` (recursively): its own first, then each
+        subdirectory's in name order."""
+        found, pending = [], [directory]
+        while pending:
+            subdirs, images = self.children(pending.pop())
+            found.extend(images)
+            pending.extend(reversed(subdirs))
+        return found
 
 
-def _subdirectories(directory: str) -> list[str]:
-    return sorted(d for d in os.listdir(directory)
-                  if not d.startswith(".") and os.path.isdir(os.path.join(directory, d)))
+def _scan_split(walk: _FolderWalk, directory: str, listing=None
+                ) -> tuple[list[str], list[str] | None]:
+    """(files, class name per file) of a split folder; classes None if unlabelled.
 
-
-def _scan_split(directory: str) -> tuple[list[str], list[str] | None]:
-    """(files, class name per file) of a split folder; classes None if unlabelled."""
-    direct_images = sorted(f for f in os.listdir(directory)
-                           if _is_image(f) and os.path.isfile(os.path.join(directory, f)))
-    classes = [d for d in _subdirectories(directory)
-               if _images_under(os.path.join(directory, d))]
+    `listing`: `walk.children(directory)` when the caller has it already.
+    """
+    subdirs, direct_images = listing or walk.children(directory)
+    classes = [(os.path.basename(d), files) for d in subdirs
+               if (files := walk.images_under(d))]
     if direct_images and classes:
         raise ValueError(
-            f"Folder {directory!r} mixes image files with class subfolders {classes}; "
-            "put every image in a class subfolder (labelled) or none (unlabelled).")
+            f"Folder {directory!r} mixes image files with class subfolders "
+            f"{[name for name, _ in classes]}; put every image in a class subfolder "
+            "(labelled) or none (unlabelled).")
     if direct_images:
-        return [os.path.join(directory, f) for f in direct_images], None
+        return direct_images, None
     files, names = [], []
-    for class_name in classes:
-        class_files = _images_under(os.path.join(directory, class_name))
+    for class_name, class_files in classes:
         files.extend(class_files)
         names.extend([class_name] * len(class_files))
     return files, names
@@ -253,12 +301,19 @@ class ImageFolderSource(ArraySource):
         if not os.path.isdir(path):
             raise ValueError(f"Image folder not found; use an existing directory of "
                              f"images. Received: path={path!r}")
-        subdirs = _subdirectories(path)
-        root_images = [f for f in os.listdir(path) if _is_image(f)]
-        if subdirs and not root_images and all(d in FOLDER_SPLIT_NAMES for d in subdirs):
-            scanned = {d: _scan_split(os.path.join(path, d)) for d in subdirs}
+        walk = _FolderWalk(path)
+        listing = walk.children(path)
+        subdirs, root_images = listing
+        if subdirs and not root_images and all(
+                os.path.basename(d) in FOLDER_SPLIT_NAMES for d in subdirs):
+            scanned = {os.path.basename(d): _scan_split(walk, d) for d in subdirs}
         else:
-            scanned = {"train": _scan_split(path)}
+            scanned = {"train": _scan_split(walk, path, listing)}
+        if walk.ignored_links:
+            logging.warning(
+                "Image folder %s: not following %d link(s) to a directory inside the "
+                "folder or already read (no duplicates, no loops): %s", path,
+                len(walk.ignored_links), ", ".join(walk.ignored_links[:10]))
         scanned = {split: v for split, v in scanned.items() if v[0]}
         if not scanned:
             raise ValueError(
