@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from simclr_tf.data import registry, subsets
+from simclr_tf.evaluation import features
 
 
 def _all(dataset):
@@ -107,3 +108,19 @@ def test_folder_follows_directory_links_once(tmp_path):
     source = registry.get_dataset(f"folder:{root}")
     assert source.class_names == ("a", "b", "c")
     assert [y for _, y in _all(source.load("train"))] == [0, 1, 2]
+
+
+def test_folder_reads_file_names_that_are_not_utf8(tmp_path):
+    _save(_colour((10, 20, 30)), str(tmp_path / "cls" / "good.png"), "PNG")
+    data = (tmp_path / "cls" / "good.png").read_bytes()
+    odd = os.fsencode(tmp_path / "cls") + b"/bad\xff.png"  # not UTF-8
+    descriptor = os.open(odd, os.O_WRONLY | os.O_CREAT)
+    os.write(descriptor, data)
+    os.close(descriptor)
+    source = registry.get_dataset(f"folder:{tmp_path}", skip_corrupt_images=False)
+    assert source.num_examples("train") == 2 and not source.skipped_files
+    examples = _all(source.load("train"))
+    assert len(examples) == 2
+    for image, _ in examples:
+        np.testing.assert_array_equal(image[0, 0], [10, 20, 30])
+    assert list(features.example_names(source, "train", [0])) == [os.fsdecode(odd)]

@@ -332,7 +332,9 @@ class ImageFolderSource(ArraySource):
             else:
                 labels = np.array([index[n] for n in names], np.int64)
             rows[split] = {
-                "path": np.array(files, dtype=object),
+                # Bytes, exactly as the file system has them: names that are not UTF-8
+                # (kept by Python as surrogate escapes) reach tf.io.read_file intact.
+                "path": np.array([os.fsencode(f) for f in files], dtype=object),
                 # By content, not by extension (a '.jpg' may hold a TIFF).
                 "use_pil": np.array([formats[f] not in _TF_FORMATS for f in files], bool),
                 "label": labels,
