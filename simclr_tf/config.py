@@ -202,9 +202,11 @@ class Config:
         "the restored data position, so a resumed run ends with exactly the weights of "
         "an uninterrupted one. Can be slower.")
     skip_corrupt_images: bool = _field(
-        True, "Folder datasets: skip (and count) files that are empty, truncated, not "
-        "images, or too large to decode, with a summary line; off: the first such file "
-        "fails the run before training, naming its path.")
+        True, "Folder datasets: skip (and count) files that are empty, truncated, "
+        "corrupt, not images, or too large to decode, named in a summary line and in "
+        "result.json (a body damaged behind a valid header is found while reading, and "
+        "dropped then); off: every file is decoded once before training (cached) and "
+        "the first such file fails the run before training, naming its path.")
 
     # ---------------------------------------------------------------- derived
     @property

@@ -222,8 +222,11 @@ def test_broken_images_are_skipped_and_counted_others_decode(broken_folder, tmp_
         str(broken_folder / "b_bad" / "4_text.jpg"): "not_an_image",
         str(broken_folder / "b_bad" / "5_truncated.png"): "truncated",
     }
-    assert "skipped 4 of 11 files (2 truncated, 1 empty, 1 not_an_image" in caplog.text \
-        or "skipped 4 of 11 files (1 empty, 1 not_an_image, 2 truncated)" in caplog.text
+    summary = ("skipped 4 unreadable images: 2 truncated (b_bad/2_truncated.jpg, "
+               "b_bad/5_truncated.png), 1 empty (b_bad/3_empty.jpg), 1 not an image "
+               "(b_bad/4_text.jpg)")
+    assert source.skipped_summary() == summary
+    assert f"(11 files): {summary}." in caplog.text
     assert source.class_names == ("a_good", "b_bad")
     assert source.num_examples("train") == 7  # exact: bad files are out before splitting
     examples = _decoded(source)
@@ -271,11 +274,15 @@ def test_image_scan_is_cached_and_too_large_images_are_skipped(broken_folder, tm
         "too_large"
 
 
-def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder):
+def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder, caplog):
     source = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
     victim = broken_folder / "a_good" / "1_rgb.png"
     victim.write_bytes(victim.read_bytes()[:30])
     assert len(_decoded(source)) == 6  # one fewer, and the epoch completes
+    assert source.skipped_files[str(victim)] == "truncated"  # counted and named
+    assert "dropped" in caplog.text and "1_rgb.png" in caplog.text
+    assert "3 truncated (a_good/1_rgb.png, b_bad/2_truncated.jpg" in \
+        source.skipped_summary()
 
 
 # ------------------------------------------------------------------ bad flags
