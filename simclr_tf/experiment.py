@@ -50,9 +50,20 @@ def run(config):
             return results
     if config.final_linear_probe:
         results.update(final_linear_probe(config, context))
+    results.update(skipped_images_record(source))
     if results and config.model_dir and _is_chief(strategy):
         write_json(os.path.join(config.model_dir, "result.json"), results)
     return results
+
+
+def skipped_images_record(source):
+    """{'skipped_images': count, summary and {path: problem}} of an image folder
+    whose scan or input pipeline skipped files; {} otherwise."""
+    skipped = dict(getattr(source, "skipped_files", None) or {})
+    if not skipped:
+        return {}
+    return dict(skipped_images=dict(count=len(skipped), summary=source.skipped_summary(),
+                                    files=skipped))
 
 
 # ------------------------------------------------------------------ set-up checks

@@ -285,6 +285,33 @@ def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder, caplo
         source.skipped_summary()
 
 
+@pytest.mark.slow
+def test_training_records_the_images_it_skipped(tmp_path, monkeypatch):
+    """A body damaged behind a valid header passes the header scan; training drops
+    it without stopping and result.json names it beside the scan's finds."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    folder = tmp_path / "images" / "cls"
+    folder.mkdir(parents=True)
+    rng = np.random.RandomState(0)
+    for i in range(6):
+        Image.fromarray((rng.rand(16, 16, 3) * 255).astype(np.uint8)).save(
+            folder / f"{i}.png")
+    data = bytearray((folder / "2.png").read_bytes())
+    start = data.index(b"IDAT") + 14
+    data[start:start + 30] = bytes(30)
+    (folder / "2.png").write_bytes(bytes(data))
+    (folder / "5.png").write_bytes(b"")
+    monkeypatch.setattr(experiment.export, "export_for_step", lambda *a, **k: "")
+    run_dir = tmp_path / "run"
+    result = experiment.run(config(dataset=f"folder:{folder.parent}", mode="train",
+                                   train_steps=1, checkpoint_steps=1, train_batch_size=4,
+                                   model_dir=str(run_dir)))
+    record = json.loads((run_dir / "result.json").read_text())["skipped_images"]
+    assert record == result["skipped_images"] == dict(
+        count=2, files={str(folder / "5.png"): "empty", str(folder / "2.png"): "corrupt"},
+        summary="skipped 2 unreadable images: 1 corrupt (cls/2.png), 1 empty (cls/5.png)")
+
+
 # ------------------------------------------------------------------ bad flags
 
 CONFIG_FLAGS = [f.name for f in dataclasses.fields(Config)]
