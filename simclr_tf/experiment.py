@@ -226,7 +226,8 @@ def train(config, strategy, context):
     if chief:
         hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=export.export_for_step(
             model, config.model_dir, step, image_size=config.image_size,
-            keep_hub_module_max=config.keep_hub_module_max))))
+            keep_hub_module_max=config.keep_hub_module_max,
+            max_pixels=config.serving_max_pixels))))
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, verbose=chief)
@@ -329,7 +330,8 @@ def export_latest(config, strategy, context):
     checkpoints.load_into(model, latest, whole_model=True)
     path = export.export_for_step(model, config.model_dir, checkpoints.step_of(latest, 0),
                                   image_size=config.image_size,
-                                  keep_hub_module_max=config.keep_hub_module_max)
+                                  keep_hub_module_max=config.keep_hub_module_max,
+                                  max_pixels=config.serving_max_pixels)
     print(f"Exported {latest} to {path}", flush=True)
     return dict(saved_model=path)
 

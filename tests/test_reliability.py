@@ -403,6 +403,7 @@ CATALOGUE = [
     (["--color_jitter_strength=2"], "color_jitter_strength"),
     (["--sk_ratio=-0.1"], "sk_ratio"),
     (["--knn_temperature=0"], "knn_temperature"),
+    (["--serving_max_pixels=-1"], "serving_max_pixels"),
     # 4 replicas (the test CPUs) of 8 images: 32 divides the global batch, not a replica's.
     (["--strategy=mirrored", "--grad_cache_chunk=32"], "grad_cache_chunk"),
 ]
