@@ -206,10 +206,17 @@ class Config:
         "(tf.config.experimental.enable_op_determinism) on top of the fixed seeds and "
         "the restored data position, so a resumed run ends with exactly the weights of "
         "an uninterrupted one. Can be slower.")
+    serving_max_pixels: int = _field(
+        rules.SERVING_MAX_PIXELS, "Exports: the most pixels (width x height, read from "
+        "the header before decoding) of one image sent to serving_default; a larger "
+        "one fails with InvalidArgument naming its index in the batch and the limit. "
+        "0 = no limit.")
     skip_corrupt_images: bool = _field(
-        True, "Folder datasets: skip (and count) files that are empty, truncated, not "
-        "images, or too large to decode, with a summary line; off: the first such file "
-        "fails the run before training, naming its path.")
+        True, "Folder datasets: skip (and count) files that are empty, truncated, "
+        "corrupt, not images, or too large to decode, named in a summary line and in "
+        "result.json (a body damaged behind a valid header is found while reading, and "
+        "dropped then); off: every file is decoded once before training (cached) and "
+        "the first such file fails the run before training, naming its path.")
 
     # ---------------------------------------------------------------- derived
     @property
@@ -344,6 +351,8 @@ class Config:
             ("knn_temperature", rules.check_knn_temperature, (self.knn_temperature,)),
             ("color_jitter_strength", rules.check_color_jitter_strength,
              (self.color_jitter_strength,)),
+            ("serving_max_pixels", rules.check_serving_max_pixels,
+             (self.serving_max_pixels,)),
         )
         for flag, check, arguments in checks:
             try:

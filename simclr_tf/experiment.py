@@ -57,6 +57,7 @@ def run(config):
                 return results
         if config.final_linear_probe:
             results.update(final_linear_probe(config, context))
+        results.update(skipped_images_record(source))
         if results and writes:
             write_json(record_path(config, "result"), results)
     return results
@@ -109,6 +110,16 @@ def _log_changed_flags(path, config):
     if changed:
         logging.warning("model_dir's flags.json records other flags; continuing with "
                         "the new ones (%s).", "; ".join(changed))
+
+
+def skipped_images_record(source):
+    """{'skipped_images': count, summary and {path: problem}} of an image folder
+    whose scan or input pipeline skipped files; {} otherwise."""
+    skipped = dict(getattr(source, "skipped_files", None) or {})
+    if not skipped:
+        return {}
+    return dict(skipped_images=dict(count=len(skipped), summary=source.skipped_summary(),
+                                    files=skipped))
 
 
 # ------------------------------------------------------------------ set-up checks
@@ -310,7 +321,8 @@ def _export(model, config, step):
     try:
         return export.export_for_step(model, config.model_dir, step,
                                       image_size=config.image_size,
-                                      keep_hub_module_max=config.keep_hub_module_max)
+                                      keep_hub_module_max=config.keep_hub_module_max,
+                                      max_pixels=config.serving_max_pixels)
     except (OSError, tf.errors.OpError) as error:
         raise ExportError(
             f"Exporting the SavedModel of step {step} to {config.model_dir}/saved_model "

@@ -8,7 +8,10 @@ Each export is one SavedModel with:
   GIF / BMP images (TF Serving's REST API accepts them as `{"b64": ...}` because the
   name ends in `_bytes`). They are decoded to RGB and eval-preprocessed in the graph
   (`augment.preprocess_for_eval`: bicubic resize to `image_size`, with the centre crop
-  only above 32 px, `augment.eval_center_crop_enabled`).
+  only above 32 px, `augment.eval_center_crop_enabled`). An image with more than
+  `max_pixels` pixels (width x height as its header declares them; default
+  `rules.SERVING_MAX_PIXELS`, 40 MP) is rejected before it is decoded: a few bytes
+  can declare a 12000 x 12000 PNG, which took 3 s and 2.5 GB to serve here.
 - signature `serving_images`: input `images`, float32 [N, H, W, 3], RGB in [0, 1] of
   any size, preprocessed in the graph the same way.
   Both return `embedding` (h, the pooled encoder output downstream tasks use),
@@ -24,13 +27,15 @@ Each export is one SavedModel with:
   averages updated), as the authors' hub modules do. Gradients flow to the inputs and
   to `loaded.trainable_variables`.
 - attributes `variables`, `trainable_variables`, `regularization_losses` (the TF Hub
-  convention) and `image_size` (an int32 scalar variable).
+  convention), `image_size` (an int32 scalar variable) and `max_pixels` (int64; 0:
+  no limit).
 
-Bad serving input fails with an InvalidArgument error that names the input:
-undecodable bytes, a batch of the wrong rank, images without 3 channels or with
-values outside [0, 1] (uint8 pixels sent unscaled, say). Wrong dtypes are rejected by
-the signature itself (TF Serving and `ConcreteFunction` check the dtype before the
-graph runs).
+Bad serving input fails with an InvalidArgument error that names the input: a batch
+of the wrong rank, images without 3 channels or with values outside [0, 1] (uint8
+pixels sent unscaled, say), and for `image_bytes` the first bad image's index in the
+batch and why: not JPEG/PNG/GIF/BMP data, an unreadable header, over `max_pixels`, or
+a corrupt or truncated body. Wrong dtypes are rejected by the signature itself (TF
+Serving and `ConcreteFunction` check the dtype before the graph runs).
 
 Writes are atomic on POSIX file systems: the SavedModel goes to a hidden temporary
 sibling directory that is renamed into place only once complete, so a crash or kill
@@ -54,6 +59,7 @@ import uuid
 import keras
 import tensorflow as tf
 
+from simclr_tf import rules
 from simclr_tf.data import augment
 from simclr_tf.models.outputs import H, LOGITS, Z
 
@@ -74,8 +80,12 @@ _STEP_DIR = re.compile(r"^\d+$")
 # Hidden siblings: "<name>.tmp-<id>" while writing, "<name>.old-<id>" while replacing.
 _SCRATCH_DIR = re.compile(r"^\..+\.(tmp|old)-[0-9a-f]+$")
 
-# Leading bytes of the formats tf.io.decode_image reads.
-_MAGIC_NUMBERS = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+# The formats tf.io.decode_image reads, by their leading bytes.
+_FORMATS = (("JPEG", (b"\xff\xd8\xff",)), ("PNG", (b"\x89PNG\r\n\x1a\n",)),
+            ("GIF", (b"GIF87a", b"GIF89a")), ("BMP", (b"BM",)))
+# No quotes: the error message shows them escaped.
+_NOT_AN_IMAGE = ("not JPEG, PNG, GIF or BMP data (send the raw bytes of the encoded "
+                 "file; over REST base64 in a b64 object)")
 
 
 class ServingModule(tf.Module):
@@ -91,6 +101,7 @@ class ServingModule(tf.Module):
             `logits_sup` when it has a supervised head).
         image_size: side of the square images the model was trained on.
         crop: centre-crop before resizing in the serving signatures.
+        max_pixels: most pixels of one image `serving_default` decodes (0: no limit).
     """
 
     # tf.Module derives these from its attributes on every access, and properties are
@@ -100,7 +111,7 @@ class ServingModule(tf.Module):
     trainable_variables = ()
     non_trainable_variables = ()
 
-    def __init__(self, model, image_size, crop):
+    def __init__(self, model, image_size, crop, max_pixels=rules.SERVING_MAX_PIXELS):
         super().__init__(name="simclr_serving")
         self.model = model
         self.variables = _tf_variables(model.variables)
@@ -110,8 +121,11 @@ class ServingModule(tf.Module):
         self.regularization_losses = []
         self.image_size = tf.Variable(image_size, dtype=tf.int32, trainable=False,
                                       name="image_size")
+        self.max_pixels = tf.Variable(max_pixels, dtype=tf.int64, trainable=False,
+                                      name="max_pixels")
         self._size = int(image_size)
         self._crop = bool(crop)
+        self._max_pixels = int(max_pixels)
 
     @tf.function
     def __call__(self, images, trainable=False):
@@ -141,10 +155,8 @@ class ServingModule(tf.Module):
         # set_shape, not ensure_shape: grappler may evaluate an EnsureShape on a fed
         # scalar before the assertion runs, and its message names no fix.
         image_bytes.set_shape([None])
-        indices = tf.range(tf.shape(image_bytes)[0])
-        images = tf.map_fn(
-            lambda args: self._preprocess(_decode_image(*args)), (image_bytes, indices),
-            fn_output_signature=tf.TensorSpec([self._size, self._size, 3], tf.float32))
+        images = decode_batch(image_bytes, self._preprocess,
+                              [self._size, self._size, 3], self._max_pixels)
         return self._serving_outputs(images)
 
     @tf.function(input_signature=[
@@ -220,20 +232,137 @@ def _checked(tensor, condition, message):
         return tf.identity(tensor)
 
 
-def _decode_image(encoded, index):
-    """Decodes one encoded image to float32 RGB in [0, 1], naming bad input."""
-    known = tf.reduce_any([tf.strings.substr(encoded, 0, len(magic)) == magic
-                           for magic in _MAGIC_NUMBERS])
-    encoded = _checked(encoded, known, [
-        f"{IMAGE_BYTES_INPUT}: could not decode image", index,
-        "of", tf.strings.length(encoded), "bytes: not JPEG, PNG, GIF or BMP data "
-        "(send the encoded file's raw bytes; over REST as {\"b64\": ...})"])
-    # A known header with a corrupt body still fails inside the decoder, with the
-    # decoder's own message; the op name then says which input it was.
-    image = tf.io.decode_image(encoded, channels=3, dtype=tf.float32,
-                               expand_animations=False,
-                               name=f"{IMAGE_BYTES_INPUT}_decode_image")
-    return image
+def decode_batch(image_bytes, preprocess, shape, max_pixels):
+    """Decodes and preprocesses a batch of encoded images; names the first bad one.
+
+    Each image is checked from its header (format, then width x height against
+    `max_pixels`) before it is decoded. A graph cannot catch an op's error, but
+    tf.data can drop the element that raised it: the images go through a dataset
+    whose failures are dropped, and a missing index is then explained, from that
+    image's header alone, by one InvalidArgument error naming it.
+
+    Args:
+        image_bytes: string [N], encoded images.
+        preprocess: float32 RGB image in [0, 1] [h, w, 3] -> float32 `shape`.
+        shape: static shape of a preprocessed image.
+        max_pixels: most pixels of one image; 0: no limit.
+
+    Returns:
+        float32 [N, *shape].
+    """
+    count = tf.shape(image_bytes, out_type=tf.int64)[0]
+
+    def decode(index, encoded):
+        kind = _image_format(encoded)
+        encoded = _checked(encoded, kind >= 0, ["unknown format"])
+        if max_pixels:
+            height, width = tf.unstack(_header_size(encoded, kind))
+            encoded = _checked(encoded, height * width <= max_pixels, ["too large"])
+        image = tf.io.decode_image(encoded, channels=3, dtype=tf.float32,
+                                   expand_animations=False)
+        return index, preprocess(image)
+
+    end = (tf.constant(-1, tf.int64), tf.zeros(shape, tf.float32))
+    decoded = tf.data.Dataset.from_tensor_slices((tf.range(count), image_bytes)).map(
+        decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # The end marker makes the batch non-empty even when every image failed.
+    indices, images = decoded.ignore_errors().concatenate(
+        tf.data.Dataset.from_tensors(end)).batch(count + 1).get_single_element()
+    indices, images = indices[:-1], images[:-1]
+    complete = tf.equal(tf.size(indices, out_type=tf.int64), count)
+
+    def explain():
+        # In order, the indices kept; the first that differs from its position is
+        # the first image dropped.
+        gaps = tf.where(tf.not_equal(indices, tf.range(tf.size(indices,
+                                                               out_type=tf.int64))))
+        first = tf.concat([gaps[:, 0], tf.size(indices, out_type=tf.int64)[None]], 0)[0]
+        encoded = tf.gather(image_bytes, first)
+        assertion = tf.debugging.Assert(complete, [
+            f"{IMAGE_BYTES_INPUT}: could not decode image", first, "of",
+            tf.strings.length(encoded), "bytes:", _problem(encoded, max_pixels)])
+        with tf.control_dependencies([assertion]):
+            return tf.identity(complete)
+
+    checked = tf.cond(complete, lambda: complete, explain)
+    with tf.control_dependencies([checked]):
+        images = tf.identity(images)
+    images.set_shape([None, *shape])
+    return images
+
+
+def _image_format(encoded):
+    """Index in `_FORMATS` of the format `encoded` starts like, or -1."""
+    kind = tf.constant(-1)
+    for index, (_, magics) in reversed(list(enumerate(_FORMATS))):
+        matches = tf.reduce_any([tf.strings.substr(encoded, 0, len(magic)) == magic
+                                 for magic in magics])
+        kind = tf.where(matches, index, kind)
+    return kind
+
+
+def _header_size(encoded, kind):
+    """int64 [height, width] as the header of `encoded` (of format `kind`) declares.
+
+    Reads no more than the header: PNG's IHDR, GIF's logical screen, BMP's info
+    header (as tf.io.decode_bmp reads it; a negative height is top-down) and,
+    through libjpeg, JPEG's frame header. Fails where the header cannot be read.
+    """
+    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, 32),
+                                              b"\0" * 32]), 0, 32)
+    head = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+    def number(start, length, big_endian):
+        places = range(length) if big_endian else reversed(range(length))
+        value = tf.constant(0, tf.int64)
+        for place in places:
+            value = value * 256 + head[start + place]
+        return value
+
+    def signed32(value):
+        return tf.where(value >= 2 ** 31, value - 2 ** 32, value)
+
+    def jpeg():
+        return tf.cast(tf.image.extract_jpeg_shape(encoded)[:2], tf.int64)
+
+    def png():
+        has_ihdr = tf.equal(tf.strings.substr(encoded, 12, 4), b"IHDR")
+        with tf.control_dependencies([tf.debugging.Assert(has_ihdr, ["no IHDR"])]):
+            return tf.stack([number(20, 4, True), number(16, 4, True)])
+
+    def gif():
+        return tf.stack([number(8, 2, False), number(6, 2, False)])
+
+    def bmp():
+        return tf.abs(tf.stack([signed32(number(22, 4, False)),
+                                signed32(number(18, 4, False))]))
+
+    return tf.switch_case(kind, [jpeg, png, gif, bmp])
+
+
+def _problem(encoded, max_pixels):
+    """Why `encoded` failed, from its header alone (a string scalar)."""
+    kind = _image_format(encoded)
+
+    def header_size(data):
+        return _header_size(_checked(data, kind >= 0, ["unknown format"]), kind)
+
+    # The header is read inside a dataset, which turns a header too broken to read
+    # into the [-1, -1] that follows it.
+    size = tf.data.Dataset.from_tensors(encoded).map(header_size).ignore_errors(
+        ).concatenate(tf.data.Dataset.from_tensors(tf.constant([-1, -1], tf.int64))
+                      ).take(1)
+    height, width = tf.unstack(size.get_single_element())
+    name = tf.gather([name for name, _ in _FORMATS], tf.maximum(kind, 0))
+    cases = [(kind < 0, lambda: tf.constant(_NOT_AN_IMAGE)),
+             (height < 0, lambda: tf.strings.join(["unreadable ", name, " header"]))]
+    if max_pixels:
+        cases.append((height * width > max_pixels, lambda: tf.strings.format(
+            "{} x {} = {} pixels (width x height), over the limit of "
+            f"{max_pixels} set at export (max_pixels); send a smaller image",
+            (width, height, width * height))))
+    return tf.case(cases, default=lambda: tf.strings.join(["corrupt or truncated ", name,
+                                                           " data"]))
 
 
 def _check_images(images):
@@ -266,7 +395,8 @@ def _build_if_needed(model, image_size):
         model(tf.zeros([1, image_size, image_size, 3]), training=False)
 
 
-def create_serving_module(model, *, image_size, crop=None):
+def create_serving_module(model, *, image_size, crop=None,
+                          max_pixels=rules.SERVING_MAX_PIXELS):
     """The `ServingModule` of a model, with every function traced.
 
     Args:
@@ -274,15 +404,18 @@ def create_serving_module(model, *, image_size, crop=None):
         image_size: positive int, side of the model's square input images.
         crop: centre-crop in the serving signatures; None follows the training
             recipe (`augment.eval_center_crop_enabled(image_size)`).
+        max_pixels: int >= 0, most pixels (width x height) of one image
+            `serving_default` decodes; 0: no limit.
 
     Returns:
         `(module, signatures)`, the arguments of `tf.saved_model.save`.
     """
     _check_image_size(image_size)
+    rules.check_serving_max_pixels(max_pixels, "max_pixels")
     if crop is None:
         crop = augment.eval_center_crop_enabled(image_size)
     _build_if_needed(model, image_size)
-    module = ServingModule(model, image_size, crop)
+    module = ServingModule(model, image_size, crop, max_pixels)
     image_spec = tf.TensorSpec([None, None, None, 3], tf.float32, name=IMAGES_INPUT)
     # Both batch-norm modes of the hub interface, traced now so the SavedModel
     # holds them (a restored tf.function can only run what was traced).
@@ -307,7 +440,8 @@ def _scratch_path(path, kind):
     return os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:12]}")
 
 
-def export_saved_model(model, export_dir, *, image_size, crop=None):
+def export_saved_model(model, export_dir, *, image_size, crop=None,
+                       max_pixels=rules.SERVING_MAX_PIXELS):
     """Writes the serving SavedModel of `model` to `export_dir`, atomically.
 
     The SavedModel is written to a hidden sibling directory and renamed to
@@ -320,18 +454,20 @@ def export_saved_model(model, export_dir, *, image_size, crop=None):
         export_dir: the SavedModel directory to (re)place.
         image_size: positive int, side of the model's square input images.
         crop: centre-crop in the serving signatures; None: the training recipe's rule.
+        max_pixels: most pixels of one served image (see `create_serving_module`).
 
     Returns:
         `export_dir`.
 
     Raises:
-        ValueError: bad `image_size` or empty `export_dir`.
+        ValueError: bad `image_size` or `max_pixels`, or empty `export_dir`.
     """
     if not export_dir or not str(export_dir).strip("/"):
         raise ValueError(f"`export_dir` must be a directory path. "
                          f"Received: export_dir={export_dir!r}")
     export_dir = str(export_dir).rstrip("/")
-    module, signatures = create_serving_module(model, image_size=image_size, crop=crop)
+    module, signatures = create_serving_module(model, image_size=image_size, crop=crop,
+                                               max_pixels=max_pixels)
     parent = os.path.dirname(export_dir)
     if parent:
         tf.io.gfile.makedirs(parent)
@@ -375,7 +511,7 @@ def latest_export(model_dir):
 
 
 def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1,
-                    crop=None):
+                    crop=None, max_pixels=rules.SERVING_MAX_PIXELS):
     """Exports to `model_dir/saved_model/<step>/`, keeping the newest exports.
 
     After a successful export, older exports beyond `keep_hub_module_max` are
@@ -390,12 +526,13 @@ def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1
         image_size: positive int, side of the model's square input images.
         keep_hub_module_max: exports kept, >= 0; 0 keeps all (the reference's flag).
         crop: centre-crop in the serving signatures; None: the training recipe's rule.
+        max_pixels: most pixels of one served image (see `create_serving_module`).
 
     Returns:
         The export's path.
 
     Raises:
-        ValueError: bad `step`, `keep_hub_module_max` or `image_size`.
+        ValueError: bad `step`, `keep_hub_module_max`, `image_size` or `max_pixels`.
     """
     step = _as_int(step, "step")
     if step < 0:
@@ -406,7 +543,7 @@ def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1
                          f"Received: keep_hub_module_max={keep_hub_module_max!r}")
     base = os.path.join(model_dir, SAVED_MODEL_DIRNAME)
     path = export_saved_model(model, os.path.join(base, str(step)),
-                              image_size=image_size, crop=crop)
+                              image_size=image_size, crop=crop, max_pixels=max_pixels)
     for name in tf.io.gfile.listdir(base):
         name = name.rstrip("/")
         if _SCRATCH_DIR.match(name):
@@ -437,6 +574,7 @@ def _as_int(value, name):
 __all__ = [
     "IMAGE_BYTES_INPUT", "IMAGES_INPUT", "IMAGE_VALUE_TOLERANCE",
     "SAVED_MODEL_DIRNAME", "SERVING_DEFAULT", "SERVING_IMAGES", "SERVING_OUTPUTS",
-    "ServingModule", "create_serving_module", "export_for_step", "export_saved_model",
+    "ServingModule", "create_serving_module", "decode_batch", "export_for_step",
+    "export_saved_model",
     "exported_steps", "latest_export",
 ]

@@ -144,3 +144,18 @@ def check_color_jitter_impl(impl):
     """One of `COLOR_JITTER_IMPLS`."""
     if impl not in COLOR_JITTER_IMPLS:
         raise ValueError(f"impl must be one of {COLOR_JITTER_IMPLS}. Received: impl={impl!r}")
+
+
+# The most pixels (width x height) of one image the exported `serving_default` decodes:
+# 40 MP holds a 7300 x 5470 photo (most cameras write 24-45 MP) and decodes to ~0.5 GB
+# of float32; larger images fail before decoding (phones' 48-200 MP modes: resize on
+# the client, the model sees image_size pixels anyway). 0 = no limit.
+SERVING_MAX_PIXELS = 40_000_000
+
+
+def check_serving_max_pixels(max_pixels, name="serving_max_pixels"):
+    """Pixels per served image: an int >= 0 (0 = no limit)."""
+    if not isinstance(max_pixels, numbers.Integral) or isinstance(max_pixels, bool) \
+            or max_pixels < 0:
+        raise ValueError(f"{name} must be an int >= 0 (0 = no limit), e.g. "
+                         f"{SERVING_MAX_PIXELS}. Received: {name}={max_pixels!r}")

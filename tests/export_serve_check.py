@@ -6,11 +6,14 @@ image files, and where to write results. Nothing from simclr_tf is imported: onl
 TensorFlow and Keras, which is all a serving client has.
 
 Writes `out_npz` (every output, keyed `<interface>/<output>`, and the gradients) and
-`out_json` (signature names, variable counts, and for each bad input the error's
-class and message).
+`out_json` (signature names, variable counts, for each bad input the error's class
+and message, and what rejecting a 12000 x 12000 PNG cost: seconds and growth of the
+peak resident memory).
 """
 import json
+import resource
 import sys
+import time
 
 import keras
 import numpy as np
@@ -48,6 +51,17 @@ def _bad_inputs(serving_default, serving_images, png):
     return {name: _error(fn) for name, fn in cases.items()}
 
 
+def _costed_error(fn):
+    """(`_error(fn)`, {'seconds', 'peak_growth_mb'}: growth of the peak resident
+    memory)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    error = _error(fn)
+    seconds = time.perf_counter() - start
+    growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+    return error, dict(seconds=seconds, peak_growth_mb=growth)
+
+
 def main(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
@@ -58,12 +72,16 @@ def main(spec_path):
         with open(path, "rb") as f:
             encoded.append(f.read())
 
+    with open(spec["large_png"], "rb") as f:
+        large_png = f.read()
+
     loaded = tf.saved_model.load(spec["export_dir"])
     arrays, meta = {}, {}
     meta["signatures"] = sorted(loaded.signatures)
     meta["num_variables"] = len(loaded.variables)
     meta["num_trainable_variables"] = len(loaded.trainable_variables)
     meta["image_size"] = int(loaded.image_size.numpy())
+    meta["max_pixels"] = int(loaded.max_pixels.numpy())
 
     # The authors' colab interface.
     for name, value in loaded(images32, trainable=False).items():
@@ -93,7 +111,12 @@ def main(spec_path):
     layer = keras.layers.TFSMLayer(spec["export_dir"], call_endpoint="serving_default")
     arrays["tfsm/embedding"] = np.asarray(layer(tf.constant(encoded))["embedding"])
 
-    meta["errors"] = _bad_inputs(serving_default, serving_images, encoded[0])
+    # First of the bad inputs, while the peak memory has seen only normal images: a
+    # PNG of 140 kB that decodes to 144 megapixels, rejected unread.
+    too_large, meta["too_large_cost"] = _costed_error(
+        lambda: serving_default(image_bytes=tf.constant([encoded[0], large_png])))
+    meta["errors"] = dict(bytes_too_large=too_large,
+                          **_bad_inputs(serving_default, serving_images, encoded[0]))
 
     # Last: training-mode batch norm updates the loaded moving statistics.
     for name, value in loaded(images32, trainable=True).items():

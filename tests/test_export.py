@@ -6,18 +6,23 @@ fresh process (only TF and Keras imported, as a serving client) and runs every
 interface and every bad input; `saved_model_cli` runs it as TF Serving's tooling does.
 """
 import hashlib
+import io
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
+import zlib
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import export
+from PIL import Image
+
+from simclr_tf import export, rules
 from simclr_tf.data import augment
 from simclr_tf.models import SimCLRModel
 
@@ -84,6 +89,21 @@ def _decode_like_a_client(data):
     return augment.to_float_image(decode(data, channels=3))
 
 
+def _png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(
+        ">I", zlib.crc32(kind + data))
+
+
+def _large_png(width, height):
+    """A valid 8-bit grey PNG of zeros: a few hundred kB, compressed row by row."""
+    compressor = zlib.compressobj(9)
+    row = bytes(width + 1)  # filter type 0, then the pixels
+    data = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data)
+            + _png_chunk(b"IEND", b""))
+
+
 def _expected(model, images, training=False):
     return {k: v.numpy() for k, v in model(images, training=training).items()}
 
@@ -121,10 +141,13 @@ def served(tmp_path_factory):
         image_files.append(str(tmp / f"image{i}.bin"))
         with open(image_files[-1], "wb") as f:
             f.write(data)
+    # 140 kB that decode to 12000 x 12000 x 3 (2.5 s and 3 GB here, unchecked).
+    with open(tmp / "large.png", "wb") as f:
+        f.write(_large_png(12000, 12000))
     np.savez(tmp / "inputs.npz", images32=images32, images_any=images_any)
     spec = dict(export_dir=path, inputs=str(tmp / "inputs.npz"),
-                image_files=image_files, out_npz=str(tmp / "out.npz"),
-                out_json=str(tmp / "out.json"))
+                image_files=image_files, large_png=str(tmp / "large.png"),
+                out_npz=str(tmp / "out.npz"), out_json=str(tmp / "out.json"))
     with open(tmp / "spec.json", "w") as f:
         json.dump(spec, f)
     server = _start([sys.executable, os.path.join(TESTS_DIR, "export_serve_check.py"),
@@ -181,6 +204,7 @@ def test_signatures_and_variables(served):
     meta = served["meta"]
     assert meta["signatures"] == ["serving_default", "serving_images"]
     assert meta["image_size"] == IMAGE_SIZE
+    assert meta["max_pixels"] == rules.SERVING_MAX_PIXELS
     assert meta["num_variables"] == served["num_variables"]
     assert meta["num_trainable_variables"] == served["num_trainable_variables"]
 
@@ -232,6 +256,9 @@ def test_serving_signatures_equal_model_on_preprocessed_images(served):
 
 
 @pytest.mark.parametrize("case, input_name, fragment", [
+    ("bytes_too_large", "image_bytes", "could not decode image] [1] [of] [140051] "
+     "[bytes:] [12000 x 12000 = 144000000 pixels (width x height), over the limit of "
+     f"{rules.SERVING_MAX_PIXELS} set at export (max_pixels)"),
     ("bytes_text", "image_bytes", "could not decode image] [1]"),
     ("bytes_empty", "image_bytes", "could not decode image] [0] [of] [0]"),
     ("bytes_truncated_png", "image_bytes", "PNG"),
@@ -247,6 +274,12 @@ def test_bad_serving_input_names_the_input(served, case, input_name, fragment):
     error = served["meta"]["errors"][case]
     assert error["type"] == "InvalidArgumentError", error
     assert input_name in error["message"] and fragment in error["message"], error
+
+
+def test_too_large_image_is_rejected_before_decoding(served):
+    # Decoding it unchecked took 2.5 s and grew the peak memory by 3 GB here.
+    cost = served["meta"]["too_large_cost"]
+    assert cost["seconds"] < 1.5 and cost["peak_growth_mb"] < 300, cost
 
 
 @pytest.mark.parametrize("case, dtype", [
@@ -390,6 +423,8 @@ def test_reexport_replaces_the_same_step(tmp_path, fake_saver):
     (dict(keep_hub_module_max=True), "keep_hub_module_max=True"),
     (dict(image_size=0), "image_size=0"),
     (dict(image_size=32.0), "image_size=32.0"),
+    (dict(max_pixels=-1), "max_pixels=-1"),
+    (dict(max_pixels=2.5), "max_pixels=2.5"),
 ])
 def test_bad_arguments_raise_value_error(tmp_path, kwargs, message):
     args = dict(step=1, image_size=IMAGE_SIZE, keep_hub_module_max=1)
@@ -408,3 +443,54 @@ def test_step_may_be_a_tensor(tmp_path, fake_saver):
     path = export.export_for_step(None, str(tmp_path), tf.constant(3, tf.int64),
                                   image_size=IMAGE_SIZE)
     assert path.endswith(os.path.join("saved_model", "3"))
+
+
+# ------------------------------------------- image headers, without tracing a model
+
+
+def _encoded(fmt, width, height):
+    pixels = np.random.default_rng(3).integers(0, 256, (height, width, 3), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+HEADER_CASES = [("JPEG", 40, 30), ("PNG", 33, 21), ("GIF", 17, 9), ("BMP", 12, 7)]
+
+
+@pytest.mark.parametrize("fmt, width, height", HEADER_CASES)
+def test_header_size_is_what_the_decoder_makes(fmt, width, height):
+    data = tf.constant(_encoded(fmt, width, height))
+    size = export._header_size(data, export._image_format(data))
+    assert list(size.numpy()) == [height, width]
+    assert tf.io.decode_image(data, expand_animations=False).shape[:2] == (height, width)
+    # A PNG whose header claims more is read as it claims, without the body.
+    if fmt == "PNG":
+        claimed = bytearray(data.numpy())
+        claimed[16:24] = struct.pack(">II", 12000, 9000)
+        claimed[29:33] = struct.pack(">I", zlib.crc32(bytes(claimed[12:29])))
+        size = export._header_size(tf.constant(bytes(claimed)), tf.constant(1))
+        assert list(size.numpy()) == [9000, 12000]
+
+
+def _decode_batch(images, max_pixels):
+    def preprocess(image):
+        return augment.preprocess_for_eval(image, 8, 8, crop=False)
+
+    return tf.function(lambda batch: export.decode_batch(batch, preprocess, [8, 8, 3],
+                                                         max_pixels))(tf.constant(images, tf.string))
+
+
+def test_the_pixel_limit_names_the_first_image_over_it_in_any_format():
+    images = [_encoded(fmt, width, height) for fmt, width, height in HEADER_CASES]
+    assert _decode_batch(images, 40 * 30).shape == (4, 8, 8, 3)
+    for index, (fmt, width, height) in enumerate(HEADER_CASES[:-1]):
+        # A limit one pixel below the image at `index`; the later ones are smaller.
+        limit = width * height - 1
+        with pytest.raises(tf.errors.InvalidArgumentError) as info:
+            _decode_batch(images[index:], limit)
+        assert (f"could not decode image] [0] [of] [{len(images[index])}] [bytes:] "
+                f"[{width} x {height} = {width * height} pixels (width x height), over "
+                f"the limit of {limit} set at export") in str(info.value), fmt
+    assert _decode_batch(images, 0).shape == (4, 8, 8, 3)  # 0: no limit
+    assert _decode_batch([], 1).shape == (0, 8, 8, 3)

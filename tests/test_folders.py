@@ -1,11 +1,14 @@
 """Tests for simclr_tf.data.folders: image folders (broken files: test_reliability.py)."""
 import os
+import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
-from simclr_tf.data import registry, subsets
+from simclr_tf.data import folders, registry, subsets
+from simclr_tf.evaluation import features
 
 
 def _all(dataset):
@@ -91,3 +94,104 @@ def test_folder_errors(tmp_path):
     _save(_colour((1, 2, 3)), str(tmp_path / "cls" / "x.png"), "PNG")
     with pytest.raises(ValueError, match="mixes"):
         registry.get_dataset(f"folder:{tmp_path}")
+
+
+def test_folder_follows_directory_links_once(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    for cls in ("a", "b"):
+        _save(_colour((1, 2, 3)), str(root / cls / "0.png"), "PNG")
+    _save(_colour((4, 5, 6)), str(outside / "x.png"), "PNG")
+    os.symlink(".", root / "loop")                 # a cycle at the top
+    os.symlink(".", root / "a" / "loop")           # and inside a class
+    os.symlink(root / "b", root / "a_alias_of_b")  # a second name for a class
+    os.symlink(outside, root / "c")                # a class kept elsewhere: followed
+    os.symlink(outside, root / "d")                # ... once
+    os.symlink(root, outside / "back")             # leading back: not followed
+    source = registry.get_dataset(f"folder:{root}")
+    assert source.class_names == ("a", "b", "c")
+    assert [y for _, y in _all(source.load("train"))] == [0, 1, 2]
+
+
+def test_folder_reads_file_names_that_are_not_utf8(tmp_path):
+    _save(_colour((10, 20, 30)), str(tmp_path / "cls" / "good.png"), "PNG")
+    data = (tmp_path / "cls" / "good.png").read_bytes()
+    odd = os.fsencode(tmp_path / "cls") + b"/bad\xff.png"  # not UTF-8
+    descriptor = os.open(odd, os.O_WRONLY | os.O_CREAT)
+    os.write(descriptor, data)
+    os.close(descriptor)
+    source = registry.get_dataset(f"folder:{tmp_path}", skip_corrupt_images=False)
+    assert source.num_examples("train") == 2 and not source.skipped_files
+    examples = _all(source.load("train"))
+    assert len(examples) == 2
+    for image, _ in examples:
+        np.testing.assert_array_equal(image[0, 0], [10, 20, 30])
+    assert list(features.example_names(source, "train", [0])) == [os.fsdecode(odd)]
+
+
+def _noise_pngs(directory, count):
+    rng = np.random.RandomState(0)
+    for i in range(count):
+        pixels = (rng.rand(16, 16, 3) * 255).astype(np.uint8)
+        _save(Image.fromarray(pixels), str(directory / f"{i}.png"), "PNG")
+
+
+def _damage_body(path):
+    """Zeroes bytes inside the image data: the header and the end marker stay."""
+    data = bytearray(path.read_bytes())
+    start = data.index(b"IDAT") + 14
+    data[start:start + 30] = bytes(30)
+    path.write_bytes(bytes(data))
+
+
+def test_corrupt_body_is_dropped_counted_and_named_when_skipping(tmp_path, caplog):
+    _noise_pngs(tmp_path / "cls", 4)
+    _damage_body(tmp_path / "cls" / "1.png")
+    source = folders.ImageFolderSource(str(tmp_path), scan_cache_dir=None)
+    # The header scan cannot see it; the input pipeline drops and names it.
+    assert source.num_examples("train") == 4 and not source.skipped_files
+    assert len(_all(source.load("train"))) == 3
+    assert source.skipped_files == {str(tmp_path / "cls" / "1.png"): "corrupt"}
+    assert source.skipped_summary() == "skipped 1 unreadable image: 1 corrupt (cls/1.png)"
+    assert "dropped" in caplog.text and "cls/1.png" in caplog.text
+    # Each epoch drops it again (with a shuffled order too); it is counted once.
+    assert len(_all(source.load("train", shuffle_files=True))) == 3
+    assert len(source.skipped_files) == 1
+    # The full scan finds it before anything is read: exact split sizes.
+    full = folders.ImageFolderSource(str(tmp_path), scan_cache_dir=None, full_scan=True)
+    assert full.num_examples("train") == 3 and list(full.skipped_files.values()) == [
+        "corrupt"]
+
+
+def test_corrupt_body_fails_before_training_when_not_skipping(tmp_path):
+    _noise_pngs(tmp_path / "cls", 4)
+    _damage_body(tmp_path / "cls" / "2.png")
+    cache = str(tmp_path / "cache")
+    # A header scan cached first must not stand in for the full scan.
+    folders.ImageFolderSource(str(tmp_path), scan_cache_dir=cache)
+    with pytest.raises(folders.CorruptImageError) as info:
+        registry.get_dataset(f"folder:{tmp_path}", skip_corrupt_images=False)
+    with pytest.raises(folders.CorruptImageError) as cached:
+        folders.ImageFolderSource(str(tmp_path), skip_corrupt_images=False,
+                                  scan_cache_dir=cache)
+    for error in (info.value, cached.value):
+        assert (error.path, error.reason) == (str(tmp_path / "cls" / "2.png"), "corrupt")
+
+
+def test_file_damaged_after_a_full_scan_fails_naming_it(tmp_path):
+    _noise_pngs(tmp_path / "cls", 3)
+    source = folders.ImageFolderSource(str(tmp_path), skip_corrupt_images=False,
+                                       scan_cache_dir=None)
+    _damage_body(tmp_path / "cls" / "2.png")  # the last: found by the end marker
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape(f"{str(tmp_path / 'cls' / '2.png')!r} is corrupt")):
+        _all(source.load("train"))
+
+
+def test_dropped_files_are_found_per_input_pipeline(tmp_path):
+    _noise_pngs(tmp_path / "cls", 5)
+    source = folders.ImageFolderSource(str(tmp_path), scan_cache_dir=None)
+    for name in ("0.png", "3.png"):
+        _damage_body(tmp_path / "cls" / name)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    assert len(_all(source.load("train", input_context=context))) == 1  # 1 and 3
+    assert list(source.skipped_files) == [str(tmp_path / "cls" / "3.png")]

@@ -212,8 +212,11 @@ def test_broken_images_are_skipped_and_counted_others_decode(broken_folder, tmp_
         str(broken_folder / "b_bad" / "4_text.jpg"): "not_an_image",
         str(broken_folder / "b_bad" / "5_truncated.png"): "truncated",
     }
-    assert "skipped 4 of 11 files (2 truncated, 1 empty, 1 not_an_image" in caplog.text \
-        or "skipped 4 of 11 files (1 empty, 1 not_an_image, 2 truncated)" in caplog.text
+    summary = ("skipped 4 unreadable images: 2 truncated (b_bad/2_truncated.jpg, "
+               "b_bad/5_truncated.png), 1 empty (b_bad/3_empty.jpg), 1 not an image "
+               "(b_bad/4_text.jpg)")
+    assert source.skipped_summary() == summary
+    assert f"(11 files): {summary}." in caplog.text
     assert source.class_names == ("a_good", "b_bad")
     assert source.num_examples("train") == 7  # exact: bad files are out before splitting
     examples = _decoded(source)
@@ -261,11 +264,42 @@ def test_image_scan_is_cached_and_too_large_images_are_skipped(broken_folder, tm
         "too_large"
 
 
-def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder):
+def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder, caplog):
     source = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
     victim = broken_folder / "a_good" / "1_rgb.png"
     victim.write_bytes(victim.read_bytes()[:30])
     assert len(_decoded(source)) == 6  # one fewer, and the epoch completes
+    assert source.skipped_files[str(victim)] == "truncated"  # counted and named
+    assert "dropped" in caplog.text and "1_rgb.png" in caplog.text
+    assert "3 truncated (a_good/1_rgb.png, b_bad/2_truncated.jpg" in \
+        source.skipped_summary()
+
+
+@pytest.mark.slow
+def test_training_records_the_images_it_skipped(tmp_path, monkeypatch):
+    """A body damaged behind a valid header passes the header scan; training drops
+    it without stopping and result.json names it beside the scan's finds."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    folder = tmp_path / "images" / "cls"
+    folder.mkdir(parents=True)
+    rng = np.random.RandomState(0)
+    for i in range(6):
+        Image.fromarray((rng.rand(16, 16, 3) * 255).astype(np.uint8)).save(
+            folder / f"{i}.png")
+    data = bytearray((folder / "2.png").read_bytes())
+    start = data.index(b"IDAT") + 14
+    data[start:start + 30] = bytes(30)
+    (folder / "2.png").write_bytes(bytes(data))
+    (folder / "5.png").write_bytes(b"")
+    monkeypatch.setattr(experiment.export, "export_for_step", lambda *a, **k: "")
+    run_dir = tmp_path / "run"
+    result = experiment.run(config(dataset=f"folder:{folder.parent}", mode="train",
+                                   train_steps=1, checkpoint_steps=1, train_batch_size=4,
+                                   model_dir=str(run_dir)))
+    record = json.loads((run_dir / "result.json").read_text())["skipped_images"]
+    assert record == result["skipped_images"] == dict(
+        count=2, files={str(folder / "5.png"): "empty", str(folder / "2.png"): "corrupt"},
+        summary="skipped 2 unreadable images: 1 corrupt (cls/2.png), 1 empty (cls/5.png)")
 
 
 # ------------------------------------------------------------------ bad flags
@@ -359,6 +393,7 @@ CATALOGUE = [
     (["--color_jitter_strength=2"], "color_jitter_strength"),
     (["--sk_ratio=-0.1"], "sk_ratio"),
     (["--knn_temperature=0"], "knn_temperature"),
+    (["--serving_max_pixels=-1"], "serving_max_pixels"),
     # 4 replicas (the test CPUs) of 8 images: 32 divides the global batch, not a replica's.
     (["--strategy=mirrored", "--grad_cache_chunk=32"], "grad_cache_chunk"),
 ]

@@ -26,6 +26,8 @@ CASES = [
     (rules.check_knn_temperature, (0.07,), (-1.0,), "temperature"),
     (rules.check_color_jitter_strength, (1.25,), (1.3,), "color_jitter_strength"),
     (rules.check_color_jitter_impl, ("simclrv1",), ("v3",), "impl"),
+    (rules.check_serving_max_pixels, (0,), (-1,), "serving_max_pixels"),
+    (rules.check_serving_max_pixels, (40_000_000,), (1.5e7,), "serving_max_pixels"),
 ]
 
 
@@ -42,6 +44,7 @@ def test_rule_accepts_good_values_and_names_the_bad_one(rule, good, bad, name):
     ("ft_proj_selector", 4, rules.check_ft_proj_selector, ("nonlinear", 3, 4)),
     ("color_jitter_strength", 2.0, rules.check_color_jitter_strength, (2.0,)),
     ("momentum", 1.5, rules.check_momentum, (1.5,)),
+    ("serving_max_pixels", -1, rules.check_serving_max_pixels, (-1,)),
 ])
 def test_the_flag_error_is_the_rule_error(flag, value, rule, arguments):
     with pytest.raises(ValueError) as expected:

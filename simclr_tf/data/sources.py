@@ -286,7 +286,8 @@ class ArraySource(DatasetSource):
     def _decode(self, columns: dict[str, tf.Tensor]) -> tf.Tensor:
         """One element's columns -> uint8 [H, W, 3] image."""
 
-    def load(self, split, *, input_context=None, shuffle_files=False, example_ids=None):
+    def _ordered(self, split, shuffle_files=False, example_ids=None):
+        """The columns of `split` in the order `load` reads them (see its Args)."""
         columns = self._select(split)
         num = len(columns["label"])
         order = np.arange(num)
@@ -295,7 +296,10 @@ class ArraySource(DatasetSource):
         elif shuffle_files:
             # A fresh order per call; the pipeline's shuffle buffer does the rest.
             order = np.random.default_rng().permutation(num)
-        columns = {key: column[order] for key, column in columns.items()}
+        return {key: column[order] for key, column in columns.items()}
+
+    def load(self, split, *, input_context=None, shuffle_files=False, example_ids=None):
+        columns = self._ordered(split, shuffle_files, example_ids)
         dataset = tf.data.Dataset.from_tensor_slices(columns)
         # Shard the light rows, before the decoding work.
         dataset = shard(dataset, input_context)

@@ -124,7 +124,8 @@ def example_names(source, split, ids):
     if select is not None:
         columns = select(split)
         if "path" in columns:
-            return np.asarray([str(p) for p in columns["path"][ids]], dtype=object)
+            return np.asarray([os.fsdecode(p) for p in columns["path"][ids]],
+                              dtype=object)
     return np.asarray([f"{source.name}:{split}:{i}" for i in ids], dtype=object)
 
 
