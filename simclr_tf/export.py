@@ -116,6 +116,9 @@ class ServingModule(tf.Module):
         self.model = model
         self.variables = _tf_variables(model.variables)
         self.trainable_variables = _tf_variables(model.trainable_variables)
+        # The authors' SavedModel attribute (fine-tuning code written for their
+        # exports reads it): the same variables, in the same order.
+        self.trainable_variables_list = list(self.trainable_variables)
         self.non_trainable_variables = _tf_variables(model.non_trainable_variables)
         # The supervised head's L2 term is added by the training loop, not the model.
         self.regularization_losses = []

@@ -80,6 +80,9 @@ def main(spec_path):
     meta["signatures"] = sorted(loaded.signatures)
     meta["num_variables"] = len(loaded.variables)
     meta["num_trainable_variables"] = len(loaded.trainable_variables)
+    meta["trainable_variables_list_is_trainable_variables"] = [
+        a is b for a, b in zip(loaded.trainable_variables_list, loaded.trainable_variables)
+    ] if len(loaded.trainable_variables_list) == len(loaded.trainable_variables) else []
     meta["image_size"] = int(loaded.image_size.numpy())
     meta["max_pixels"] = int(loaded.max_pixels.numpy())
 

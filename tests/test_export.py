@@ -207,6 +207,9 @@ def test_signatures_and_variables(served):
     assert meta["max_pixels"] == rules.SERVING_MAX_PIXELS
     assert meta["num_variables"] == served["num_variables"]
     assert meta["num_trainable_variables"] == served["num_trainable_variables"]
+    # The authors' attribute for fine-tuning: the same variables, same order.
+    flags = meta["trainable_variables_list_is_trainable_variables"]
+    assert len(flags) == served["num_trainable_variables"] and all(flags)
 
 
 def test_reference_interface_equals_model(served):
