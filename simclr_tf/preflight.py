@@ -25,11 +25,17 @@ def load_source(config):
 
 
 def _check_split(source, flag, split):
+    """The split parses and has examples; returns its size."""
     try:
-        return source.num_examples(split)
+        num_examples = source.num_examples(split)
     except ValueError as error:
         raise ConfigError(flag, f"{error} (dataset {source.name!r} has splits "
                           f"{', '.join(source.splits)}).") from None
+    if num_examples == 0:
+        raise ConfigError(flag, f"split {split!r} of {source.name!r} has no examples; "
+                          "choose a non-empty split (sizes: "
+                          f"{dict(source.split_sizes)}).")
+    return num_examples
 
 
 def check(config, strategy, source):

@@ -53,3 +53,19 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
 
 def test_every_mode_flag_has_a_part_in_experiment():
     assert set(experiment.MODES) == set(Config.field_choices("mode"))
+
+
+@pytest.mark.parametrize("overrides, flag", [
+    (dict(train_split="train[:0]"), "train_split"),
+    (dict(train_split="train[10:10]"), "train_split"),
+    (dict(mode="train_then_eval", eval_split="test[:0%]"), "eval_split"),
+    (dict(knn_eval_split="test[360:]"), "knn_eval_split"),
+    (dict(knn_eval_split="test", knn_bank_split="train[:0]"), "knn_bank_split"),
+    (dict(mode="linear_probe", train_split="train[:0]"), "train_split"),
+    (dict(mode="embed", embed_split="train[:0]"), "embed_split"),
+])
+def test_a_split_without_examples_is_refused(overrides, flag, tmp_path):
+    cfg = config(**dict(dict(model_dir=str(tmp_path), train_steps=1), **overrides))
+    with pytest.raises(ConfigError, match="has no examples; choose a non-empty split") as info:
+        _check(cfg)
+    assert info.value.flag == flag

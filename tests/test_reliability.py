@@ -371,6 +371,22 @@ CATALOGUE = [
     (["--knn_temperature=0"], "knn_temperature"),
     # 4 replicas (the test CPUs) of 8 images: 32 divides the global batch, not a replica's.
     (["--strategy=mirrored", "--grad_cache_chunk=32"], "grad_cache_chunk"),
+    # Splits with no examples (once a traceback in the step arithmetic).
+    (["--train_split=train[:0]"], "train_split"),
+    (["--mode=train_then_eval", "--eval_split=test[5:5]"], "eval_split"),
+    (["--knn_eval_split=test", "--knn_bank_split=train[:0%]"], "knn_bank_split"),
+    (["--mode=embed", "--embed_split=test[:0]"], "embed_split"),
+    # Once silently accepted.
+    (["--train_batch_size=1"], "train_batch_size"),  # no negatives: loss exactly 0
+    (["--variant=r18_0.125x_sk1", "--sk_ratio=0"], "variant"),  # explicit default
+    (["--sk_ratio=2"], "sk_ratio"),
+    (["--se_ratio=5"], "se_ratio"),
+    (["--image_size=7"], "image_size"),  # stem auto -> cifar: at least 8
+    (["--image_size=16", "--stem=imagenet"], "image_size"),  # at least 32
+    (["--learning_rate=1e45"], "learning_rate"),  # inf in float32
+    (["--learning_rate=nan"], "learning_rate"),
+    (["--momentum=inf"], "momentum"),
+    (["--learning_rate=1e38", "--train_batch_size=4096"], "learning_rate"),  # once scaled
 ]
 
 
