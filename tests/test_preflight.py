@@ -1,6 +1,8 @@
 """simclr_tf.preflight: every check before a model exists, with no side effects."""
+import glob
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -69,3 +71,47 @@ def test_a_split_without_examples_is_refused(overrides, flag, tmp_path):
     with pytest.raises(ConfigError, match="has no examples; choose a non-empty split") as info:
         _check(cfg)
     assert info.value.flag == flag
+
+
+REFERENCE_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "shared",
+                               "reference", "official_r50_1x_sk0")
+
+
+def _variables():
+    return dict(
+        w=tf.Variable(tf.random.normal([3, 3, 8, 16])), step=tf.Variable(7, dtype=tf.int64),
+        mask=tf.Variable(tf.ones([77], tf.bool)), half=tf.Variable(tf.ones([3, 5], tf.float16)),
+        empty=tf.Variable(tf.zeros([0, 4])),
+        names=tf.Variable(np.array([b"abc", b"", b"x" * 300, b"ends\x00\x00"], dtype=object)),
+        name=tf.Variable(b"scalar\x00"))
+
+
+def _missing(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return preflight._missing_data_bytes(reader, tf.io.gfile.glob(prefix + ".data-*"))
+
+
+def test_the_data_size_the_index_implies_is_exact(tmp_path):
+    """Numeric tensors are raw bytes, strings varint lengths + 4-byte checksum + bytes,
+    no padding: the sum equals the data files' size, sharded or not."""
+    prefix = tf.train.Checkpoint(**_variables()).write(str(tmp_path / "one" / "c"))
+    assert _missing(prefix) == 0
+    sharded = tf.train.Checkpoint(**_variables()).write(
+        str(tmp_path / "sharded" / "c"), options=tf.train.CheckpointOptions(
+            experimental_sharding_callback=tf.train.experimental.MaxShardSizePolicy(
+                max_shard_size=1000)))
+    assert len(glob.glob(sharded + ".data-*")) > 2 and _missing(sharded) == 0
+    if os.path.isdir(REFERENCE_MODEL):  # the authors' R50, a TF1-era SavedModel
+        assert _missing(os.path.join(REFERENCE_MODEL, "variables", "variables")) == 0
+
+
+@pytest.mark.parametrize("cut", ["one byte", "half"])
+def test_a_truncated_checkpoint_is_refused(cut, tmp_path):
+    prefix = tf.train.Checkpoint(**_variables()).write(str(tmp_path / "c"))
+    preflight._check_checkpoint_readable(prefix)
+    data = glob.glob(prefix + ".data-*")[0]
+    size = os.path.getsize(data)
+    os.truncate(data, size - 1 if cut == "one byte" else size // 2)
+    with pytest.raises(ConfigError, match="--checkpoint: .*truncated") as info:
+        preflight._check_checkpoint_readable(prefix)
+    assert "pass an intact checkpoint" in str(info.value)

@@ -321,6 +321,13 @@ def bad_inputs(tmp_path):
         if ".data-" in name:
             os.remove(tmp_path / "nodata" / name)
     paths["no_data"] = no_data
+    for cut in ("one_byte", "half"):  # the index reads, the data is short
+        prefix = tf.train.Checkpoint(v=tf.Variable(tf.zeros([1000]))).write(
+            str(tmp_path / f"truncated_{cut}" / "c"))
+        data = tf.io.gfile.glob(prefix + ".data-*")[0]
+        size = os.path.getsize(data)
+        os.truncate(data, size - 1 if cut == "one_byte" else size // 2)
+        paths[f"truncated_{cut}"] = prefix
     return paths
 
 
@@ -349,6 +356,8 @@ CATALOGUE = [
     (["--checkpoint={empty_dir}"], "checkpoint"),
     (["--checkpoint={garbage}"], "checkpoint"),
     (["--checkpoint={no_data}"], "checkpoint"),
+    (["--checkpoint={truncated_one_byte}"], "checkpoint"),
+    (["--checkpoint={truncated_half}"], "checkpoint"),
     (["--model_dir=/proc/simclr_cannot_write_here"], "model_dir"),
     (["--model_dir={a_file}"], "model_dir"),
     (["--mode=eval", "--model_dir={empty_dir}"], "model_dir"),
