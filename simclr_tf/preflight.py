@@ -14,9 +14,12 @@ from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry
 
 def load_source(config):
+    """The dataset of --dataset, checked to be readable (prepared, for TFDS)."""
     try:
-        return registry.get_dataset(config.dataset, data_dir=config.data_dir,
-                                    skip_corrupt_images=config.skip_corrupt_images)
+        source = registry.get_dataset(config.dataset, data_dir=config.data_dir,
+                                      skip_corrupt_images=config.skip_corrupt_images)
+        source.check_prepared()
+        return source
     except folders.CorruptImageError as error:
         raise ConfigError("skip_corrupt_images", f"is off and {error.path!r} is "
                           f"{error.reason.replace('_', ' ')}; delete or replace the file, "

@@ -115,3 +115,11 @@ def test_a_truncated_checkpoint_is_refused(cut, tmp_path):
     with pytest.raises(ConfigError, match="--checkpoint: .*truncated") as info:
         preflight._check_checkpoint_readable(prefix)
     assert "pass an intact checkpoint" in str(info.value)
+
+
+def test_a_tfds_dataset_not_in_data_dir_is_a_dataset_error(tmp_path):
+    cfg = config(dataset="cifar10", data_dir=str(tmp_path), model_dir=str(tmp_path / "run"),
+                 train_steps=1)
+    with pytest.raises(ConfigError, match="--dataset: TFDS dataset 'cifar10' is not "
+                       "prepared in --data_dir=.*tfds build cifar10"):
+        preflight.load_source(cfg)

@@ -335,6 +335,8 @@ def bad_inputs(tmp_path):
 CATALOGUE = [
     (["--dataset=no_such_dataset_xyz"], "dataset"),
     (["--dataset=folder:/nonexistent_folder_xyz"], "dataset"),
+    (["--dataset=cifar10", "--data_dir={empty_dir}"], "dataset"),  # not prepared there
+    (["--dataset=cifar-10"], "dataset"),  # did you mean 'cifar10'?
     (["--train_split=validation"], "train_split"),
     (["--train_split=train[:10"], "train_split"),
     (["--eval_split=val", "--mode=train_then_eval"], "eval_split"),
