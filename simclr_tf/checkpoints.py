@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import export, official
+from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError
 
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
 
@@ -60,7 +61,7 @@ def latest(model_dir):
     return tf.train.latest_checkpoint(model_dir) if model_dir else None
 
 
-def load_into(model, path, *, whole_model):
+def load_into(model, path, *, whole_model, flag="checkpoint"):
     """Loads the weights at `path` (or a `Weights`) into a built `SimCLRModel`.
 
     Args:
@@ -70,6 +71,8 @@ def load_into(model, path, *, whole_model):
             export). False: the encoder and projection head (initialising a run from
             another one). From a released model everything loads either way, its
             supervised head too when the model has one with as many classes.
+        flag: the flag that named `path`, for the ConfigError raised when the
+            checkpoint does not fit the model ('checkpoint' or 'model_dir').
 
     Returns:
         The `Weights` that were read.
@@ -81,9 +84,9 @@ def load_into(model, path, *, whole_model):
             weights.path).config.get("num_classes")
         official.load_official_weights(model, weights.path, supervised_head=fits)
     elif whole_model:
-        restore_model(model, weights.prefix)
+        restore_model(model, weights.prefix, flag=flag)
     else:
-        initialize_from(model, weights.prefix)
+        initialize_from(model, weights.prefix, flag=flag)
     return weights
 
 
@@ -249,25 +252,40 @@ def step_of(prefix, default=None):
     return int(tail) if tail.isdigit() else default
 
 
-def restore_model(model, prefix):
+def restore_model(model, prefix, *, flag="checkpoint"):
     """Restores every variable of `model` (no optimizer) from a checkpoint prefix.
 
-    Raises if any variable of the model finds nothing to load, so evaluating with a
+    Raises ConfigError (naming `flag` and the flags to check) if any variable of the
+    model finds nothing to load or a tensor of another shape, so evaluating with a
     mismatched model fails instead of reporting a random model's accuracy.
     """
     # `read` (not `restore`): the checkpoint's own save counter is not required, so a
     # SavedModel's variables/ (an export) restores too.
-    status = tf.train.Checkpoint(model=model).read(prefix)
-    status.assert_existing_objects_matched()
+    try:
+        status = tf.train.Checkpoint(model=model).read(prefix)
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
+        raise _does_not_fit(prefix, error, flag) from None
     status.expect_partial()  # the optimizer's slots stay unread
 
 
-def initialize_from(model, path):
+def _does_not_fit(prefix, error, flag):
+    """The ConfigError for a checkpoint whose variables the model cannot take (the
+    preflight compares flags.json when there is one; this is the check without)."""
+    reason = str(error).strip().splitlines()[0].split(", likely")[0][:200]
+    flags = " ".join(f"--{name}" for name in ARCHITECTURE_FLAGS)
+    return ConfigError(flag, f"{prefix!r} does not fit the model the flags describe "
+                       f"({reason}). Pass the flags of the run that wrote it ({flags}); "
+                       "for its supervised head also a --dataset with as many classes.")
+
+
+def initialize_from(model, path, *, flag="checkpoint"):
     """Loads the encoder and projection head of `model` from another run's checkpoint.
 
     Args:
         model: a built `SimCLRModel`.
         path: checkpoint prefix or directory of ours (see `resolve_checkpoint_path`).
+        flag: the flag named in the ConfigError when the checkpoint does not fit.
 
     Returns:
         The checkpoint prefix that was read.
@@ -275,10 +293,13 @@ def initialize_from(model, path):
     prefix = resolve_checkpoint_path(path)
     parts = tf.train.Checkpoint(encoder=model.encoder,
                                 projection_head=model.projection_head)
-    tf.train.Checkpoint(model=parts).read(prefix).expect_partial()
-    # Raises if any encoder variable found nothing to load from.
-    tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
-        prefix).expect_partial().assert_existing_objects_matched()
+    try:
+        tf.train.Checkpoint(model=parts).read(prefix).expect_partial()
+        # Raises if any encoder variable found nothing to load from.
+        tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
+            prefix).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
+        raise _does_not_fit(prefix, error, flag) from None
     return prefix
 
 

@@ -75,14 +75,20 @@ def create_strategy(config):
 
 
 def _create_model_dir(config, strategy):
-    """model_dir, with the resolved configuration in flags.json (chief only)."""
+    """model_dir, with the resolved configuration in flags.json (chief only).
+
+    flags.json records the run that writes model_dir's checkpoints (preflight compares
+    the architecture with it): a mode that only reads them writes none over it.
+    """
     try:
         tf.io.gfile.makedirs(config.model_dir)
     except (OSError, tf.errors.OpError) as error:
         raise ConfigError("model_dir", f"{config.model_dir!r} cannot be created "
                           f"({error}); choose another directory.") from None
-    if _is_chief(strategy):
-        write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
+    path = os.path.join(config.model_dir, "flags.json")
+    training = config.mode in ("train", "train_then_eval")
+    if _is_chief(strategy) and (training or not tf.io.gfile.exists(path)):
+        write_json(path, config.to_dict())
 
 
 def write_json(path, values):
@@ -284,7 +290,8 @@ def evaluate(config, strategy, context):
                                     batch_size=config.eval_batch_size)
     results = {}
     for path in _checkpoints_to_evaluate(config):
-        prefix = checkpoints.load_into(model, path, whole_model=True).prefix
+        flag = "checkpoint" if path == config.checkpoint else "model_dir"
+        prefix = checkpoints.load_into(model, path, whole_model=True, flag=flag).prefix
         step = checkpoints.step_of(prefix, 0)
         metrics = evaluator(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "
@@ -315,7 +322,7 @@ def export_latest(config, strategy, context):
     """--mode=export: a SavedModel of the latest checkpoint in model_dir."""
     latest = checkpoints.latest(config.model_dir)  # preflight checked it exists
     model = build_model(config, strategy, context["num_classes"])
-    checkpoints.load_into(model, latest, whole_model=True)
+    checkpoints.load_into(model, latest, whole_model=True, flag="model_dir")
     path = export.export_for_step(model, config.model_dir, checkpoints.step_of(latest, 0),
                                   image_size=config.image_size,
                                   keep_hub_module_max=config.keep_hub_module_max)
@@ -332,7 +339,7 @@ def final_linear_probe(config, context):
     if latest is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
                           f"{config.model_dir!r}; train first.")
-    checkpoints.load_into(trained, latest, whole_model=True)
+    checkpoints.load_into(trained, latest, whole_model=True, flag="model_dir")
     keras.utils.set_random_seed(config.seed + 1)
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}
@@ -384,7 +391,8 @@ def load_trained_encoder(config, strategy, context):
     model = build_model(config, strategy, None)
     latest = checkpoints.latest(config.model_dir)
     if latest is not None:
-        return model, checkpoints.load_into(model, latest, whole_model=True).prefix
+        return model, checkpoints.load_into(model, latest, whole_model=True,
+                                            flag="model_dir").prefix
     if config.checkpoint:
         return model, checkpoints.load_into(model, config.checkpoint,
                                             whole_model=False).prefix

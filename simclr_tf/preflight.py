@@ -4,13 +4,16 @@ Everything that can be known from the Config, the dataset and the strategy is ch
 here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
 names the flag and the fix, before any expensive work starts.
 """
+import dataclasses
+import json
 import os
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from simclr_tf import checkpoints, official, rules
-from simclr_tf.config import ConfigError
+from simclr_tf.config import Config, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
 
 def load_source(config):
@@ -59,6 +62,9 @@ def check(config, strategy, source):
         _check_checkpoint(config)
     if config.model_dir:
         _check_model_dir(config.model_dir)
+        latest = checkpoints.latest(config.model_dir)
+        if latest:  # what every mode loads first (training resumes it)
+            _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
     _check_something_to_load(config)
     return context
 
@@ -114,6 +120,8 @@ def _check_checkpoint(config):
     _check_checkpoint_readable(weights.prefix)
     if weights.kind == checkpoints.RELEASED:
         check_official_architecture(config)
+    else:
+        _check_recorded_architecture(config, weights, "checkpoint")
 
 
 def _check_model_dir(model_dir):
@@ -248,24 +256,13 @@ def _varint_size(value):
     return size
 
 
-# Flags that must agree with a released model's architecture -> SimCLRModel argument.
-_OFFICIAL_ARCHITECTURE = dict(resnet_depth="depth", width_multiplier="width_multiplier",
-                              sk_ratio="sk_ratio", se_ratio="se_ratio",
-                              proj_head_mode="proj_head_mode", proj_out_dim="proj_out_dim")
-
-
 def check_official_architecture(config):
     """The authors' released model at --checkpoint must match the flags' model."""
     try:
         info = official.inspect_official(config.checkpoint)
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError("checkpoint", f"cannot import the released model: {error}") from None
-    ours, wanted = config.model_kwargs(), info.config
-    flags = dict(_OFFICIAL_ARCHITECTURE)
-    if wanted.get("proj_head_mode") == "nonlinear":
-        flags["num_proj_layers"] = "num_proj_layers"
-    mismatched = [f"--{flag}={wanted[arg]}" for flag, arg in flags.items()
-                  if arg in wanted and not _same(ours[arg], wanted[arg])]
+    mismatched = architecture_mismatches(config, info.config)
     if mismatched:
         raise ConfigError("checkpoint", f"{config.checkpoint!r} is a released model whose "
                           f"architecture needs {' '.join(mismatched)} (the flags say "
@@ -273,10 +270,41 @@ def check_official_architecture(config):
     return info
 
 
-def _same(a, b):
-    if isinstance(a, str) or isinstance(b, str):
-        return a == b
-    return float(a) == float(b)
+def recorded_run_config(weights):
+    """The Config recorded in flags.json by the run that wrote `weights` (a
+    `checkpoints.Weights` of ours), or None when there is none to read.
+
+    A checkpoint's run directory holds it; an export `run/saved_model/<step>/
+    variables/variables` is two levels below its run directory.
+    """
+    directory = os.path.dirname(weights.prefix)
+    if weights.kind == checkpoints.EXPORT:
+        directory = os.path.dirname(os.path.dirname(os.path.dirname(directory)))
+    path = os.path.join(directory, "flags.json")
+    try:
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            values = json.loads(f.read())
+        known = {f.name for f in dataclasses.fields(Config)}
+        return Config.from_dict({k: v for k, v in values.items() if k in known})
+    except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
+        logging.warning("Cannot read %s (%s); the architecture of %s is checked when "
+                        "it loads.", path, error, weights.prefix)
+        return None
+
+
+def _check_recorded_architecture(config, weights, flag):
+    """Our checkpoint at `weights` must fit the flags' model, when its run's flags.json
+    says what model wrote it (else loading checks, after the build)."""
+    recorded = recorded_run_config(weights)
+    if recorded is None:
+        return
+    mismatched = architecture_mismatches(config, recorded.model_kwargs(), headless_ok=True)
+    if mismatched:
+        raise ConfigError(flag, f"{weights.prefix!r} was written by a model of another "
+                          "architecture (its run's flags.json records it): pass "
+                          f"{' '.join(mismatched)} (the flags say otherwise).")
 
 
 def _onednn_cpu_training(strategy):

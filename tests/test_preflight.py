@@ -9,7 +9,8 @@ import tensorflow as tf
 from simclr_tf import experiment, preflight
 from simclr_tf.config import Config, ConfigError
 
-from helpers.run_fixtures import config
+from simclr_tf import checkpoints
+from helpers.run_fixtures import config, write_run
 
 
 def _check(cfg, strategy=None):
@@ -123,3 +124,81 @@ def test_a_tfds_dataset_not_in_data_dir_is_a_dataset_error(tmp_path):
     with pytest.raises(ConfigError, match="--dataset: TFDS dataset 'cifar10' is not "
                        "prepared in --data_dir=.*tfds build cifar10"):
         preflight.load_source(cfg)
+
+
+@pytest.fixture(scope="module")
+def our_run(tmp_path_factory):
+    """A run of the tiny model (depth 18, width 0.125, 2-layer head of 16) with its
+    flags.json, and an export-shaped copy of its variables (saved_model/1)."""
+    directory = tmp_path_factory.mktemp("run")
+    write_run(directory)
+    prefix = tf.train.latest_checkpoint(str(directory))
+    export_dir = directory / "saved_model" / "1"
+    tf.io.gfile.makedirs(str(export_dir / "variables"))
+    for name in tf.io.gfile.glob(prefix + ".*"):
+        suffix = name[len(prefix):]
+        tf.io.gfile.copy(name, str(export_dir / "variables" / ("variables" + suffix)))
+    return directory
+
+
+@pytest.mark.parametrize("where, overrides, needed", [
+    ("", dict(resnet_depth=50, width_multiplier=2), "--resnet_depth=18 --width_multiplier=0.125"),
+    ("ckpt-1", dict(num_proj_layers=3), "--num_proj_layers=2"),
+    ("", dict(sk_ratio=0.0625, se_ratio=0.25), "--sk_ratio=0.0 --se_ratio=0.0"),
+    ("", dict(stem="imagenet", image_size=32), "--stem=cifar"),
+    ("", dict(proj_head_mode="linear", num_proj_layers=3),
+     "--proj_head_mode=nonlinear --num_proj_layers=2"),
+    ("saved_model/1", dict(proj_out_dim=128), "--proj_out_dim=16"),
+])
+def test_our_checkpoint_of_another_architecture_is_refused(where, overrides, needed, our_run,
+                                                          tmp_path):
+    cfg = config(train_mode="finetune", checkpoint=os.path.join(our_run, where), train_steps=1,
+                 model_dir=str(tmp_path / "finetune"), **overrides)
+    with pytest.raises(ConfigError) as info:
+        _check(cfg)
+    assert info.value.flag == "checkpoint"
+    assert f"pass {needed} (the flags say otherwise)" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval", "export", "linear_probe", "embed"])
+def test_model_dir_of_another_architecture_is_refused(mode, our_run):
+    cfg = config(mode=mode, model_dir=str(our_run), train_steps=2, width_multiplier=0.25)
+    with pytest.raises(ConfigError, match="--model_dir: .*pass --width_multiplier=0.125"):
+        _check(cfg)
+
+
+def test_the_same_architecture_passes(our_run, tmp_path):
+    _check(config(mode="eval", model_dir=str(our_run)))
+    _check(config(train_mode="finetune", checkpoint=str(our_run), train_steps=1,
+                  model_dir=str(tmp_path / "a"), eval_split="test"))
+    # Without projection head nothing of the head is read: any recorded head fits.
+    _check(config(train_mode="finetune", checkpoint=str(our_run), train_steps=1,
+                  proj_head_mode="none", model_dir=str(tmp_path / "b")))
+    # A flags.json without a checkpoint (a run that never saved) binds nothing.
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "flags.json").write_text((our_run / "flags.json").read_text())
+    _check(config(model_dir=str(tmp_path / "c"), train_steps=1, resnet_depth=34))
+
+
+def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
+    """No record to compare before the build: loading names the flags to check."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in os.listdir(our_run):
+        if name.startswith("ckpt-") or name == "checkpoint":
+            tf.io.gfile.copy(str(our_run / name), str(bare / name))
+    wrong = config(train_mode="finetune", checkpoint=str(bare), train_steps=1,
+                   model_dir=str(tmp_path / "run"), resnet_depth=34)
+    _check(wrong)  # nothing to compare with
+    strategy = tf.distribute.get_strategy()
+    for overrides in (dict(resnet_depth=34), dict(width_multiplier=0.25)):
+        model = experiment.build_model(config(model_dir=str(tmp_path), **overrides),
+                                       strategy, 10)
+        for whole_model, flag in ((True, "model_dir"), (False, "checkpoint")):
+            with pytest.raises(ConfigError) as info:
+                checkpoints.load_into(model, str(bare), whole_model=whole_model, flag=flag)
+            message = str(info.value)
+            assert info.value.flag == flag and "does not fit the model" in message
+            assert "--resnet_depth --width_multiplier" in message, message
+    right = experiment.build_model(config(model_dir=str(tmp_path)), strategy, 10)
+    checkpoints.load_into(right, str(bare), whole_model=True)

@@ -29,7 +29,7 @@ sys.path.insert(0, REPO)
 import run  # noqa: E402  pylint: disable=wrong-import-position
 
 from helpers.process_fixtures import free_ports, wait_all
-from helpers.run_fixtures import TINY, config  # noqa: E402,F401  pylint: disable=wrong-import-position
+from helpers.run_fixtures import TINY, config, write_run  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
 def _env():
@@ -294,11 +294,19 @@ def _flag_values(argv):
     return values
 
 
+@pytest.fixture(scope="module")
+def our_run(tmp_path_factory):
+    """A run directory of the TINY model: its checkpoint and flags.json."""
+    directory = tmp_path_factory.mktemp("our_run")
+    write_run(directory)
+    return str(directory)
+
+
 @pytest.fixture()
-def bad_inputs(tmp_path):
+def bad_inputs(tmp_path, our_run):
     """Files the catalogue points flags at."""
     from PIL import Image  # pylint: disable=import-outside-toplevel
-    paths = {}
+    paths = dict(our_run=our_run)
     unlabelled = tmp_path / "unlabelled"
     unlabelled.mkdir()
     for i in range(4):
@@ -360,6 +368,15 @@ CATALOGUE = [
     (["--checkpoint={no_data}"], "checkpoint"),
     (["--checkpoint={truncated_one_byte}"], "checkpoint"),
     (["--checkpoint={truncated_half}"], "checkpoint"),
+    # One of our runs with other architecture flags (once an AssertionError after the
+    # build): the run's flags.json says which.
+    (["--train_mode=finetune", "--checkpoint={our_run}", "--resnet_depth=34"], "checkpoint"),
+    (["--train_mode=finetune", "--checkpoint={our_run}/ckpt-1", "--num_proj_layers=3"],
+     "checkpoint"),
+    (["--mode=eval", "--model_dir={our_run}", "--width_multiplier=0.25"], "model_dir"),
+    (["--mode=export", "--model_dir={our_run}", "--stem=imagenet", "--image_size=32"],
+     "model_dir"),
+    (["--model_dir={our_run}", "--sk_ratio=0.0625"], "model_dir"),  # resuming
     (["--model_dir=/proc/simclr_cannot_write_here"], "model_dir"),
     (["--model_dir={a_file}"], "model_dir"),
     (["--mode=eval", "--model_dir={empty_dir}"], "model_dir"),
