@@ -78,17 +78,15 @@ def _create_model_dir(config, strategy):
     """model_dir, with the resolved configuration in flags.json (chief only).
 
     flags.json records the run that writes model_dir's checkpoints (preflight compares
-    the architecture with it): a mode that only reads them writes none over it.
+    the architecture with it): a mode that only reads them writes none.
     """
     try:
         tf.io.gfile.makedirs(config.model_dir)
     except (OSError, tf.errors.OpError) as error:
         raise ConfigError("model_dir", f"{config.model_dir!r} cannot be created "
                           f"({error}); choose another directory.") from None
-    path = os.path.join(config.model_dir, "flags.json")
-    training = config.mode in ("train", "train_then_eval")
-    if _is_chief(strategy) and (training or not tf.io.gfile.exists(path)):
-        write_json(path, config.to_dict())
+    if _is_chief(strategy) and config.mode in ("train", "train_then_eval"):
+        write_json(os.path.join(config.model_dir, "flags.json"), config.to_dict())
 
 
 def write_json(path, values):

@@ -202,3 +202,21 @@ def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
             assert "--resnet_depth --width_multiplier" in message, message
     right = experiment.build_model(config(model_dir=str(tmp_path)), strategy, 10)
     checkpoints.load_into(right, str(bare), whole_model=True)
+
+
+def test_a_mode_that_only_reads_model_dir_leaves_its_record(our_run, tmp_path):
+    """flags.json says which model wrote model_dir's checkpoints: an evaluation with
+    other (compatible) flags writes none over it, and none where there was none."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in os.listdir(our_run):
+        if name.startswith("ckpt-") or name in ("checkpoint", "flags.json"):
+            tf.io.gfile.copy(str(our_run / name), str(run_dir / name))
+    record = (run_dir / "flags.json").read_text()
+    experiment.run(config(mode="eval", model_dir=str(run_dir), eval_split="test[:16]",
+                          eval_batch_size=16, proj_head_mode="none"))
+    assert (run_dir / "flags.json").read_text() == record
+    (run_dir / "flags.json").unlink()
+    experiment.run(config(mode="eval", model_dir=str(run_dir), eval_split="test[:16]",
+                          eval_batch_size=16))
+    assert not (run_dir / "flags.json").exists()
