@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags
 
-from simclr_tf.config import Config, ConfigError
+from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
 
 FLAGS = flags.FLAGS
 
@@ -68,6 +68,10 @@ def _define_flags():
 def config_from_flags(flag_values=FLAGS):
     """The validated Config for parsed flags; raises ConfigError on a bad value."""
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
+    if values["variant"] is not None:
+        # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
+        check_variant_flags(values["variant"], {
+            name: values[name] for name in VARIANT_FLAGS if flag_values[name].present})
     return Config.from_dict(values).validate()
 
 

@@ -22,7 +22,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import export, official
-from simclr_tf.config import ConfigError
+from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError
 
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
 
@@ -70,8 +70,8 @@ def load_into(model, path, *, whole_model, supervised_head=True, flag="checkpoin
             source has one with as many classes (any source: ours or released).
         supervised_head: with `whole_model=False`, whether a supervised head that
             fits is loaded (False for `--zero_init_logits_layer`: it stays at zero).
-
-        flag: the flag that named `path`, for errors.
+        flag: the flag that named `path`, for the ConfigError raised when the
+            checkpoint does not fit the model ('checkpoint' or 'model_dir').
 
     Returns:
         The `Weights` that were read.
@@ -89,9 +89,10 @@ def load_into(model, path, *, whole_model, supervised_head=True, flag="checkpoin
                                        supervised_head=fits and (supervised_head
                                                                  or whole_model))
     elif whole_model:
-        restore_model(model, weights.prefix)
+        restore_model(model, weights.prefix, flag=flag)
     else:
-        initialize_from(model, weights.prefix, supervised_head=supervised_head)
+        initialize_from(model, weights.prefix, supervised_head=supervised_head,
+                        flag=flag)
     return weights
 
 
@@ -509,20 +510,34 @@ def step_of(prefix, default=None):
     return int(tail) if tail.isdigit() else default
 
 
-def restore_model(model, prefix):
+def restore_model(model, prefix, *, flag="checkpoint"):
     """Restores every variable of `model` (no optimizer) from a checkpoint prefix.
 
-    Raises if any variable of the model finds nothing to load, so evaluating with a
+    Raises ConfigError (naming `flag` and the flags to check) if any variable of the
+    model finds nothing to load or a tensor of another shape, so evaluating with a
     mismatched model fails instead of reporting a random model's accuracy.
     """
     # `read` (not `restore`): the checkpoint's own save counter is not required, so a
     # SavedModel's variables/ (an export) restores too.
-    status = tf.train.Checkpoint(model=model).read(prefix)
-    status.assert_existing_objects_matched()
+    try:
+        status = tf.train.Checkpoint(model=model).read(prefix)
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
+        raise _does_not_fit(prefix, error, flag) from None
     status.expect_partial()  # the optimizer's slots stay unread
 
 
-def initialize_from(model, path, *, supervised_head=True):
+def _does_not_fit(prefix, error, flag):
+    """The ConfigError for a checkpoint whose variables the model cannot take (the
+    preflight compares flags.json when there is one; this is the check without)."""
+    reason = str(error).strip().splitlines()[0].split(", likely")[0][:200]
+    flags = " ".join(f"--{name}" for name in ARCHITECTURE_FLAGS)
+    return ConfigError(flag, f"{prefix!r} does not fit the model the flags describe "
+                       f"({reason}). Pass the flags of the run that wrote it ({flags}); "
+                       "for its supervised head also a --dataset with as many classes.")
+
+
+def initialize_from(model, path, *, supervised_head=True, flag="checkpoint"):
     """Loads the encoder and projection head of `model` from another run's checkpoint,
     and its supervised head when `supervised_head` and the checkpoint has one of the
     same shape (the online linear head of a pretraining run on the same classes).
@@ -531,6 +546,7 @@ def initialize_from(model, path, *, supervised_head=True):
         model: a built `SimCLRModel`.
         path: checkpoint prefix or directory of ours (see `resolve_checkpoint_path`).
         supervised_head: load a supervised head that fits.
+        flag: the flag named in the ConfigError when the checkpoint does not fit.
 
     Returns:
         The checkpoint prefix that was read.
@@ -540,10 +556,13 @@ def initialize_from(model, path, *, supervised_head=True):
     if supervised_head and _head_fits(model, prefix):
         items["supervised_head"] = model.supervised_head
     parts = tf.train.Checkpoint(**items)
-    tf.train.Checkpoint(model=parts).read(prefix).expect_partial()
-    # Raises if any encoder variable found nothing to load from.
-    tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
-        prefix).expect_partial().assert_existing_objects_matched()
+    try:
+        tf.train.Checkpoint(model=parts).read(prefix).expect_partial()
+        # Raises if any encoder variable found nothing to load from.
+        tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
+            prefix).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
+        raise _does_not_fit(prefix, error, flag) from None
     return prefix
 
 

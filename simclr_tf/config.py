@@ -44,6 +44,69 @@ class ConfigError(ValueError):
         return cls(flag, message)
 
 
+# The flags that decide a model's variables -> its `Config.model_kwargs()` key: what a
+# checkpoint must agree with (the projection head's only where it has one).
+ARCHITECTURE_FLAGS = dict(
+    resnet_depth="depth", width_multiplier="width_multiplier", sk_ratio="sk_ratio",
+    se_ratio="se_ratio", stem="stem", proj_head_mode="proj_head_mode",
+    proj_out_dim="proj_out_dim", num_proj_layers="num_proj_layers")
+HEAD_FLAGS = ("proj_head_mode", "proj_out_dim", "num_proj_layers")
+
+
+def architecture_mismatches(config, recorded, *, headless_ok=False):
+    """The flags of `config` whose model differs from the `recorded` one.
+
+    Args:
+        config: a Config.
+        recorded: `SimCLRModel` keyword arguments of the model that wrote the weights
+            (`Config.model_kwargs()` of its run, or a released model's inferred ones).
+        headless_ok: a model without projection head (--proj_head_mode=none) may take
+            the weights (the head's are simply not read).
+
+    Returns:
+        `['--resnet_depth=50', ...]`: each differing flag with the recorded value.
+    """
+    ours = config.model_kwargs()
+    flags = dict(ARCHITECTURE_FLAGS)
+    if recorded.get("proj_head_mode") != "nonlinear":
+        del flags["num_proj_layers"]  # only a nonlinear head has hidden layers
+    if recorded.get("proj_head_mode") == "none":
+        del flags["proj_out_dim"]
+    if headless_ok and ours["proj_head_mode"] == "none":
+        flags = {flag: key for flag, key in flags.items() if flag not in HEAD_FLAGS}
+    return [f"--{flag}={recorded[key]}" for flag, key in flags.items()
+            if key in recorded and not _same(ours[key], recorded[key])]
+
+
+def _same(a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return float(a) == float(b)
+
+
+# The flags a --variant sets -> its `variants.parse_variant` key.
+VARIANT_FLAGS = dict(resnet_depth="depth", width_multiplier="width_multiplier",
+                     sk_ratio="sk_ratio")
+
+
+def check_variant_flags(variant, given):
+    """Raises ConfigError unless `variant` parses and agrees with `given`.
+
+    Args:
+        variant: a --variant name such as 'r50_1x_sk1'.
+        given: {flag: value} of the VARIANT_FLAGS also set (e.g. {'sk_ratio': 0.0}).
+    """
+    try:
+        parsed = variants.parse_variant(variant)
+    except ValueError as error:
+        raise ConfigError("variant", str(error)) from None
+    for flag, value in given.items():
+        if value != parsed[VARIANT_FLAGS[flag]]:
+            raise ConfigError("variant", f"{variant} means --{flag}="
+                              f"{parsed[VARIANT_FLAGS[flag]]}, but --{flag}={value} was "
+                              "also given; drop one.")
+
+
 def _field(default, help, choices=None):  # pylint: disable=redefined-builtin
     metadata = {"help": help}
     if choices is not None:
@@ -59,7 +122,8 @@ class Config:
     learning_rate: float = _field(0.3, "Initial learning rate per batch size of 256.")
     learning_rate_scaling: str = _field(
         "linear", "How to scale the learning rate as a function of batch size: "
-        "lr * batch / 256 (linear) or lr * sqrt(batch) (sqrt).", ("linear", "sqrt"))
+        "lr * batch / 256 (linear) or lr * sqrt(batch) (sqrt).",
+        rules.LEARNING_RATE_SCALINGS)
     warmup_epochs: float = _field(10.0, "Number of epochs of linear warmup.")
     weight_decay: float = _field(1e-6, "Amount of weight decay to use.")
     batch_norm_decay: float = _field(0.9, "Batch norm moving-average decay (momentum).")
@@ -222,9 +286,7 @@ class Config:
     @property
     def resolved_stem(self):
         """The stem actually used ('auto' resolved by the authors' image-size rule)."""
-        if self.stem != "auto":
-            return self.stem
-        return "cifar" if self.image_size <= 32 else "imagenet"
+        return rules.resolve_stem(self.stem, self.image_size)
 
     def model_kwargs(self, num_classes=None):
         """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run.
@@ -259,6 +321,11 @@ class Config:
             choices = self.field_choices(name)
             if value not in choices:
                 raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
+        for name in self.float_fields():
+            try:
+                rules.check_float32(name, getattr(self, name))
+            except ValueError as error:
+                raise ConfigError.from_rule(name, error) from None
         _positive = (
             ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
             ("train_batch_size", "e.g. 512 or 4096"),
@@ -292,6 +359,8 @@ class Config:
 
     def _check_combinations(self):
         """Rules between flags."""
+        if self.mode in ("train", "train_then_eval"):
+            self._check_training()
         if self.train_steps == 0 and self.train_epochs == 0 and self.mode != "eval":
             raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
                               "them to say how long to train.")
@@ -327,6 +396,24 @@ class Config:
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "
                               "variables); drop --jit_compile.")
 
+    def _check_training(self):
+        """What only a training run uses: the contrastive batch, the scaled rate."""
+        if self.train_mode == "pretrain":
+            try:
+                rules.check_contrastive_batch_size(self.train_batch_size)
+            except ValueError as error:
+                raise ConfigError.from_rule("train_batch_size", error) from None
+        peak = rules.scaled_learning_rate(self.learning_rate, self.train_batch_size,
+                                          self.learning_rate_scaling)
+        try:
+            rules.check_float32("learning_rate", peak)
+        except ValueError:
+            raise ConfigError("learning_rate", f"{self.learning_rate!r} scaled by "
+                              f"--learning_rate_scaling={self.learning_rate_scaling} for "
+                              f"--train_batch_size={self.train_batch_size} is {peak!r}, "
+                              "beyond float32's range; use a smaller --learning_rate, "
+                              "e.g. 0.3 (linear) or 0.075 (sqrt).") from None
+
     def _check_rules(self):
         """The rules the library also applies to its arguments (`simclr_tf.rules`);
         the per-replica part of grad_cache_chunk's runs in `simclr_tf.preflight`."""
@@ -353,6 +440,7 @@ class Config:
              (self.color_jitter_strength,)),
             ("serving_max_pixels", rules.check_serving_max_pixels,
              (self.serving_max_pixels,)),
+            ("image_size", rules.check_image_size, (self.image_size, self.resolved_stem)),
         )
         for flag, check, arguments in checks:
             try:
@@ -361,19 +449,20 @@ class Config:
                 raise ConfigError.from_rule(flag, error) from None
 
     def _check_variant(self):
-        try:
-            parsed = variants.parse_variant(self.variant)
-        except ValueError as error:
-            raise ConfigError("variant", str(error)) from None
+        # A default value cannot be told from one given explicitly here; run.py checks
+        # the flags that were given (`check_variant_flags`).
         defaults = Config()
-        for name, flag in (("depth", "resnet_depth"), ("width_multiplier", "width_multiplier"),
-                           ("sk_ratio", "sk_ratio")):
-            value = getattr(self, flag)
-            if value != getattr(defaults, flag) and value != parsed[name]:
-                raise ConfigError("variant", f"{self.variant} means --{flag}={parsed[name]}, "
-                                  f"but --{flag}={value} was also given; drop one.")
+        check_variant_flags(self.variant, {
+            flag: getattr(self, flag) for flag in VARIANT_FLAGS
+            if getattr(self, flag) != getattr(defaults, flag)})
 
     # -------------------------------------------------------- construction
+    @classmethod
+    def float_fields(cls):
+        """The fields of type float (or Optional[float])."""
+        return [f.name for f in dataclasses.fields(cls)
+                if f.type is float or f.type == Optional[float]]
+
     @classmethod
     def choice_fields(cls):
         return [f.name for f in dataclasses.fields(cls) if "choices" in f.metadata]

@@ -121,7 +121,8 @@ def is_official_savedmodel(path):
     """
     try:
         _, names = read_official_names(path)
-    except (FileNotFoundError, ValueError, tf.errors.OpError):
+    # IndexError: TensorFlow's 'Read less bytes than requested' from a truncated file.
+    except (FileNotFoundError, ValueError, IndexError, tf.errors.OpError):
         return False
     return any(name.startswith("resnet/block_group") for name in names)
 

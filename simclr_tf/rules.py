@@ -7,6 +7,7 @@ flags before importing TensorFlow. Each raises `ValueError("... Received: x=..."
 """
 import math
 import numbers
+import struct
 
 TRAIN_MODES = ("pretrain", "finetune")
 OPTIMIZERS = ("lars", "momentum", "adam")
@@ -92,10 +93,96 @@ def check_width_multiplier(width_multiplier):
 
 
 def check_ratio(name, ratio):
-    """A selective-kernel or squeeze-excitation ratio: a finite number >= 0 (0 = off)."""
-    if not (_is_number(ratio) and math.isfinite(ratio) and ratio >= 0):
-        raise ValueError(f"{name} must be >= 0 (0 = off, e.g. 0.0625). "
-                         f"Received: {name}={ratio!r}")
+    """A selective-kernel or squeeze-excitation ratio in [0, 1] (0 = off).
+
+    The ratio is the bottleneck's share of the channels (SimCLRv2: sk_ratio 0.0625;
+    SENet's reduction ratio r = 16 is se_ratio 1/16). 1 is a bottleneck without
+    reduction, still well defined; above 1 the "squeeze" would widen the block, which
+    no paper does and which usually means the reduction ratio r was passed instead.
+    """
+    if not (_is_number(ratio) and math.isfinite(ratio) and 0 <= ratio <= 1):
+        raise ValueError(f"{name} must be in [0, 1]: a fraction of the channels (0 = off, "
+                         f"e.g. 0.0625; a reduction ratio r is 1/r). Received: {name}={ratio!r}")
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_float32(name, value):
+    """A float setting: finite, and finite once TensorFlow holds it as a float32.
+
+    Values beyond float32's range (e.g. 1e45) become inf in every op they reach.
+    """
+    try:
+        # struct rounds to float32 as TensorFlow does and raises where that overflows.
+        finite = math.isfinite(value) and math.isfinite(
+            struct.unpack("f", struct.pack("f", value))[0])
+    except (OverflowError, TypeError):
+        finite = False
+    if not finite:
+        raise ValueError(f"{name} must be a finite number within float32's range "
+                         f"(|x| <= {FLOAT32_MAX:.4g}). Received: {name}={value!r}")
+
+
+LEARNING_RATE_SCALINGS = ("linear", "sqrt")
+
+
+def scaled_learning_rate(base_learning_rate, batch_size, scaling):
+    """Peak learning rate: base * batch / 256 ('linear') or base * sqrt(batch) ('sqrt').
+
+    Args:
+        base_learning_rate: the `--learning_rate` flag.
+        batch_size: global training batch size, > 0.
+        scaling: 'linear' or 'sqrt'.
+    """
+    if not batch_size > 0:
+        raise ValueError(f"batch_size must be > 0. Received: batch_size={batch_size!r}")
+    if scaling == "linear":
+        return base_learning_rate * batch_size / 256.0
+    if scaling == "sqrt":
+        return base_learning_rate * math.sqrt(batch_size)
+    raise ValueError(f"scaling must be one of {LEARNING_RATE_SCALINGS}. "
+                     f"Received: scaling={scaling!r}")
+
+
+def check_contrastive_batch_size(batch_size):
+    """NT-Xent needs a global batch of >= 2 images: each image's negatives are the
+    other images' views; with one image there are none and the loss is exactly 0."""
+    if not (isinstance(batch_size, numbers.Integral) and batch_size >= 2):
+        raise ValueError("train_batch_size must be >= 2 for pretraining (NT-Xent "
+                         "contrasts each image with the rest of the global batch; one "
+                         "image has no negatives and a loss of exactly 0), e.g. 512. "
+                         f"Received: train_batch_size={batch_size!r}")
+
+
+# --stem=auto: the authors' rule, the CIFAR stem for images of at most this side.
+AUTO_STEM_MAX_IMAGE_SIZE = 32
+# The spatial stride from the input to block group 4's output, by stem: the ImageNet
+# stem (7x7/2 conv, 3x3/2 max-pool) then groups 2-4 halve (4 * 8); the CIFAR stem
+# (3x3/1 conv, no pool) leaves 8. A smaller image still runs (fixed padding keeps
+# every map >= 1x1; measured down to 1 px), but its last stride-2 stages get a 1x1
+# map that is mostly padding: the final feature map covers less than one cell.
+STEM_STRIDES = {"imagenet": 32, "cifar": 8}
+
+
+def resolve_stem(stem, image_size):
+    """The stem used: 'auto' is cifar up to AUTO_STEM_MAX_IMAGE_SIZE, else imagenet."""
+    if stem != "auto":
+        return stem
+    return "cifar" if image_size <= AUTO_STEM_MAX_IMAGE_SIZE else "imagenet"
+
+
+def check_image_size(image_size, stem):
+    """`image_size` >= the total stride of `stem` (resolved; see `STEM_STRIDES`)."""
+    minimum = STEM_STRIDES[stem]
+    if not (isinstance(image_size, numbers.Integral) and image_size >= minimum):
+        auto = "<=" if stem == "cifar" else ">"
+        other = (" or the CIFAR stem (--stem=cifar, >= 8)" if stem == "imagenet" else "")
+        raise ValueError(
+            f"image_size must be >= {minimum} with the {stem} stem (--stem={stem}, or "
+            f"auto at {auto} {AUTO_STEM_MAX_IMAGE_SIZE} px), which downsamples by "
+            f"{minimum}: a smaller image leaves less than one cell of final feature "
+            f"map. Use a larger image_size{other}. Received: image_size={image_size!r}")
 
 
 def check_proj_out_dim(proj_out_dim):

@@ -5,7 +5,10 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-SCALINGS = ("linear", "sqrt")
+from simclr_tf import rules
+
+# Pure arithmetic, in rules.py so that Config can check the scaled rate without TF.
+scaled_learning_rate = rules.scaled_learning_rate
 
 
 class StepPlan(NamedTuple):
@@ -85,22 +88,6 @@ def compute_steps(*, num_examples, batch_size, train_epochs=0, train_steps=0,
     evaluation = int(eval_steps) if eval_steps else int(math.ceil(eval_examples / eval_batch_size))
     return StepPlan(total_steps=total, warmup_steps=warmup,
                     checkpoint_steps=checkpoint, eval_steps=evaluation)
-
-
-def scaled_learning_rate(base_learning_rate, batch_size, scaling):
-    """Peak learning rate: base * batch / 256 ('linear') or base * sqrt(batch) ('sqrt').
-
-    Args:
-        base_learning_rate: the `--learning_rate` flag.
-        batch_size: global training batch size, > 0.
-        scaling: 'linear' or 'sqrt'.
-    """
-    _check_positive("batch_size", batch_size)
-    if scaling == "linear":
-        return base_learning_rate * batch_size / 256.0
-    if scaling == "sqrt":
-        return base_learning_rate * math.sqrt(batch_size)
-    raise ValueError(f"scaling must be one of {SCALINGS}. Received: scaling={scaling!r}")
 
 
 @keras.saving.register_keras_serializable(package="simclr_tf")

@@ -116,6 +116,18 @@ BAD = [
     (dict(jit_compile=True, strategy="mirrored"), "jit_compile"),
     (dict(variant="r50_9x"), "variant"),
     (dict(variant="r50_2x_sk1", resnet_depth=101), "variant"),
+    (dict(train_batch_size=1), "train_batch_size"),  # pretraining: no negatives
+    (dict(sk_ratio=2.0), "sk_ratio"),
+    (dict(se_ratio=5.0), "se_ratio"),
+    (dict(image_size=7), "image_size"),  # auto -> cifar stem, downsamples by 8
+    (dict(image_size=16, stem="imagenet"), "image_size"),
+    (dict(learning_rate=1e45), "learning_rate"),  # inf in float32
+    (dict(learning_rate=float("nan")), "learning_rate"),
+    (dict(learning_rate=1e38, train_batch_size=4096), "learning_rate"),  # x 16: inf
+    (dict(learning_rate=1e37, learning_rate_scaling="sqrt", train_batch_size=4096),
+     "learning_rate"),  # x 64
+    (dict(weight_decay=float("inf")), "weight_decay"),
+    (dict(warmup_epochs=1e39), "warmup_epochs"),
 ]
 
 
@@ -153,3 +165,60 @@ def test_model_kwargs_follow_the_train_mode():
     assert Config(lineareval_while_pretraining=False).model_kwargs(10)["num_classes"] is None
     finetune = Config(train_mode="finetune").model_kwargs(num_classes=5)
     assert not finetune["supervised_head_stop_gradient"] and finetune["num_classes"] == 5
+
+
+@pytest.mark.parametrize("name", Config.float_fields())
+def test_every_float_setting_must_be_a_finite_float32(name):
+    for value in (1e45, float("inf"), float("nan")):
+        with pytest.raises(ConfigError) as info:
+            Config.from_dict(_bad(**{name: value})).validate()
+        assert info.value.flag == name and "float32" in str(info.value), str(info.value)
+
+
+def test_the_training_rules_apply_to_training_only():
+    Config.from_dict(_bad(train_batch_size=1, train_mode="finetune")).validate()
+    Config.from_dict(_bad(train_batch_size=1, mode="eval")).validate()
+    Config.from_dict(_bad(learning_rate=1e38, train_batch_size=4096, mode="export")).validate()
+    Config.from_dict(_bad(train_batch_size=2)).validate()
+
+
+def test_the_smallest_image_sizes_are_accepted():
+    Config.from_dict(_bad(image_size=8)).validate()  # auto -> cifar
+    Config.from_dict(_bad(image_size=32, stem="imagenet")).validate()
+    Config.from_dict(_bad(image_size=33)).validate()  # auto -> imagenet
+
+
+def _flags(*argv):
+    sys.path.insert(0, ROOT)
+    try:
+        import run  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    values = flags.FlagValues()
+    for field in dataclasses.fields(Config):
+        values[field.name] = run.FLAGS[field.name]
+    values(["run.py", "--model_dir=/tmp/unused", *argv])
+    return run, values
+
+
+@pytest.mark.parametrize("argv, ok", [
+    (["--variant=r50_1x_sk1", "--sk_ratio=0"], False),  # the default, given explicitly
+    (["--variant=r50_2x_sk0", "--width_multiplier=1"], False),
+    (["--variant=r101_1x_sk0", "--resnet_depth=50"], False),
+    (["--variant=r50_1x_sk1", "--sk_ratio=0.0625", "--resnet_depth=50"], True),
+    (["--variant=r50_1x_sk1"], True),
+])
+def test_an_explicit_flag_must_agree_with_the_variant(argv, ok):
+    run, values = _flags(*argv)
+    try:
+        if ok:
+            run.config_from_flags(values)
+            return
+        with pytest.raises(ConfigError) as info:
+            run.config_from_flags(values)
+        assert info.value.flag == "variant"
+        flag = argv[1].split("=")[0]
+        assert argv[0].split("=")[1] in str(info.value) and flag in str(info.value)
+    finally:
+        values.unparse_flags()

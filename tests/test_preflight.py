@@ -1,13 +1,16 @@
 """simclr_tf.preflight: every check before a model exists, with no side effects."""
+import glob
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from simclr_tf import experiment, preflight
 from simclr_tf.config import Config, ConfigError
 
-from helpers.run_fixtures import config
+from simclr_tf import checkpoints
+from helpers.run_fixtures import config, write_run
 
 
 def _check(cfg, strategy=None):
@@ -53,3 +56,167 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
 
 def test_every_mode_flag_has_a_part_in_experiment():
     assert set(experiment.MODES) == set(Config.field_choices("mode"))
+
+
+@pytest.mark.parametrize("overrides, flag", [
+    (dict(train_split="train[:0]"), "train_split"),
+    (dict(train_split="train[10:10]"), "train_split"),
+    (dict(mode="train_then_eval", eval_split="test[:0%]"), "eval_split"),
+    (dict(knn_eval_split="test[360:]"), "knn_eval_split"),
+    (dict(knn_eval_split="test", knn_bank_split="train[:0]"), "knn_bank_split"),
+    (dict(mode="linear_probe", train_split="train[:0]"), "train_split"),
+    (dict(mode="embed", embed_split="train[:0]"), "embed_split"),
+])
+def test_a_split_without_examples_is_refused(overrides, flag, tmp_path):
+    cfg = config(**dict(dict(model_dir=str(tmp_path), train_steps=1), **overrides))
+    with pytest.raises(ConfigError, match="has no examples; choose a non-empty split") as info:
+        _check(cfg)
+    assert info.value.flag == flag
+
+
+REFERENCE_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "shared",
+                               "reference", "official_r50_1x_sk0")
+
+
+def _variables():
+    return dict(
+        w=tf.Variable(tf.random.normal([3, 3, 8, 16])), step=tf.Variable(7, dtype=tf.int64),
+        mask=tf.Variable(tf.ones([77], tf.bool)), half=tf.Variable(tf.ones([3, 5], tf.float16)),
+        empty=tf.Variable(tf.zeros([0, 4])),
+        names=tf.Variable(np.array([b"abc", b"", b"x" * 300, b"ends\x00\x00"], dtype=object)),
+        name=tf.Variable(b"scalar\x00"))
+
+
+def _missing(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return preflight._missing_data_bytes(reader, tf.io.gfile.glob(prefix + ".data-*"))
+
+
+def test_the_data_size_the_index_implies_is_exact(tmp_path):
+    """Numeric tensors are raw bytes, strings varint lengths + 4-byte checksum + bytes,
+    no padding: the sum equals the data files' size, sharded or not."""
+    prefix = tf.train.Checkpoint(**_variables()).write(str(tmp_path / "one" / "c"))
+    assert _missing(prefix) == 0
+    sharded = tf.train.Checkpoint(**_variables()).write(
+        str(tmp_path / "sharded" / "c"), options=tf.train.CheckpointOptions(
+            experimental_sharding_callback=tf.train.experimental.MaxShardSizePolicy(
+                max_shard_size=1000)))
+    assert len(glob.glob(sharded + ".data-*")) > 2 and _missing(sharded) == 0
+    if os.path.isdir(REFERENCE_MODEL):  # the authors' R50, a TF1-era SavedModel
+        assert _missing(os.path.join(REFERENCE_MODEL, "variables", "variables")) == 0
+
+
+@pytest.mark.parametrize("cut", ["one byte", "half"])
+def test_a_truncated_checkpoint_is_refused(cut, tmp_path):
+    prefix = tf.train.Checkpoint(**_variables()).write(str(tmp_path / "c"))
+    preflight._check_checkpoint_readable(prefix)
+    data = glob.glob(prefix + ".data-*")[0]
+    size = os.path.getsize(data)
+    os.truncate(data, size - 1 if cut == "one byte" else size // 2)
+    with pytest.raises(ConfigError, match="--checkpoint: .*truncated") as info:
+        preflight._check_checkpoint_readable(prefix)
+    assert "pass an intact checkpoint" in str(info.value)
+
+
+def test_a_tfds_dataset_not_in_data_dir_is_a_dataset_error(tmp_path):
+    cfg = config(dataset="cifar10", data_dir=str(tmp_path), model_dir=str(tmp_path / "run"),
+                 train_steps=1)
+    with pytest.raises(ConfigError, match="--dataset: TFDS dataset 'cifar10' is not "
+                       "prepared in --data_dir=.*tfds build cifar10"):
+        preflight.load_source(cfg)
+
+
+@pytest.fixture(scope="module")
+def our_run(tmp_path_factory):
+    """A run of the tiny model (depth 18, width 0.125, 2-layer head of 16) with its
+    flags.json, and an export-shaped copy of its variables (saved_model/1)."""
+    directory = tmp_path_factory.mktemp("run")
+    write_run(directory)
+    prefix = tf.train.latest_checkpoint(str(directory))
+    export_dir = directory / "saved_model" / "1"
+    tf.io.gfile.makedirs(str(export_dir / "variables"))
+    for name in tf.io.gfile.glob(prefix + ".*"):
+        suffix = name[len(prefix):]
+        tf.io.gfile.copy(name, str(export_dir / "variables" / ("variables" + suffix)))
+    return directory
+
+
+@pytest.mark.parametrize("where, overrides, needed", [
+    ("", dict(resnet_depth=50, width_multiplier=2), "--resnet_depth=18 --width_multiplier=0.125"),
+    ("ckpt-1", dict(num_proj_layers=3), "--num_proj_layers=2"),
+    ("", dict(sk_ratio=0.0625, se_ratio=0.25), "--sk_ratio=0.0 --se_ratio=0.0"),
+    ("", dict(stem="imagenet", image_size=32), "--stem=cifar"),
+    ("", dict(proj_head_mode="linear", num_proj_layers=3),
+     "--proj_head_mode=nonlinear --num_proj_layers=2"),
+    ("saved_model/1", dict(proj_out_dim=128), "--proj_out_dim=16"),
+])
+def test_our_checkpoint_of_another_architecture_is_refused(where, overrides, needed, our_run,
+                                                          tmp_path):
+    cfg = config(train_mode="finetune", checkpoint=os.path.join(our_run, where), train_steps=1,
+                 model_dir=str(tmp_path / "finetune"), **overrides)
+    with pytest.raises(ConfigError) as info:
+        _check(cfg)
+    assert info.value.flag == "checkpoint"
+    assert f"pass {needed} (the flags say otherwise)" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval", "export", "linear_probe", "embed"])
+def test_model_dir_of_another_architecture_is_refused(mode, our_run):
+    cfg = config(mode=mode, model_dir=str(our_run), train_steps=2, width_multiplier=0.25)
+    with pytest.raises(ConfigError, match="--model_dir: .*pass --width_multiplier=0.125"):
+        _check(cfg)
+
+
+def test_the_same_architecture_passes(our_run, tmp_path):
+    _check(config(mode="eval", model_dir=str(our_run)))
+    _check(config(train_mode="finetune", checkpoint=str(our_run), train_steps=1,
+                  model_dir=str(tmp_path / "a"), eval_split="test"))
+    # Without projection head nothing of the head is read: any recorded head fits.
+    _check(config(train_mode="finetune", checkpoint=str(our_run), train_steps=1,
+                  proj_head_mode="none", model_dir=str(tmp_path / "b")))
+    # A flags.json without a checkpoint (a run that never saved) binds nothing.
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "flags.json").write_text((our_run / "flags.json").read_text())
+    _check(config(model_dir=str(tmp_path / "c"), train_steps=1, resnet_depth=34))
+
+
+def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
+    """No record to compare before the build: loading names the flags to check."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in os.listdir(our_run):
+        if name.startswith("ckpt-") or name == "checkpoint":
+            tf.io.gfile.copy(str(our_run / name), str(bare / name))
+    wrong = config(train_mode="finetune", checkpoint=str(bare), train_steps=1,
+                   model_dir=str(tmp_path / "run"), resnet_depth=34)
+    _check(wrong)  # nothing to compare with
+    strategy = tf.distribute.get_strategy()
+    for overrides in (dict(resnet_depth=34), dict(width_multiplier=0.25)):
+        model = experiment.build_model(config(model_dir=str(tmp_path), **overrides),
+                                       strategy, 10)
+        for whole_model, flag in ((True, "model_dir"), (False, "checkpoint")):
+            with pytest.raises(ConfigError) as info:
+                checkpoints.load_into(model, str(bare), whole_model=whole_model, flag=flag)
+            message = str(info.value)
+            assert info.value.flag == flag and "does not fit the model" in message
+            assert "--resnet_depth --width_multiplier" in message, message
+    right = experiment.build_model(config(model_dir=str(tmp_path)), strategy, 10)
+    checkpoints.load_into(right, str(bare), whole_model=True)
+
+
+def test_a_mode_that_only_reads_model_dir_leaves_its_record(our_run, tmp_path):
+    """flags.json says which model wrote model_dir's checkpoints: an evaluation with
+    other (compatible) flags writes none over it, and none where there was none."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in os.listdir(our_run):
+        if name.startswith("ckpt-") or name in ("checkpoint", "flags.json"):
+            tf.io.gfile.copy(str(our_run / name), str(run_dir / name))
+    record = (run_dir / "flags.json").read_text()
+    experiment.run(config(mode="eval", model_dir=str(run_dir), eval_split="test[:16]",
+                          eval_batch_size=16, proj_head_mode="none"))
+    assert (run_dir / "flags.json").read_text() == record
+    (run_dir / "flags.json").unlink()
+    experiment.run(config(mode="eval", model_dir=str(run_dir), eval_split="test[:16]",
+                          eval_batch_size=16))
+    assert not (run_dir / "flags.json").exists()

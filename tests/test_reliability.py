@@ -29,7 +29,7 @@ sys.path.insert(0, REPO)
 import run  # noqa: E402  pylint: disable=wrong-import-position
 
 from helpers.process_fixtures import free_ports, wait_all
-from helpers.run_fixtures import TINY, config  # noqa: E402,F401  pylint: disable=wrong-import-position
+from helpers.run_fixtures import TINY, config, write_run  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
 def _env():
@@ -318,11 +318,19 @@ def _flag_values(argv):
     return values
 
 
+@pytest.fixture(scope="module")
+def our_run(tmp_path_factory):
+    """A run directory of the TINY model: its checkpoint and flags.json."""
+    directory = tmp_path_factory.mktemp("our_run")
+    write_run(directory)
+    return str(directory)
+
+
 @pytest.fixture()
-def bad_inputs(tmp_path):
+def bad_inputs(tmp_path, our_run):
     """Files the catalogue points flags at."""
     from PIL import Image  # pylint: disable=import-outside-toplevel
-    paths = {}
+    paths = dict(our_run=our_run)
     unlabelled = tmp_path / "unlabelled"
     unlabelled.mkdir()
     for i in range(4):
@@ -345,6 +353,13 @@ def bad_inputs(tmp_path):
         if ".data-" in name:
             os.remove(tmp_path / "nodata" / name)
     paths["no_data"] = no_data
+    for cut in ("one_byte", "half"):  # the index reads, the data is short
+        prefix = tf.train.Checkpoint(v=tf.Variable(tf.zeros([1000]))).write(
+            str(tmp_path / f"truncated_{cut}" / "c"))
+        data = tf.io.gfile.glob(prefix + ".data-*")[0]
+        size = os.path.getsize(data)
+        os.truncate(data, size - 1 if cut == "one_byte" else size // 2)
+        paths[f"truncated_{cut}"] = prefix
     return paths
 
 
@@ -352,6 +367,8 @@ def bad_inputs(tmp_path):
 CATALOGUE = [
     (["--dataset=no_such_dataset_xyz"], "dataset"),
     (["--dataset=folder:/nonexistent_folder_xyz"], "dataset"),
+    (["--dataset=cifar10", "--data_dir={empty_dir}"], "dataset"),  # not prepared there
+    (["--dataset=cifar-10"], "dataset"),  # did you mean 'cifar10'?
     (["--train_split=validation"], "train_split"),
     (["--train_split=train[:10"], "train_split"),
     (["--eval_split=val", "--mode=train_then_eval"], "eval_split"),
@@ -373,6 +390,17 @@ CATALOGUE = [
     (["--checkpoint={empty_dir}"], "checkpoint"),
     (["--checkpoint={garbage}"], "checkpoint"),
     (["--checkpoint={no_data}"], "checkpoint"),
+    (["--checkpoint={truncated_one_byte}"], "checkpoint"),
+    (["--checkpoint={truncated_half}"], "checkpoint"),
+    # One of our runs with other architecture flags (once an AssertionError after the
+    # build): the run's flags.json says which.
+    (["--train_mode=finetune", "--checkpoint={our_run}", "--resnet_depth=34"], "checkpoint"),
+    (["--train_mode=finetune", "--checkpoint={our_run}/ckpt-1", "--num_proj_layers=3"],
+     "checkpoint"),
+    (["--mode=eval", "--model_dir={our_run}", "--width_multiplier=0.25"], "model_dir"),
+    (["--mode=export", "--model_dir={our_run}", "--stem=imagenet", "--image_size=32"],
+     "model_dir"),
+    (["--model_dir={our_run}", "--sk_ratio=0.0625"], "model_dir"),  # resuming
     (["--model_dir=/proc/simclr_cannot_write_here"], "model_dir"),
     (["--model_dir={a_file}"], "model_dir"),
     (["--mode=eval", "--model_dir={empty_dir}"], "model_dir"),
@@ -396,6 +424,22 @@ CATALOGUE = [
     (["--serving_max_pixels=-1"], "serving_max_pixels"),
     # 4 replicas (the test CPUs) of 8 images: 32 divides the global batch, not a replica's.
     (["--strategy=mirrored", "--grad_cache_chunk=32"], "grad_cache_chunk"),
+    # Splits with no examples (once a traceback in the step arithmetic).
+    (["--train_split=train[:0]"], "train_split"),
+    (["--mode=train_then_eval", "--eval_split=test[5:5]"], "eval_split"),
+    (["--knn_eval_split=test", "--knn_bank_split=train[:0%]"], "knn_bank_split"),
+    (["--mode=embed", "--embed_split=test[:0]"], "embed_split"),
+    # Once silently accepted.
+    (["--train_batch_size=1"], "train_batch_size"),  # no negatives: loss exactly 0
+    (["--variant=r18_0.125x_sk1", "--sk_ratio=0"], "variant"),  # explicit default
+    (["--sk_ratio=2"], "sk_ratio"),
+    (["--se_ratio=5"], "se_ratio"),
+    (["--image_size=7"], "image_size"),  # stem auto -> cifar: at least 8
+    (["--image_size=16", "--stem=imagenet"], "image_size"),  # at least 32
+    (["--learning_rate=1e45"], "learning_rate"),  # inf in float32
+    (["--learning_rate=nan"], "learning_rate"),
+    (["--momentum=inf"], "momentum"),
+    (["--learning_rate=1e38", "--train_batch_size=4096"], "learning_rate"),  # once scaled
 ]
 
 

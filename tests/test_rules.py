@@ -20,6 +20,13 @@ CASES = [
     (rules.check_momentum, (0.0,), (1.0,), "momentum"),
     (rules.check_width_multiplier, (0.25,), (0,), "width_multiplier"),
     (rules.check_ratio, ("sk_ratio", 0.0625), ("sk_ratio", -0.1), "sk_ratio"),
+    (rules.check_ratio, ("se_ratio", 1.0), ("se_ratio", 5.0), "se_ratio"),
+    (rules.check_float32, ("learning_rate", 3.4e38), ("learning_rate", 1e45), "learning_rate"),
+    (rules.check_float32, ("momentum", -0.5), ("momentum", float("nan")), "momentum"),
+    (rules.check_float32, ("momentum", 0.9), ("momentum", float("-inf")), "momentum"),
+    (rules.check_contrastive_batch_size, (2,), (1,), "train_batch_size"),
+    (rules.check_image_size, (8, "cifar"), (7, "cifar"), "image_size"),
+    (rules.check_image_size, (32, "imagenet"), (31, "imagenet"), "image_size"),
     (rules.check_proj_out_dim, (128,), (0,), "proj_out_dim"),
     (rules.check_label_fraction, (1.0,), (0.0,), "label_fraction"),
     (rules.check_knn_k, (200,), (0,), "k"),
@@ -62,3 +69,19 @@ def test_the_library_raises_the_same_error():
     with pytest.raises(ValueError) as info:
         ProjectionHead("nonlinear", 3, 128, ft_proj_selector=4)
     assert str(info.value) == str(expected.value)
+
+
+def test_float32_range_is_float32_rounding():
+    rules.check_float32("x", rules.FLOAT32_MAX)
+    rules.check_float32("x", 3.4028235e38)  # rounds down to the largest float32
+    with pytest.raises(ValueError):
+        rules.check_float32("x", 3.4028236e38)  # rounds up to inf
+    rules.check_float32("x", 1e-50)  # underflows to 0: finite, left to the value rules
+
+
+def test_stems_and_their_minimum_image_size():
+    assert rules.resolve_stem("auto", 32) == "cifar"
+    assert rules.resolve_stem("auto", 33) == "imagenet"
+    assert rules.resolve_stem("imagenet", 8) == "imagenet"
+    with pytest.raises(ValueError, match="--stem=cifar"):
+        rules.check_image_size(16, "imagenet")  # the message names the other stem

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from simclr_tf.data import registry
+from simclr_tf.data import registry, tfds_source
 
 
 def _all(dataset):
@@ -71,3 +71,28 @@ def test_tfds_example_ids_select_positions():
     assert [y for _, y in picked] == labels[ids].tolist()
     for (image, _), i in zip(picked, ids):
         np.testing.assert_array_equal(image, images[i])
+
+
+def test_tfds_data_absent_from_data_dir_is_found_before_reading(tmp_path):
+    source = registry.get_dataset("cifar10", data_dir=str(tmp_path))  # sizes: our table
+    with pytest.raises(tfds_source.DatasetNotPreparedError) as info:
+        source.check_prepared()
+    message = str(info.value)
+    for part in ("not prepared in --data_dir=", "never downloads",
+                 "`tfds build cifar10 --data_dir=DIR`", "pass --data_dir=DIR"):
+        assert part in message, message
+    with tfds.testing.mock_data(num_examples=4):
+        registry.get_dataset("cifar10", data_dir=str(tmp_path)).check_prepared()
+
+
+@pytest.mark.parametrize("name, guess", [
+    ("cifar-10", "cifar10"), ("CIFAR10", "cifar10"), ("imgnet2012", "imagenet2012"),
+    ("digit", "digits"), ("no_such_dataset_xyz", None),
+])
+def test_a_misspelt_dataset_name_gets_the_nearest_one(name, guess):
+    with pytest.raises(tfds_source.UnknownDatasetError) as info:
+        registry.get_dataset(name)
+    assert f"Unknown dataset {name!r}" in str(info.value)
+    assert ("Did you mean" in str(info.value)) == (guess is not None)
+    if guess:
+        assert str(info.value).endswith(f"Did you mean {guess!r}?")

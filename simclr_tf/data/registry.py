@@ -22,13 +22,14 @@ Adding a dataset touches one file:
 """
 from __future__ import annotations
 
+import difflib
 import os
 from typing import Callable
 
 from simclr_tf.data.digits import DigitsSource
 from simclr_tf.data.folders import ImageFolderSource
 from simclr_tf.data.sources import FOLDER_PREFIX, DatasetSource
-from simclr_tf.data.tfds_source import TFDSSource
+from simclr_tf.data.tfds_source import TFDSSource, UnknownDatasetError, tfds_names
 
 _FACTORIES: dict[str, Callable[[str | None], DatasetSource]] = {
     "digits": lambda data_dir: DigitsSource(),
@@ -67,8 +68,10 @@ def get_dataset(name: str, *, data_dir: str | None = None,
       A `DatasetSource`.
 
     Raises:
-      ValueError: unknown name, missing folder, or a TFDS dataset neither prepared in
-        `data_dir` nor in `KNOWN_TFDS_DATASETS`.
+      ValueError: unknown name (`UnknownDatasetError`, with the nearest known name),
+        missing folder, or a TFDS dataset neither prepared in `data_dir` nor in
+        `KNOWN_TFDS_DATASETS`. A known TFDS dataset is returned even when its data is
+        absent: `source.check_prepared()` says.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"`name` must be a non-empty string. Received: name={name!r}")
@@ -77,4 +80,19 @@ def get_dataset(name: str, *, data_dir: str | None = None,
                                  skip_corrupt_images=skip_corrupt_images)
     if name in _FACTORIES:
         return _FACTORIES[name](data_dir)
-    return TFDSSource(name, data_dir=data_dir)
+    try:
+        return TFDSSource(name, data_dir=data_dir)
+    except UnknownDatasetError as error:
+        base = name.split(":")[0].split("/")[0]
+        # A known dataset with a wrong config or version needs no other name.
+        guess = None if base in tfds_names() else closest_name(name)
+        hint = f" Did you mean {guess!r}?" if guess else ""
+        raise UnknownDatasetError(f"{error}{hint}") from None
+
+
+def closest_name(name: str) -> str | None:
+    """The known dataset name nearest to a misspelt one ('cifar-10' -> 'cifar10')."""
+    names = list(registered_datasets()) + tfds_names()
+    by_lower = {n.lower(): n for n in names}
+    matches = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.75)
+    return by_lower[matches[0]] if matches else None

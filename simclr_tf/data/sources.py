@@ -8,6 +8,7 @@ source.num_classes                 # 10 (0 for an unlabelled folder)
 source.splits                      # ('train', 'test')
 source.num_examples("train[:10%]") # TFDS slicing syntax works for every source
 source.has_labels("unlabelled")    # False for stl10's unlabelled split
+source.check_prepared()            # raises if the data is not there (TFDS)
 ds = source.load("train", input_context=ctx, shuffle_files=True)
 # ds yields (image uint8 [H, W, 3], label int32 []), label -1 where there is none.
 ```
@@ -200,6 +201,11 @@ class DatasetSource(abc.ABC):
     def unlabelled_splits(self) -> tuple[str, ...]:
         """Base splits without labels."""
         return ()
+
+    def check_prepared(self) -> None:
+        """Raises ValueError when the data cannot be read (e.g. a TFDS dataset not
+        prepared in data_dir); sources whose construction reads their data have
+        nothing left to check."""
 
     def split_ranges(self, split: str) -> list[tuple[str, int, int]]:
         """(base split, start, stop) ranges of a split spec; ValueError if invalid."""

@@ -4,7 +4,8 @@ Read from `data_dir`. Split sizes come from the prepared dataset's metadata, or 
 datasets we know (`KNOWN_TFDS_DATASETS`: imagenet2012, imagenet2012_subset/1pct and
 /10pct, cifar10, cifar100, stl10, ...) from our own table: offline, TFDS metadata has
 no split sizes until the data is prepared. A dataset neither prepared nor known raises
-ValueError. Nothing is ever downloaded.
+DatasetNotPreparedError (a ValueError); `TFDSSource.check_prepared` says whether the
+data is there. Nothing is ever downloaded.
 """
 from __future__ import annotations
 
@@ -67,6 +68,35 @@ AUTHORS_IMAGENET_SUBSETS = {
 }
 
 
+class UnknownDatasetError(ValueError):
+    """A name TFDS does not know (or cannot open: a wrong config or version)."""
+
+
+class DatasetNotPreparedError(ValueError):
+    """A TFDS dataset whose data is not in data_dir (and nothing is downloaded)."""
+
+
+def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str) -> str:
+    """What to do when `name` has no data in `data_dir` (the one wording, offline)."""
+    where = (f"--data_dir={data_dir!r}" if data_dir else
+             "TFDS's default data_dir (no --data_dir given)")
+    manual = (" (ImageNet also needs its manual download in DIR/downloads/manual)"
+              if name.startswith("imagenet") else "")
+    return (f"TFDS dataset {name!r} is not prepared in {where}: nothing in "
+            f"{builder_data_dir!r}, and simclr_tf never downloads. Prepare it on a machine with internet access: `tfds build "
+            f"{table_name(name)} --data_dir=DIR`{manual}, copy DIR here and pass "
+            "--data_dir=DIR.")
+
+
+def tfds_names() -> list[str]:
+    """Dataset names TFDS knows offline, and the configs of our table."""
+    try:
+        names = list(tfds.list_builders(with_community_datasets=False))
+    except Exception:  # pylint: disable=broad-except  # a hint only: never fail here
+        names = []
+    return names + list(KNOWN_TFDS_DATASETS)
+
+
 def table_name(name: str) -> str:
     """'cifar10:3.0.2' -> 'cifar10' (versions do not change sizes we rely on)."""
     return name.split(":")[0]
@@ -83,10 +113,14 @@ class TFDSSource(DatasetSource):
     def __init__(self, name: str, data_dir: str | None = None):
         try:
             self._builder = tfds.builder(name, data_dir=data_dir)
-        except tfds.core.registered.DatasetNotFoundError as e:
-            raise ValueError(
-                f"Unknown dataset {name!r}: not a TFDS dataset, not 'digits' and not "
-                f"'{FOLDER_PREFIX}/path'.") from e
+        except (ValueError, AssertionError) as e:  # unknown, unparsable, bad config
+            reason = str(e).strip().splitlines()[0][:200]
+            if isinstance(e, tfds.core.registered.DatasetNotFoundError) or \
+                    reason.startswith("Parsing builder name string"):
+                reason = "not a TFDS dataset"
+            raise UnknownDatasetError(
+                f"Unknown dataset {name!r} ({reason}): use a TFDS name such as "
+                f"'cifar10', 'digits' or '{FOLDER_PREFIX}/path'.") from e
         self.name = name
         self.data_dir = data_dir
         info = self._builder.info
@@ -97,12 +131,10 @@ class TFDSSource(DatasetSource):
         elif known is not None:
             self._split_sizes = dict(known.split_sizes)
         else:
-            raise ValueError(
-                f"Dataset {name!r} is not prepared in data_dir={self._builder.data_dir!r} "
-                "and its split sizes are not in simclr_tf's table "
-                "(simclr_tf.data.tfds_source.KNOWN_TFDS_DATASETS). Prepare it first "
-                f"(`tfds build {name} --data_dir=...`, then pass that data_dir), or "
-                "register its sizes in KNOWN_TFDS_DATASETS.")
+            raise DatasetNotPreparedError(
+                not_prepared_message(name, data_dir, self._builder.data_dir) + " (Its "
+                "split sizes are not in simclr_tf's table either: register them in "
+                "simclr_tf.data.tfds_source.KNOWN_TFDS_DATASETS to know them offline.)")
         keys = info.supervised_keys
         if not (isinstance(keys, tuple) and len(keys) == 2
                 and all(isinstance(k, str) for k in keys)):
@@ -129,6 +161,15 @@ class TFDSSource(DatasetSource):
     def unlabelled_splits(self) -> tuple[str, ...]:
         return self._unlabelled
 
+    def check_prepared(self) -> None:
+        """Raises DatasetNotPreparedError unless the data can be read from data_dir.
+
+        The one place that decides whether the dataset is available (downloading on
+        demand would go here). It asks for the dataset of one split, as reading
+        does: instant, nothing is read, and `tfds.testing.mock_data` satisfies it.
+        """
+        self._as_dataset(next(iter(self.split_sizes)))
+
     def _as_dataset(self, split, *, shuffle_files=False, read_config=None,
                     skip_image_decoding=False):
         self.split_ranges(split)  # Validates the split with a clear message.
@@ -139,11 +180,8 @@ class TFDSSource(DatasetSource):
                 split=split, shuffle_files=shuffle_files, decoders=decoders,
                 read_config=read_config or tfds.ReadConfig())
         except AssertionError as e:  # TFDS's way of saying "no data here".
-            raise ValueError(
-                f"Dataset {self.name!r} split {split!r} has no prepared data in "
-                f"data_dir={self._builder.data_dir!r}. Prepare it with `tfds build "
-                f"{self.name} --data_dir=...` (ImageNet needs its manual download) "
-                "and pass that data_dir.") from e
+            raise DatasetNotPreparedError(not_prepared_message(
+                self.name, self.data_dir, self._builder.data_dir)) from e
 
     def load_labels(self, split: str) -> np.ndarray:
         dataset = self._as_dataset(split, skip_image_decoding=True)

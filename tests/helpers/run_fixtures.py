@@ -11,3 +11,21 @@ TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size
 def config(**overrides):
     """The validated Config of the tiny run with `overrides` applied."""
     return Config.from_dict(dict(TINY, **overrides)).validate()
+
+
+def write_run(directory, *, flags_json=True, **overrides):
+    """A run directory as training leaves it, without training: the checkpoint
+    (ckpt-1) of the tiny model of `config(**overrides)`, and its flags.json.
+
+    Returns:
+        The Config.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    cfg = config(**dict(dict(model_dir=str(directory), train_steps=1), **overrides))
+    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
+                               max_to_keep=1).save(checkpoint_number=1)
+    if flags_json:
+        experiment.write_json(f"{directory}/flags.json", cfg.to_dict())
+    return cfg
