@@ -235,8 +235,10 @@ def load_latest(model, model_dir, *, flag="model_dir"):
         reason = unreadable_reason(prefix)
         if reason is None:
             try:
-                restore_model(model, prefix)
+                restore_model(model, prefix, flag=flag)
                 return prefix
+            except ConfigError:
+                raise  # another architecture: older checkpoints of the run do not fit either
             except _LOAD_ERRORS as error:
                 reason = _first_line(error)
         failures.append(f"{prefix}: {reason}")
