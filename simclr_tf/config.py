@@ -367,6 +367,11 @@ class Config:
         if self.checkpoint_steps == 0 and self.checkpoint_epochs == 0:
             raise ConfigError("checkpoint_epochs", "and --checkpoint_steps are both 0: set "
                               "one of them (e.g. --checkpoint_epochs=1).")
+        if self.fine_tune_after_block > -1 and self.train_mode == "pretrain":
+            raise ConfigError("fine_tune_after_block", f"is {self.fine_tune_after_block}: "
+                              "freezing layers while pretraining is not supported (the "
+                              "authors' code raises too); drop it (-1) or use "
+                              "--train_mode=finetune.")
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                               "(pretraining uses no labels); drop it or fine-tune.")

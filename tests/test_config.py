@@ -100,6 +100,8 @@ BAD = [
     (dict(warmup_epochs=-1.0), "warmup_epochs"),
     (dict(sk_ratio=-0.1), "sk_ratio"),
     (dict(fine_tune_after_block=5), "fine_tune_after_block"),
+    # The authors' code rejects layer freezing while pretraining.
+    (dict(fine_tune_after_block=2, train_mode="pretrain"), "fine_tune_after_block"),
     (dict(ft_proj_selector=4), "ft_proj_selector"),
     (dict(ft_proj_selector=2, proj_head_mode="linear"), "ft_proj_selector"),
     (dict(num_proj_layers=0), "num_proj_layers"),

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -360,6 +361,12 @@ def bad_inputs(tmp_path, our_run):
         size = os.path.getsize(data)
         os.truncate(data, size - 1 if cut == "one_byte" else size // 2)
         paths[f"truncated_{cut}"] = prefix
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / ".simclr_lock").write_text(json.dumps(dict(
+        pid=os.getpid(), host=socket.gethostname(), mode="train", started=time.time(),
+        heartbeat=time.time(), token="another run")))
+    paths["locked"] = str(locked)
     return paths
 
 
@@ -403,6 +410,9 @@ CATALOGUE = [
     (["--model_dir={our_run}", "--sk_ratio=0.0625"], "model_dir"),  # resuming
     (["--model_dir=/proc/simclr_cannot_write_here"], "model_dir"),
     (["--model_dir={a_file}"], "model_dir"),
+    # Another live run holds model_dir (issue 17): refused before anything is built.
+    (["--model_dir={locked}"], "model_dir"),
+    (["--fine_tune_after_block=1"], "fine_tune_after_block"),  # while pretraining
     (["--mode=eval", "--model_dir={empty_dir}"], "model_dir"),
     (["--mode=export", "--model_dir={empty_dir}"], "model_dir"),
     (["--mode=train_then_eval", "--nolineareval_while_pretraining"],
