@@ -227,6 +227,15 @@ class Config:
         "this many images (embeddings first without gradients, then each chunk again "
         "with them): memory of one chunk, loss over the whole batch, BN statistics "
         "per chunk, ~1.33x compute. Must divide the per-replica batch.")
+    log_every_steps: int = _field(
+        100, "Steps between TensorBoard scalars (the authors' train/* names, as means "
+        "over the interval) and progress lines; one is also written at the last step. "
+        "0 = at checkpoints only, as the authors' code.")
+    progress: str = _field(
+        "auto", "What training shows: 'bar' (one bar for the whole run, redrawn in "
+        "place), 'lines' (one plain line per --log_every_steps, for logs and "
+        "schedulers), 'none', or 'auto' = bar on a terminal, lines otherwise.",
+        ("auto", "bar", "lines", "none"))
     eval_wait_secs: int = _field(
         0, "With --mode=eval: 0 evaluates the latest checkpoint once; > 0 keeps "
         "evaluating each new checkpoint until none appears for this many seconds.")
@@ -339,7 +348,8 @@ class Config:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
         _non_negative = ("eval_wait_secs", "warmup_epochs", "train_steps", "eval_steps",
-                         "checkpoint_steps", "train_epochs", "checkpoint_epochs")
+                         "checkpoint_steps", "train_epochs", "checkpoint_epochs",
+                         "log_every_steps")
         for name in _non_negative:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

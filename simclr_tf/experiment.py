@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorboard.plugins.hparams import api as hparams_api
 
 from simclr_tf import checkpoints, distribute, export, loop, optimizers, preflight
 from simclr_tf import run_lock
@@ -25,6 +26,7 @@ from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment, pipeline, subsets
 from simclr_tf.evaluation import features, knn, probe, supervised, transfer, writers
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
+from simclr_tf.progress import TrainingProgress
 from simclr_tf.train import Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -257,13 +259,22 @@ def train(config, strategy, context):
         augment_on=config.augment_on if config.train_mode == "pretrain" else "host")
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if step == 0 and chief:
+        write_hparams(writer, config)
         write_view_summary(config, source, split, writer)
-    print(f"Training {plan.total_steps} steps ({step} done), checkpoint every "
+    steps_per_epoch = num_examples / config.train_batch_size
+    print(f"Training {plan.total_steps} steps ({plan.total_steps / steps_per_epoch:.3g} "
+          f"epochs of {num_examples} examples; {step} done), checkpoint every "
           f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
           f"{strategy.num_replicas_in_sync} replica(s).", flush=True)
-    hooks = [loop.Every(plan.checkpoint_steps,
-                        lambda step, logs: write_train_summaries(writer, step, logs,
-                                                                 trainer.optimizer))]
+    progress = TrainingProgress(total_steps=plan.total_steps, start_step=step,
+                                steps_per_epoch=steps_per_epoch,
+                                style=config.progress if chief else "none")
+
+    def log(step, logs):
+        progress.log(step, logs)
+        return write_train_summaries(writer, step, logs, trainer.optimizer)
+
+    hooks = [loop.Every(config.log_every_steps or plan.checkpoint_steps, log)]
     if config.knn_eval_split and config.train_mode == "pretrain":
         monitor = make_knn_monitor(config, strategy, model, source)
         hooks.append(loop.Every(config.knn_eval_every or plan.checkpoint_steps,
@@ -276,7 +287,7 @@ def train(config, strategy, context):
             model, config, step))))
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
-                         hooks=hooks, verbose=chief)
+                         hooks=hooks, verbose=chief, progress=progress)
     if results["interrupted"]:
         return results
     del results["logs"], results["interrupted"]  # the summaries' train/* are in
@@ -329,6 +340,16 @@ def _export(model, config, step):
             f"failed: {str(error).strip().splitlines()[0][:300]}. The checkpoints are "
             "saved and intact; free space (or fix the path) and run the same flags with "
             "--mode=export.") from None
+
+
+def write_hparams(writer, config):
+    """The run's configuration in TensorBoard's hparams plugin (None values as '')."""
+    values = {name: ("" if value is None else value)
+              for name, value in config.to_dict().items()
+              if value is None or isinstance(value, (bool, int, float, str))}
+    with writer.as_default(step=0):
+        hparams_api.hparams(values)
+    writer.flush()
 
 
 def write_train_summaries(writer, step, logs, optimizer):

@@ -28,7 +28,8 @@ import numpy as np
 from simclr_tf.checkpoints import NonFiniteWeightsError, step_of
 
 # Metrics shown in the progress bar, in this order, when present.
-PROGRESS_METRICS = ("loss", "contrast_acc", "label_acc", "learning_rate", "examples_per_sec")
+PROGRESS_METRICS = ("contrast_loss", "contrast_acc", "sup_loss", "label_acc",
+                    "learning_rate", "examples_per_sec")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -113,7 +114,7 @@ class _StopOnSigterm:
 
 
 def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hooks=(),
-          verbose=True):
+          verbose=True, progress=None):
     """Trains from the optimizer's current step to `total_steps`.
 
     Args:
@@ -125,7 +126,9 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
         checkpoint_steps: steps between checkpoints (one is also saved at the end).
         hooks: `Hook`s, called in order after each checkpoint; `after_steps` gets
             the means of the logs since the hook's previous call.
-        verbose: show progress bars (the chief of a multi-worker run only).
+        verbose: show progress (the chief of a multi-worker run only).
+        progress: a `simclr_tf.progress.TrainingProgress` for the whole run; None: a
+            progress bar per segment when `verbose`.
 
     Returns:
         dict(global_step, train_seconds, logs=means over the last checkpoint interval
@@ -147,7 +150,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
             segment = min([total_steps - step] + [every - step % every for every in cadences])
             try:
                 segment_logs = run_steps(trainer, iterator, segment, verbose=verbose,
-                                         after_call=sigterm.check)
+                                         after_call=sigterm.check, progress=progress)
             except NonFiniteLossError as error:
                 # Nothing after the last good checkpoint is saved: the weights of the
                 # failing step are not finite.
@@ -222,7 +225,8 @@ class Means:
         return result
 
 
-def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
+def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True,
+              progress=None):
     """Trains `num_steps` steps with a progress bar; returns the means of their logs
     (`Means`; `examples_per_sec` over the whole segment).
 
@@ -232,14 +236,15 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
         num_steps: how many steps to run now (not the global target).
         after_call: optional callable run after each compiled call (e.g. to stop on
             SIGTERM by raising).
-        verbose: show a `keras.utils.Progbar`.
+        verbose: show a `keras.utils.Progbar` of these steps (unless `progress`).
+        progress: a `TrainingProgress` of the whole run to update instead.
 
     Raises:
         NonFiniteLossError: when the loss or the gradient norm is NaN or infinite.
     """
     if not isinstance(num_steps, int) or num_steps < 0:
         raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
-    progbar = keras.utils.Progbar(
+    progbar = None if progress is not None else keras.utils.Progbar(
         num_steps, verbose=1 if verbose else 0,
         stateful_metrics=("learning_rate", "examples_per_sec"))
     done, means, examples, seconds = 0, Means(), 0.0, 0.0
@@ -258,7 +263,11 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True):
         logs["examples_per_sec"] = np.float32(
             logs["num_examples"] * calls / max(elapsed, 1e-9))
         means.add(logs, calls)
-        progbar.update(done, values=[(k, logs[k]) for k in PROGRESS_METRICS if k in logs])
+        if progress is not None:
+            progress.update(trainer.step, logs)
+        else:
+            progbar.update(done, values=[(k, logs[k]) for k in PROGRESS_METRICS
+                                         if k in logs])
         if after_call is not None:
             after_call()
     result = means.pop()

@@ -87,7 +87,17 @@ def _scalars(log_dir):
     return values
 
 
-def test_tensorboard_has_the_authors_names_as_interval_means(tmp_path, monkeypatch):
+def _plugins(log_dir):
+    names = []
+    for name in os.listdir(log_dir):
+        if name.startswith("events.out.tfevents"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(log_dir, name)):
+                names += [v.metadata.plugin_data.plugin_name for v in event.summary.value]
+    return names
+
+
+def test_tensorboard_has_the_authors_names_as_interval_means(tmp_path, monkeypatch,
+                                                             capsys):
     per_call = []
     original = train.Trainer.train_steps
 
@@ -98,9 +108,19 @@ def test_tensorboard_has_the_authors_names_as_interval_means(tmp_path, monkeypat
 
     monkeypatch.setattr(train.Trainer, "train_steps", recording)
     run_dir = tmp_path / "run"
-    result = experiment.run(config(train_steps=4, checkpoint_steps=2, mode="train",
-                                   warmup_epochs=0, model_dir=str(run_dir)))
+    result = experiment.run(config(train_steps=4, checkpoint_steps=4, log_every_steps=2,
+                                   progress="lines", mode="train", warmup_epochs=0,
+                                   model_dir=str(run_dir)))
     scalars = _scalars(run_dir)
+    # What a log file gets: one plain line per interval, its means, no redraws.
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [line.split(" (")[0] for line in lines] == ["step 2/4", "step 4/4"], out
+    assert "\b" not in out and "\r" not in out
+    assert f"contrast_loss {np.mean([c['contrast_loss'] for c in per_call[:2]]):.4g}" \
+        in lines[0]
+    # The run's configuration in the hparams plugin, once.
+    assert _plugins(run_dir).count("hparams") >= 1
     assert len(per_call) == 4
     for step in (2, 4):
         tags = {tag for tag, at in scalars if at == step}

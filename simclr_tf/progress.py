@@ -1,0 +1,116 @@
+"""What a user watches while a run trains: one view of the whole run.
+
+`TrainingProgress` shows step k of N with the epoch, the contrastive loss and its
+accuracy first, the online (or fine-tuned) head's loss and accuracy apart, the
+learning rate, throughput and an ETA measured on steady-state steps (the first call
+of the compiled step, which includes tracing, is left out). Styles:
+
+- 'bar': one Keras progress bar for the whole run (redrawn in place: a terminal);
+- 'lines': one plain line per logging interval and at the end, with the
+  interval's means (logs, files, schedulers: no carriage returns);
+- 'none': nothing.
+`style_for('auto')` is 'bar' on a terminal and 'lines' otherwise.
+"""
+import sys
+import time
+
+import keras
+
+STYLES = ("auto", "bar", "lines", "none")
+
+# (log name, label) in the order shown; missing ones are skipped.
+_SHOWN = (("contrast_loss", "contrast_loss"), ("contrast_acc", "contrast_acc"),
+          ("sup_loss", "head_loss"), ("label_acc", "head_acc"),
+          ("learning_rate", "lr"), ("examples_per_sec", "img/s"))
+
+
+def style_for(style, stream=None):
+    """'auto' -> 'bar' on a terminal, 'lines' otherwise; other styles unchanged."""
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}. Received: style={style!r}")
+    if style != "auto":
+        return style
+    stream = stream or sys.stdout
+    return "bar" if getattr(stream, "isatty", lambda: False)() else "lines"
+
+
+def format_duration(seconds):
+    seconds = int(round(max(seconds, 0)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+class TrainingProgress:
+    """Progress of one training run, from `start_step` to `total_steps`.
+
+    Args:
+        total_steps: the step the run trains to.
+        start_step: the step it starts from (a resumed run starts after 0).
+        steps_per_epoch: steps in one epoch (float), for the epoch shown; 0 to omit.
+        style: see the module docstring ('auto' is resolved here).
+        stream: where to write (stdout).
+        clock: a function returning seconds (tests).
+    """
+
+    def __init__(self, *, total_steps, start_step=0, steps_per_epoch=0.0, style="auto",
+                 stream=None, clock=time.perf_counter):
+        self.stream = stream or sys.stdout
+        self.style = style_for(style, self.stream)
+        self.total_steps, self.start_step = int(total_steps), int(start_step)
+        self.steps_per_epoch = float(steps_per_epoch)
+        self._clock = clock
+        self._steady_since = None  # (time, step) after the first call
+        self._last_step = self.start_step
+        self._bar = None
+        if self.style == "bar":
+            self._bar = keras.utils.Progbar(
+                self.total_steps - self.start_step, verbose=1,
+                stateful_metrics=[label for _, label in _SHOWN])
+
+    def seconds_per_step(self, now=None):
+        """Steady-state seconds per step (None before two calls)."""
+        if self._steady_since is None:
+            return None
+        since_time, since_step = self._steady_since
+        steps = self._last_step - since_step
+        if steps <= 0:
+            return None
+        return ((now if now is not None else self._clock()) - since_time) / steps
+
+    def update(self, step, logs):
+        """After a compiled call that brought the run to `step`, with its logs."""
+        now = self._clock()
+        self._last_step = int(step)
+        if self._steady_since is None:
+            self._steady_since = (now, self._last_step)  # tracing excluded
+        if self._bar is not None:
+            values = [(label, float(logs[name])) for name, label in _SHOWN if name in logs]
+            self._bar.update(self._last_step - self.start_step, values=values)
+
+    def log(self, step, logs):
+        """In the 'lines' style, one line for `step` with `logs` (the interval's
+        means: the loop calls this every `log_every` steps and at the end)."""
+        if self.style == "lines":
+            self.stream.write(self.line(step, logs) + "\n")
+            self.stream.flush()
+
+    def line(self, step, logs, now=None):
+        """One plain line: step k/N (epoch), losses, accuracies, rate, speed, ETA."""
+        parts = [f"step {step}/{self.total_steps}"]
+        if self.steps_per_epoch > 0:
+            parts[0] += (f" (epoch {step / self.steps_per_epoch:.2f} of "
+                         f"{self.total_steps / self.steps_per_epoch:.2f})")
+        metrics = [f"{label} {float(logs[name]):.4g}" for name, label in _SHOWN
+                   if name in logs and name not in ("learning_rate", "examples_per_sec")]
+        if metrics:
+            parts.append(" ".join(metrics))
+        if "learning_rate" in logs:
+            parts.append(f"lr {float(logs['learning_rate']):.4g}")
+        speed = self.seconds_per_step(now)
+        if speed is not None:
+            remaining = speed * (self.total_steps - step)
+            parts.append(f"{speed:.3g} s/step, ETA {format_duration(remaining)}")
+        return " | ".join(parts)

@@ -1,0 +1,71 @@
+"""What a user watches: one view of the whole run, an ETA from steady-state steps,
+plain lines when the output is not a terminal (issue 15)."""
+import io
+
+import pytest
+
+from simclr_tf import progress
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self):
+        return self._tty
+
+
+class _Clock:
+    def __init__(self, times):
+        self.times = list(times)
+
+    def __call__(self):
+        return self.times.pop(0)
+
+
+LOGS = dict(contrast_loss=10.5, contrast_acc=0.125, sup_loss=101.8, label_acc=0.3125,
+            learning_rate=0.46, examples_per_sec=34.0, loss=114.9)
+
+
+def test_auto_is_a_bar_on_a_terminal_and_lines_elsewhere():
+    assert progress.style_for("auto", _Stream(tty=True)) == "bar"
+    assert progress.style_for("auto", _Stream(tty=False)) == "lines"
+    assert progress.style_for("none", _Stream(tty=True)) == "none"
+    with pytest.raises(ValueError, match="style must be one of"):
+        progress.style_for("fancy")
+
+
+def test_lines_show_the_run_contrast_first_and_an_eta_without_tracing():
+    stream = _Stream(tty=False)
+    # The first call (tracing) takes 30 s, then 1 s per step.
+    view = progress.TrainingProgress(total_steps=10, start_step=0, steps_per_epoch=2.5,
+                                     style="auto", stream=stream,
+                                     clock=_Clock([30.0, 31.0, 32.0, 33.0, 33.0]))
+    for step in (1, 2, 3, 4):
+        view.update(step, LOGS)
+    assert stream.getvalue() == ""  # lines come from `log`, at the logging interval
+    view.log(4, LOGS)
+    line = stream.getvalue()
+    assert line.endswith("\n") and "\r" not in line and "\b" not in line
+    assert line.startswith("step 4/10 (epoch 1.60 of 4.00) | ")
+    assert line.index("contrast_loss 10.5") < line.index("contrast_acc 0.125") < line.index(
+        "head_loss 101.8") < line.index("head_acc 0.3125")
+    assert "lr 0.46" in line
+    assert "1 s/step, ETA 6s" in line  # (33 - 30) s / (4 - 1) steps; 6 steps left
+
+
+def test_a_resumed_run_has_one_bar_over_the_steps_left(capsys):
+    view = progress.TrainingProgress(total_steps=10, start_step=6, style="bar",
+                                     stream=_Stream(tty=True))
+    for step in (7, 8, 9, 10):  # e.g. two checkpoint segments
+        view.update(step, LOGS)
+    out = capsys.readouterr().out
+    assert "4/4" in out and "/2" not in out  # one bar, not one per segment
+    assert out.index("contrast_loss") < out.index("head_loss")
+
+
+def test_durations_read_like_a_clock():
+    assert progress.format_duration(6) == "6s"
+    assert progress.format_duration(133) == "2m13s"
+    assert progress.format_duration(7260) == "2h01m"
