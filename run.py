@@ -21,7 +21,7 @@ import typing
 # TensorFlow's start-up INFO lines (oneDNN, CPU features) bury our output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
 
@@ -78,6 +78,10 @@ def config_from_flags(flag_values=FLAGS):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS["verbosity"].present:
+        # Quiet by default: what a run does is printed; TensorFlow's and our INFO
+        # lines (checkpoint sharding, SavedModel assets, ...) need --verbosity=0.
+        logging.set_verbosity(logging.WARNING)
     try:
         config = config_from_flags()
     except ConfigError as error:

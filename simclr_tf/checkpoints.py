@@ -128,7 +128,7 @@ def resolve_checkpoint_path(path):
     if tf.io.gfile.exists(path + ".index"):
         return path
     raise FileNotFoundError(
-        f"--checkpoint {path!r} is neither a directory of checkpoints nor a checkpoint "
+        f"{path!r} is neither a directory of checkpoints nor a checkpoint "
         "prefix (no '.index' file next to it); pass a run directory, a prefix such as "
         "'/run/ckpt-1000', or a SavedModel directory.")
 

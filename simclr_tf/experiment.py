@@ -57,7 +57,7 @@ def run(config):
             results.update(part(config, strategy, context))
             if results.get("interrupted"):
                 return results
-        if config.final_linear_probe:
+        if config.final_linear_probe and config.mode in _TRAINING_MODES:
             results.update(final_linear_probe(config, context))
         results.update(skipped_images_record(source))
         if results and writes:
@@ -300,7 +300,7 @@ def initialize(config, model, state):
     record ("resumed <prefix>", the prefix read, or "random")."""
     resumed = state.recover()
     if resumed:
-        logging.info("Resumed from %s", resumed)
+        print(f"Resumed from {resumed}.", flush=True)
         initialized_from = f"resumed {resumed}"
     elif config.checkpoint:
         # A supervised head that fits is loaded, from any source (the authors' TF2
@@ -309,7 +309,7 @@ def initialize(config, model, state):
         weights = checkpoints.load_into(
             model, config.checkpoint, whole_model=False,
             supervised_head=not config.zero_init_logits_layer)
-        logging.info("Initialised from %s (%s)", weights.prefix, weights.kind)
+        print(f"Initialised from {weights.prefix} ({weights.kind}).", flush=True)
         initialized_from = weights.prefix
     else:
         initialized_from = "random"
@@ -487,9 +487,11 @@ def final_linear_probe(config, context):
     random_init = build_model(config, strategy, context["num_classes"])
     results = {}
     for name, model in (("pretrained", trained), ("random_init", random_init)):
+        extractor = features.FeatureExtractor(strategy, model, (features.H,))
         train, test = (features.extract(strategy, model, source, split,
                                         image_size=config.image_size,
-                                        batch_size=config.eval_batch_size)
+                                        batch_size=config.eval_batch_size,
+                                        extractor=extractor)
                        for split in (config.train_split, config.eval_split))
         result = probe.linear_probe(train[features.H], train["labels"],
                                     test[features.H], test["labels"], seed=config.seed)

@@ -18,10 +18,20 @@ import keras
 
 STYLES = ("auto", "bar", "lines", "none")
 
-# (log name, label) in the order shown; missing ones are skipped.
+# (log name, label) in the order shown; missing ones are skipped. While pretraining
+# the supervised loss is the online linear head's (on stop_gradient(h)), shown apart
+# as head_*; fine-tuning shows it as the loss it is.
 _SHOWN = (("contrast_loss", "contrast_loss"), ("contrast_acc", "contrast_acc"),
           ("sup_loss", "head_loss"), ("label_acc", "head_acc"),
           ("learning_rate", "lr"), ("examples_per_sec", "img/s"))
+_FINE_TUNING = {"sup_loss": "supervised_loss", "label_acc": "supervised_acc"}
+
+
+def _shown(logs):
+    """(name, label) of the logs shown, in order."""
+    pretraining = "contrast_loss" in logs
+    return [(name, label if pretraining else _FINE_TUNING.get(name, label))
+            for name, label in _SHOWN if name in logs]
 
 
 def style_for(style, stream=None):
@@ -68,7 +78,7 @@ class TrainingProgress:
         if self.style == "bar":
             self._bar = keras.utils.Progbar(
                 self.total_steps - self.start_step, verbose=1,
-                stateful_metrics=[label for _, label in _SHOWN])
+                stateful_metrics=[label for _, label in _SHOWN] + list(_FINE_TUNING.values()))
 
     def seconds_per_step(self, now=None):
         """Steady-state seconds per step (None before two calls)."""
@@ -87,7 +97,7 @@ class TrainingProgress:
         if self._steady_since is None:
             self._steady_since = (now, self._last_step)  # tracing excluded
         if self._bar is not None:
-            values = [(label, float(logs[name])) for name, label in _SHOWN if name in logs]
+            values = [(label, float(logs[name])) for name, label in _shown(logs)]
             self._bar.update(self._last_step - self.start_step, values=values)
 
     def log(self, step, logs):
@@ -103,8 +113,8 @@ class TrainingProgress:
         if self.steps_per_epoch > 0:
             parts[0] += (f" (epoch {step / self.steps_per_epoch:.2f} of "
                          f"{self.total_steps / self.steps_per_epoch:.2f})")
-        metrics = [f"{label} {float(logs[name]):.4g}" for name, label in _SHOWN
-                   if name in logs and name not in ("learning_rate", "examples_per_sec")]
+        metrics = [f"{label} {float(logs[name]):.4g}" for name, label in _shown(logs)
+                   if name not in ("learning_rate", "examples_per_sec")]
         if metrics:
             parts.append(" ".join(metrics))
         if "learning_rate" in logs:

@@ -14,6 +14,7 @@ Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
 import keras
 import tensorflow as tf
+from absl import logging
 
 from simclr_tf import distribute
 from simclr_tf import grad_cache
@@ -272,7 +273,7 @@ class Trainer:
             # loss would otherwise only show up as a NaN loss one step later. (Loss
             # scaling handles non-finite float16 gradients itself by skipping.)
             metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(grads), tf.float32)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer.apply_gradients(_with_gradients(grads, variables))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics
 
@@ -345,6 +346,24 @@ class Trainer:
             self._train_function = self._make_train_function()
         logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
         return {name: value.numpy() for name, value in logs.items()}
+
+
+def _with_gradients(grads, variables):
+    """(gradient, variable) pairs without the variables that get no gradient.
+
+    Fine-tuning from `ft_proj_selector` leaves the projection head's later layers out
+    of the loss (they still run, for z): the optimizer would skip them anyway, with a
+    warning at every trace. Any other variable without a gradient is warned about
+    once, at trace time (it is likely a bug). Numerics are unchanged: the optimizer
+    was built on every trainable variable.
+    """
+    pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+    unexpected = [v.path for g, v in zip(grads, variables)
+                  if g is None and "projection_head" not in v.path]
+    if unexpected:
+        logging.warning("No gradient reaches these variables (they do not train): %s",
+                        ", ".join(unexpected))
+    return pairs
 
 
 def _check_arguments(model, optimizer, *, train_mode, temperature, blur_fn, view_fn,

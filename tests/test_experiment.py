@@ -184,11 +184,15 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, mon
     assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")
 
 
-def test_fine_tuning_without_a_checkpoint_says_so_and_records_it(tmp_path, capsys):
+def test_fine_tuning_without_a_checkpoint_says_so_and_records_it(tmp_path, capsys,
+                                                                recwarn):
     result = experiment.run(config(train_mode="finetune", train_steps=1, mode="train",
                                    model_dir=str(tmp_path / "run")))
     assert result["train/initialized_from"] == "random"
     assert "supervised training from scratch" in capsys.readouterr().out
+    # ft_proj_selector=0 leaves the projection head out of the loss: no warning about
+    # its missing gradients (issue 15).
+    assert not [w for w in recwarn if "Gradients do not exist" in str(w.message)]
 
 
 def test_eval_mode_without_checkpoint_fails_clearly(tmp_path):

@@ -69,3 +69,10 @@ def test_durations_read_like_a_clock():
     assert progress.format_duration(6) == "6s"
     assert progress.format_duration(133) == "2m13s"
     assert progress.format_duration(7260) == "2h01m"
+
+
+def test_fine_tuning_shows_the_supervised_loss_as_the_loss():
+    stream = _Stream(tty=False)
+    view = progress.TrainingProgress(total_steps=4, style="lines", stream=stream)
+    view.log(4, dict(sup_loss=2.3, label_acc=0.1, learning_rate=0.1))
+    assert "supervised_loss 2.3 supervised_acc 0.1" in stream.getvalue()

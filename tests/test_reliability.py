@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -89,6 +90,8 @@ def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_143(tmp_path):
     output = "".join(lines)
     assert process.returncode == 143, output[-3000:]  # not finished: schedulers retry
     assert "Traceback" not in output
+    # Quiet by default (issue 15): no INFO lines of TensorFlow or ours.
+    assert not re.search(r"^I\d{4} ", output, re.M), output[-3000:]
     step = int(output.split("SIGTERM received: saved a checkpoint at step ")[1].split()[0])
     assert 0 < step < 400
     assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{step}")

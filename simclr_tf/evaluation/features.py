@@ -214,14 +214,18 @@ class FeatureExtractor:
 
 
 def extract(strategy, model, source, split, *, image_size, batch_size=256,
-            outputs=(H,), example_ids=None):
-    """One-call form of `FeatureExtractor` over `eval_dataset(source, split, ...)`."""
+            outputs=(H,), example_ids=None, extractor=None):
+    """One-call form of `FeatureExtractor` over `eval_dataset(source, split, ...)`.
+
+    extractor: a `FeatureExtractor` of `model` to reuse (several splits of one model:
+        its compiled step is traced once, not once per split).
+    """
     dataset = eval_dataset(source, split, image_size=image_size, batch_size=batch_size,
                            example_ids=example_ids)
     expected = (source.num_examples(split) if example_ids is None
                 else len(np.unique(example_ids)))
-    return FeatureExtractor(strategy, model, outputs)(dataset, batch_size=batch_size,
-                                                      expected=expected)
+    extractor = extractor or FeatureExtractor(strategy, model, outputs)
+    return extractor(dataset, batch_size=batch_size, expected=expected)
 
 
 # ---------------------------------------------------------------- cache

@@ -33,7 +33,7 @@ def encoder_identity(prefix):
 
 
 def split_features(strategy, model, source, split, *, image_size, batch_size=256,
-                   cache_dir=None, encoder_id=None):
+                   cache_dir=None, encoder_id=None, extractor=None):
     """h, labels and ids of `split`; from `cache_dir/<dataset>/<split>.npz` if valid.
 
     Returns:
@@ -44,7 +44,8 @@ def split_features(strategy, model, source, split, *, image_size, batch_size=256
                image_size=image_size, outputs=[features.H])
     return features.cached_features(
         path, key, lambda: features.extract(strategy, model, source, split,
-                                            image_size=image_size, batch_size=batch_size))
+                                            image_size=image_size, batch_size=batch_size,
+                                            extractor=extractor))
 
 
 def evaluate_protocols(model, source, *, strategy=None, image_size, train_split="train",
@@ -75,12 +76,15 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
     if cache_dir and encoder_id is None:
         raise ValueError("A feature cache needs `encoder_id` (what produced the features).")
     start = time.perf_counter()
+    extractor = features.FeatureExtractor(strategy, model, (features.H,))  # both splits
     train, train_cached = split_features(strategy, model, source, train_split,
                                          image_size=image_size, batch_size=batch_size,
-                                         cache_dir=cache_dir, encoder_id=encoder_id)
+                                         cache_dir=cache_dir, encoder_id=encoder_id,
+                                         extractor=extractor)
     test, test_cached = split_features(strategy, model, source, test_split,
                                        image_size=image_size, batch_size=batch_size,
-                                       cache_dir=cache_dir, encoder_id=encoder_id)
+                                       cache_dir=cache_dir, encoder_id=encoder_id,
+                                       extractor=extractor)
     train_x, train_y = train[features.H], train["labels"]
     test_x, test_y = test[features.H], test["labels"]
     knn_top_1 = knn.knn_accuracy(train_x, train_y, test_x, test_y, k=knn_k,
