@@ -167,6 +167,10 @@ class Config:
         "whose heartbeat stopped 10 minutes ago, is taken over without this flag. For "
         "shared filesystems, when you know that the other run is dead.")
     data_dir: Optional[str] = _field(None, "Directory where dataset is stored.")
+    tfds_download: bool = _field(
+        True, "Download and prepare a TFDS dataset missing from --data_dir before "
+        "anything is built (the authors' code does too). Turn off for shared or "
+        "read-only data_dirs; multi-worker runs need the data prepared beforehand.")
     use_tpu: bool = _field(False, "Whether to run on TPU (the authors' default is True; "
                            "ours is False so GPU and CPU users need no flag).")
     tpu_name: Optional[str] = _field(None, "The Cloud TPU to use for training.")

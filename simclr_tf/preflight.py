@@ -19,8 +19,12 @@ from simclr_tf.data import folders, registry
 def load_source(config):
     """The dataset of --dataset, checked to be readable (prepared, for TFDS)."""
     try:
-        source = registry.get_dataset(config.dataset, data_dir=config.data_dir,
-                                      skip_corrupt_images=config.skip_corrupt_images)
+        # Workers of a multi-worker run would download into one data_dir at once:
+        # they need it prepared (the error says how).
+        source = registry.get_dataset(
+            config.dataset, data_dir=config.data_dir,
+            skip_corrupt_images=config.skip_corrupt_images,
+            download=config.tfds_download and config.strategy != "multiworker")
         source.check_prepared()
         return source
     except folders.CorruptImageError as error:

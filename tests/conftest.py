@@ -31,3 +31,16 @@ def _fresh_collective_keys():
     """
     tf.distribute.MirroredStrategy._collective_key_base += 100000  # pylint: disable=protected-access
     yield
+
+
+@pytest.fixture(autouse=True)
+def _no_downloads(monkeypatch):
+    """Tests never send traffic: TFDS downloads fail at once (`--tfds_download` is on
+    by default); tests of the download path replace the builder."""
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("downloads are disabled in the tests (no network)")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", refuse)
+    yield

@@ -1,6 +1,7 @@
 """Tests for simclr_tf.data.tfds_source: TFDS sources (mocked)."""
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from simclr_tf.data import registry, tfds_source
@@ -78,7 +79,7 @@ def test_tfds_data_absent_from_data_dir_is_found_before_reading(tmp_path):
     with pytest.raises(tfds_source.DatasetNotPreparedError) as info:
         source.check_prepared()
     message = str(info.value)
-    for part in ("not prepared in --data_dir=", "never downloads",
+    for part in ("not prepared in --data_dir=", "--tfds_download",
                  "`tfds build cifar10 --data_dir=DIR`", "pass --data_dir=DIR"):
         assert part in message, message
     with tfds.testing.mock_data(num_examples=4):
@@ -96,3 +97,57 @@ def test_a_misspelt_dataset_name_gets_the_nearest_one(name, guess):
     assert ("Did you mean" in str(info.value)) == (guess is not None)
     if guess:
         assert str(info.value).endswith(f"Did you mean {guess!r}?")
+
+
+_REAL_BUILDER = tfds.builder
+
+
+class _FakeBuilder:
+    """What TFDSSource reads of a TFDS builder; prepared once downloaded."""
+    downloads = []
+
+    def __init__(self, name, data_dir=None):
+        prepared = bool(self.downloads)
+        split = type("Split", (), {"num_examples": 7})()
+        label = type("Label", (), {"num_classes": 3})()
+        self.info = type("Info", (), dict(
+            splits={"train": split} if prepared else {},
+            supervised_keys=("image", "label"),
+            features={"image": object(), "label": label}))()
+        self.name, self.data_dir = name, data_dir or "/tfds_default"
+
+    def download_and_prepare(self):
+        self.downloads.append((self.name, self.data_dir))
+
+    def as_dataset(self, **kwargs):
+        return tf.data.Dataset.range(1)
+
+
+def test_a_missing_dataset_is_downloaded_before_anything_is_built(monkeypatch, capsys):
+    """--tfds_download (default): TFDS's download_and_prepare into data_dir, once."""
+    monkeypatch.setattr(_FakeBuilder, "downloads", [])
+    monkeypatch.setattr(tfds_source.tfds, "builder", _FakeBuilder)
+    source = registry.get_dataset("my_dataset", data_dir="/data", download=True)
+    assert _FakeBuilder.downloads == [("my_dataset", "/data")]
+    assert source.num_examples("train") == 7 and source.num_classes == 3
+    source.check_prepared()
+    assert "downloading and preparing it there" in capsys.readouterr().out
+    # Prepared now: nothing is downloaded again.
+    registry.get_dataset("my_dataset", data_dir="/data", download=True)
+    assert len(_FakeBuilder.downloads) == 1
+
+
+def test_download_off_or_failing_says_how_to_prepare_offline(monkeypatch, tmp_path):
+    monkeypatch.setattr(_FakeBuilder, "downloads", [])
+    monkeypatch.setattr(tfds_source.tfds, "builder", _FakeBuilder)
+    with pytest.raises(tfds_source.DatasetNotPreparedError, match="tfds build my_dataset"):
+        registry.get_dataset("my_dataset", data_dir="/data", download=False)
+    assert not _FakeBuilder.downloads
+    # The real builder (the tests refuse downloads: conftest). Not monkeypatch.undo(),
+    # which would undo that refusal too.
+    monkeypatch.setattr(tfds_source.tfds, "builder", _REAL_BUILDER)
+    with pytest.raises(tfds_source.DatasetNotPreparedError) as info:
+        registry.get_dataset("cifar10", data_dir=str(tmp_path), download=True)
+    message = str(info.value)
+    assert "Downloading it here failed: downloads are disabled in the tests" in message
+    assert "`tfds build cifar10 --data_dir=DIR`" in message

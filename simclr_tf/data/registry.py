@@ -55,7 +55,7 @@ def registered_datasets() -> tuple[str, ...]:
 
 
 def get_dataset(name: str, *, data_dir: str | None = None,
-                skip_corrupt_images: bool = True) -> DatasetSource:
+                skip_corrupt_images: bool = True, download: bool = False) -> DatasetSource:
     """The dataset called `name`: registered, 'folder:/path', or TFDS.
 
     Args:
@@ -63,6 +63,7 @@ def get_dataset(name: str, *, data_dir: str | None = None,
       data_dir: TFDS data folder (ignored by the other kinds).
       skip_corrupt_images: folders only: skip undecodable files (see
         `ImageFolderSource`) instead of raising `CorruptImageError`.
+      download: TFDS only: download and prepare a dataset missing from data_dir.
 
     Returns:
       A `DatasetSource`.
@@ -81,7 +82,7 @@ def get_dataset(name: str, *, data_dir: str | None = None,
     if name in _FACTORIES:
         return _FACTORIES[name](data_dir)
     try:
-        return TFDSSource(name, data_dir=data_dir)
+        return TFDSSource(name, data_dir=data_dir, download=download)
     except UnknownDatasetError as error:
         base = name.split(":")[0].split("/")[0]
         # A known dataset with a wrong config or version needs no other name.

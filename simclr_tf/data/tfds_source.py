@@ -1,11 +1,15 @@
-"""TFDS datasets (`name` or `name/config`, optionally `:version`), never downloaded.
+"""TFDS datasets (`name` or `name/config`, optionally `:version`).
 
-Read from `data_dir`. Split sizes come from the prepared dataset's metadata, or for
-datasets we know (`KNOWN_TFDS_DATASETS`: imagenet2012, imagenet2012_subset/1pct and
-/10pct, cifar10, cifar100, stl10, ...) from our own table: offline, TFDS metadata has
-no split sizes until the data is prepared. A dataset neither prepared nor known raises
-DatasetNotPreparedError (a ValueError); `TFDSSource.check_prepared` says whether the
-data is there. Nothing is ever downloaded.
+Read from `data_dir`. With `download=True` (run.py's `--tfds_download`, on by default
+as in the authors' code) a dataset missing from data_dir is downloaded and prepared
+there first (TFDS's `download_and_prepare`; ImageNet needs its manual download in
+data_dir/downloads/manual); off, nothing is ever downloaded (shared or read-only
+data_dirs). Split sizes come from the prepared dataset's metadata, or for datasets
+we know (`KNOWN_TFDS_DATASETS`: imagenet2012, imagenet2012_subset/1pct and /10pct,
+cifar10, cifar100, stl10, ...) from our own table: offline, TFDS metadata has no
+split sizes until the data is prepared. A dataset neither prepared nor known (and
+not downloaded) raises DatasetNotPreparedError (a ValueError);
+`TFDSSource.check_prepared` says whether the data is there.
 """
 from __future__ import annotations
 
@@ -73,7 +77,7 @@ class UnknownDatasetError(ValueError):
 
 
 class DatasetNotPreparedError(ValueError):
-    """A TFDS dataset whose data is not in data_dir (and nothing is downloaded)."""
+    """A TFDS dataset whose data is not in data_dir (and was not downloaded)."""
 
 
 def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str) -> str:
@@ -83,7 +87,8 @@ def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str)
     manual = (" (ImageNet also needs its manual download in DIR/downloads/manual)"
               if name.startswith("imagenet") else "")
     return (f"TFDS dataset {name!r} is not prepared in {where}: nothing in "
-            f"{builder_data_dir!r}, and simclr_tf never downloads. Prepare it on a machine with internet access: `tfds build "
+            f"{builder_data_dir!r}. Download it here with --tfds_download (the "
+            "default), or prepare it on a machine with internet access: `tfds build "
             f"{table_name(name)} --data_dir=DIR`{manual}, copy DIR here and pass "
             "--data_dir=DIR.")
 
@@ -103,14 +108,16 @@ def table_name(name: str) -> str:
 
 
 class TFDSSource(DatasetSource):
-    """A TFDS image-classification dataset read from `data_dir` (never downloaded).
+    """A TFDS image-classification dataset read from `data_dir` (downloaded there
+    first when `download` and it is missing).
 
     Args:
       name: TFDS name, e.g. 'cifar10', 'imagenet2012_subset/10pct', 'mnist:3.0.1'.
       data_dir: TFDS data folder (TFDS's default when None).
+      download: download and prepare the dataset in data_dir when it is missing.
     """
 
-    def __init__(self, name: str, data_dir: str | None = None):
+    def __init__(self, name: str, data_dir: str | None = None, download: bool = False):
         try:
             self._builder = tfds.builder(name, data_dir=data_dir)
         except (ValueError, AssertionError) as e:  # unknown, unparsable, bad config
@@ -123,6 +130,8 @@ class TFDSSource(DatasetSource):
                 f"'cifar10', 'digits' or '{FOLDER_PREFIX}/path'.") from e
         self.name = name
         self.data_dir = data_dir
+        if download and not self._builder.info.splits:
+            self._download()
         info = self._builder.info
         known = KNOWN_TFDS_DATASETS.get(table_name(name))
         self._prepared = bool(info.splits)
@@ -152,6 +161,20 @@ class TFDSSource(DatasetSource):
         else:
             raise ValueError(f"Dataset {name!r} has no class label {self._label_key!r}.")
         self._unlabelled = known.unlabelled_splits if known is not None else ()
+
+    def _download(self):
+        """Downloads and prepares the dataset in data_dir (TFDS), then re-reads it."""
+        print(f"TFDS dataset {self.name!r} is not in {self._builder.data_dir}: "
+              "downloading and preparing it there (once; --notfds_download turns this "
+              "off) ...", flush=True)
+        try:
+            self._builder.download_and_prepare()
+        except Exception as error:  # pylint: disable=broad-except  # network, disk, manual
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            raise DatasetNotPreparedError(
+                not_prepared_message(self.name, self.data_dir, self._builder.data_dir)
+                + f" Downloading it here failed: {reason}") from error
+        self._builder = tfds.builder(self.name, data_dir=self.data_dir)
 
     @property
     def split_sizes(self) -> Mapping[str, int]:
