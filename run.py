@@ -1,18 +1,20 @@
-"""SimCLR v1/v2 command line: pretrain, fine-tune, evaluate.
+"""SimCLR v1/v2: pretrain image encoders without labels, fine-tune, evaluate, export.
 
-Accepts every flag of the authors' TF2 `run.py` with the same name, meaning and
-default (except --use_tpu, default False), plus ours (--strategy, --mixed_precision,
---seed, --variant, --stem, ...). This is the only module that reads absl FLAGS: it
-builds one frozen, validated `simclr_tf.config.Config` and hands it to
-`simclr_tf.experiment.run`. Invalid values fail here, naming the flag and the fix,
-before TensorFlow builds anything.
+Every flag of the authors' TF2 run.py works with the same name, meaning and default
+(except --use_tpu, default False), plus ours. Flags can come from flagfiles: flags/
+holds the paper's configurations.
 
 Examples:
-  python run.py --flagfile=flags/quickstart.flags
-  python run.py --train_mode=pretrain --dataset=cifar10 --image_size=32 \
-      --resnet_depth=18 --train_batch_size=512 --model_dir=/tmp/simclr_cifar
-  python run.py --helpfull
+  python run.py --flagfile=flags/quickstart.flags          # offline, a few minutes on CPU
+  python run.py --flagfile=flags/cifar10_r18_pretrain.flags --model_dir=/tmp/cifar
+  python run.py --mode=eval --model_dir=/tmp/cifar --eval_split=test
+  simclr-tf --flagfile=flags/quickstart.flags              # the same, once installed
+
+--help lists the flags by topic; --helpfull adds absl's own.
 """
+# The only module that reads absl FLAGS: it builds one frozen, validated
+# `simclr_tf.config.Config` and hands it to `simclr_tf.experiment.run`. Invalid values
+# fail here, naming the flag and the fix, before TensorFlow is imported.
 import dataclasses
 import os
 import sys
@@ -65,6 +67,59 @@ def _define_flags():
             flags.DEFINE_string(name, default, help_text)
 
 
+# --help, by topic. Every Config field is in exactly one group (tests/test_config.py).
+HELP_GROUPS = (
+    ("Run", ("mode", "train_mode", "model_dir", "checkpoint", "seed", "deterministic",
+             "progress", "log_every_steps", "break_lock")),
+    ("Data", ("dataset", "data_dir", "tfds_download", "train_split", "eval_split",
+              "image_size", "cache_dataset", "skip_corrupt_images", "label_fraction")),
+    ("Model", ("variant", "resnet_depth", "width_multiplier", "sk_ratio", "se_ratio",
+               "stem", "proj_head_mode", "proj_out_dim", "num_proj_layers",
+               "ft_proj_selector", "global_bn", "batch_norm_decay")),
+    ("Contrastive objective and augmentation", (
+        "temperature", "hidden_norm", "color_jitter_strength", "use_blur", "augment_on",
+        "lineareval_while_pretraining")),
+    ("Optimisation and schedule", (
+        "optimizer", "learning_rate", "learning_rate_scaling", "momentum", "weight_decay",
+        "warmup_epochs", "train_batch_size", "train_epochs", "train_steps",
+        "grad_cache_chunk")),
+    ("Checkpoints and export", (
+        "checkpoint_epochs", "checkpoint_steps", "keep_checkpoint_max",
+        "keep_hub_module_max", "serving_max_pixels")),
+    ("Fine-tuning", ("fine_tune_after_block", "zero_init_logits_layer")),
+    ("Evaluation", (
+        "eval_batch_size", "eval_steps", "eval_wait_secs", "final_linear_probe",
+        "knn_eval_split", "knn_bank_split", "knn_eval_every", "knn_k", "knn_temperature",
+        "knn_max_bank", "knn_max_queries", "embed_split", "embed_output",
+        "embed_projection", "embed_projector_size", "eval_name")),
+    ("Hardware and distribution", (
+        "strategy", "use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master",
+        "mixed_precision", "jit_compile")),
+)
+
+
+def grouped_help(width=88):
+    """--help: the module's docstring, then every flag by topic with its default."""
+    import textwrap  # pylint: disable=import-outside-toplevel
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    lines = [__doc__.strip(), ""]
+    for title, names in HELP_GROUPS:
+        lines.append(f"{title}:")
+        for name in names:
+            field = fields[name]
+            default = field.default
+            shown = ("none" if default is None else str(default).lower()
+                     if isinstance(default, bool) else default)
+            choices = field.metadata.get("choices")
+            text = field.metadata["help"] + (
+                f" One of: {', '.join(choices)}." if choices else "")
+            lines.append(f"  --{name}={shown}")
+            lines += textwrap.wrap(text, width, initial_indent="      ",
+                                   subsequent_indent="      ")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def config_from_flags(flag_values=FLAGS):
     """The validated Config for parsed flags; raises ConfigError on a bad value."""
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
@@ -108,7 +163,15 @@ def main(argv):
 EXIT_INTERRUPTED = 143
 
 
+def console_main():
+    """The `simclr-tf` command (setup.py entry point): run.py's flags and flagfiles."""
+    if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
+        print(grouped_help())
+        sys.exit(0)
+    app.run(main)
+
+
 _define_flags()
 
 if __name__ == "__main__":
-    app.run(main)
+    console_main()

@@ -6,6 +6,9 @@ setuptools.setup(
     version="0.1.0",
     description="SimCLR v1/v2 (contrastive self-supervised learning) in Keras 3 / TF 2",
     packages=setuptools.find_packages(include=["simclr_tf", "simclr_tf.*"]),
+    # run.py is the command line; installed as `simclr-tf` (same flags and flagfiles).
+    py_modules=["run"],
+    entry_points={"console_scripts": ["simclr-tf=run:console_main"]},
     python_requires=">=3.10",
     install_requires=[
         # The CPU wheel; GPU hosts install `tensorflow[and-cuda]==2.21.0` instead

@@ -142,12 +142,16 @@ class Config:
     dataset: str = _field("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
                           "image folder, or 'digits' (offline, ships with scikit-learn).")
     cache_dataset: bool = _field(False, "Whether to cache the entire dataset in memory.")
-    mode: str = _field("train", "Whether to perform training or evaluation ('export': "
-                       "write a SavedModel of model_dir's latest checkpoint).",
+    mode: str = _field("train", "What to run: train; eval (the supervised head of "
+                       "model_dir's latest checkpoint on --eval_split); train_then_eval; "
+                       "export (a SavedModel of the latest checkpoint); linear_probe "
+                       "(kNN and the L-BFGS probe on frozen h); embed (h of a split to "
+                       ".npz/.parquet).",
                        ("train", "eval", "train_then_eval", "export", "linear_probe",
                         "embed"))
-    train_mode: str = _field("pretrain", "The train mode controls different objectives "
-                             "and trainable components.", rules.TRAIN_MODES)
+    train_mode: str = _field("pretrain", "pretrain: the contrastive objective (and the "
+                             "online linear head on stop_gradient(h)); finetune: the "
+                             "supervised loss on labels.", rules.TRAIN_MODES)
     lineareval_while_pretraining: bool = _field(
         True, "Whether to finetune a linear head on stop_gradient(h) while pretraining.")
     checkpoint: Optional[str] = _field(
@@ -160,7 +164,8 @@ class Config:
         "everything. 0 means fine-tuning after the stem block. 4 means fine-tuning just "
         "the linear head.")
     master: Optional[str] = _field(None, "Address/name of the TensorFlow master to use.")
-    model_dir: Optional[str] = _field(None, "Model directory for training.")
+    model_dir: Optional[str] = _field(None, "The run's directory: checkpoints, "
+                                      "summaries, exports and its records.")
     break_lock: bool = _field(
         False, "Take over model_dir's lock even if another run seems to hold it. One "
         "run writes a model_dir at a time; a lock whose process ended on this host, or "
@@ -178,12 +183,13 @@ class Config:
     gcp_project: Optional[str] = _field(None, "Project name for the Cloud TPU.")
     optimizer: str = _field("lars", "Optimizer to use.", rules.OPTIMIZERS)
     momentum: float = _field(0.9, "Momentum parameter.")
-    eval_name: Optional[str] = _field(None, "Name for eval.")
+    eval_name: Optional[str] = _field(None, "Accepted so that the authors' command "
+                                      "lines run; unused.")
     keep_checkpoint_max: int = _field(5, "Maximum number of checkpoints to keep.")
     keep_hub_module_max: int = _field(1, "Maximum number of exported SavedModels to keep.")
     temperature: float = _field(0.1, "Temperature parameter for contrastive loss.")
-    hidden_norm: bool = _field(True, "Temperature parameter for contrastive loss "
-                               "(L2-normalise z before the dot products).")
+    hidden_norm: bool = _field(True, "L2-normalise z before the dot products of the "
+                               "contrastive loss (cosine similarity).")
     proj_head_mode: str = _field("nonlinear", "How the head projection is done.",
                                  rules.PROJ_HEAD_MODES)
     proj_out_dim: int = _field(128, "Number of head projection dimension.")
