@@ -5,7 +5,7 @@ from keras import ops
 from simclr_tf import rules
 
 from simclr_tf.models.layers import (PACKAGE, BatchNormRelu, CheckpointListsMixin,
-                                     build_by_tracing)
+                                     TracedOutputShapeMixin, build_by_tracing)
 from simclr_tf.models.outputs import Z
 
 PROJ_HEAD_MODES = rules.PROJ_HEAD_MODES
@@ -55,7 +55,7 @@ class LinearBN(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
+class ProjectionHead(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.Layer):
     """SimCLR's projection head g.
 
     'nonlinear': `num_proj_layers` layers; each hidden one is dense (width of the
@@ -126,7 +126,7 @@ class ProjectionHead(CheckpointListsMixin, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class SupervisedHead(keras.layers.Layer):
+class SupervisedHead(TracedOutputShapeMixin, keras.layers.Layer):
     """One dense layer (with bias) to the class logits.
 
     Args:

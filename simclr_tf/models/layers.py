@@ -29,6 +29,17 @@ def build_by_tracing(layer, input_shape):
     layer.compute_output_spec(keras.KerasTensor(tuple(input_shape), dtype=layer.compute_dtype))
 
 
+class TracedOutputShapeMixin:
+    """`compute_output_shape` of a composite layer, by tracing its `call` once
+    symbolically: `summary()` shows real shapes instead of '?', and the layer works
+    on symbolic inputs (the functional API)."""
+
+    def compute_output_shape(self, input_shape):
+        spec = keras.Operation.compute_output_spec(
+            self, keras.KerasTensor(tuple(input_shape), dtype=self.compute_dtype))
+        return keras.tree.map_structure(lambda tensor: tuple(tensor.shape), spec)
+
+
 class CheckpointListsMixin:
     """Makes layers held in Python lists visible to `tf.train.Checkpoint`.
 

@@ -13,7 +13,7 @@ from keras import ops
 from simclr_tf import rules, variants
 from simclr_tf.models.layers import (
     PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
-    SqueezeExcitation, build_by_tracing)
+    SqueezeExcitation, TracedOutputShapeMixin, build_by_tracing)
 from simclr_tf.models.outputs import H
 
 BLOCKS = variants.BLOCKS  # depth -> (block kind, blocks per group)
@@ -160,7 +160,7 @@ BLOCK_CLASSES = {"basic": ResidualBlock, "bottleneck": BottleneckBlock}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class BlockGroup(CheckpointListsMixin, keras.layers.Layer):
+class BlockGroup(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.Layer):
     """`num_blocks` residual blocks; the first always has a projection shortcut.
 
     Args:
@@ -211,7 +211,7 @@ class BlockGroup(CheckpointListsMixin, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class Stem(CheckpointListsMixin, keras.layers.Layer):
+class Stem(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.Layer):
     """The input stem; returns `{'initial_conv', 'initial_max_pool'}`.
 
     'imagenet': 7x7/2 conv (or, with ResNet-D, three 3x3 convs of widths
@@ -279,7 +279,7 @@ class Stem(CheckpointListsMixin, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class ResNet(CheckpointListsMixin, keras.Model):
+class ResNet(TracedOutputShapeMixin, CheckpointListsMixin, keras.Model):
     """ResNet v1 encoder of SimCLR; calling it returns a dict of named features.
 
     Keys: `initial_conv`, `initial_max_pool`, `block_group1`..`block_group4` and

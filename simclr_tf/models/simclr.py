@@ -36,6 +36,15 @@ class SimCLRModel(keras.Model):
     >>> model = SimCLRModel(depth=18, stem="cifar", num_classes=10)
     >>> outputs = model(images, training=True)
     >>> z, logits = outputs["proj_head_output"], outputs["logits_sup"]
+
+    The Keras way works too: with one loss, `compile` applies it (and the metrics) to
+    the supervised logits, so a supervised fine-tune is
+    >>> model = SimCLRModel(depth=18, stem="cifar", num_classes=10,
+    ...                     supervised_head_stop_gradient=False)
+    >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    ...               metrics=["accuracy"])
+    >>> model.fit(images, labels)
+    and `model.summary()` shows each part's output shapes.
     """
 
     def __init__(self, depth=50, width_multiplier=1, sk_ratio=0.0, se_ratio=0.0,
@@ -81,6 +90,26 @@ class SimCLRModel(keras.Model):
                 head_input = ops.stop_gradient(head_input)
             outputs[LOGITS] = ops.cast(self.supervised_head(head_input), "float32")
         return outputs
+
+    # ----- the Keras way: compile() / fit() / evaluate() on labels -------------------
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None,
+                     training=True):
+        return super().compute_loss(x=x, y=y, y_pred=self._compiled_output(y_pred),
+                                    sample_weight=sample_weight, training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, y, self._compiled_output(y_pred),
+                                       sample_weight=sample_weight)
+
+    def _compiled_output(self, y_pred):
+        """What `compile(loss=..., metrics=...)` applies to: the supervised logits
+        when one loss was given (a supervised fit on labels), the whole dict when
+        losses are given per output name (e.g. {'logits_sup': ...})."""
+        if isinstance(y_pred, dict) and LOGITS in y_pred and not isinstance(
+                getattr(self, "loss", None), dict):
+            return y_pred[LOGITS]
+        return y_pred
 
     def get_config(self):
         return dict(name=self.name, **self._arguments)
