@@ -11,9 +11,9 @@ Some attempts are stopped with SIGTERM instead (as a scheduler preempts): the ru
 must save, stop and exit with 143 (or die by the signal when it arrives before
 training started). Between attempts the script also damages the run as users and
 disks do: it deletes the `checkpoint` state file or appends garbage to it (the next
-start must rebuild it from the checkpoint files and lose nothing), and once it starts
-a second run.py on the same model_dir while one trains (it must be refused with exit
-2, naming the run that holds the lock).
+start must rebuild it from the checkpoint files and lose nothing), and once, while a
+run trains (paused meanwhile), it starts a second run.py on the same model_dir (it
+must be refused with exit 2, naming the run that holds the lock).
 After every attempt the checkpoint a restart would resume from must read back (every
 tensor, checksums included), and an intact state file must name a complete
 checkpoint. Once enough kills have happened the
@@ -194,7 +194,13 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None
         if second is not None:
             if wait_for_line(log_path, "Training ", process, args.attempt_timeout,
                              offset):
-                record["second_writer"] = second_writer(command, second, args)
+                # Paused (alive, holding the lock) while the second one starts, so
+                # it cannot finish first and hand the lock over.
+                stop(process, signal.SIGSTOP)
+                try:
+                    record["second_writer"] = second_writer(command, second, args)
+                finally:
+                    stop(process, signal.SIGCONT)
             else:
                 record["second_writer"] = dict(refused=False, message="the first run "
                                                "never started training")
@@ -374,7 +380,7 @@ def main(argv=None):
                 if draw < args.sigterm_share + (1 - args.sigterm_share)
                 * args.checkpoint_kill_share else "random_time")
         second = None
-        if args.second_writer and not seconds and mode != "checkpoint_write":
+        if args.second_writer and not seconds:
             second = os.path.join(workdir, "second_writer.log")
         record = attempt_with_kill(command, soak_dir, soak_log, mode, rng, args, second)
         if "second_writer" in record:

@@ -62,10 +62,19 @@ def test_no_batch_dependence_equals_full_batch(num_chunks):
             np.testing.assert_allclose(g, f, rtol=1e-5, atol=1e-7)
 
 
+def _step_optimizer():
+    """The one-tape references' optimizer: SGD with classic momentum. The optimizer is
+    incidental there (they check gradients through one step); --optimizer=momentum is
+    Nesterov, whose first step is (1 + m) times larger, float error included."""
+    return keras.optimizers.SGD(0.5, momentum=0.9)
+
+
 def _trainer(chunk, optimizer_name="momentum"):
     model = make_model(IMAGE_SIZE)  # fixed initializer seeds: identical copies
-    optimizer = optimizers.build_optimizer(optimizer_name, 0.5, weight_decay=1e-3,
-                                           model=model)
+    optimizer = (_step_optimizer() if optimizer_name == "classic" else
+                 optimizers.build_optimizer(optimizer_name, 0.5, weight_decay=1e-3,
+                                            model=model))
+    optimizer_name = "momentum" if optimizer_name == "classic" else optimizer_name
     trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer,
                             temperature=0.5, grad_cache_chunk=chunk,
                             weight_decay_loss=optimizers.weight_decay_loss(
@@ -97,9 +106,10 @@ def test_one_chunk_equals_the_plain_step_bn_included(optimizer_name):
 def _one_tape_reference(chunk_views, labels, model_a, logs, weight_rtol=1e-5):
     """Checks a cached step against its reference: every chunk's forward recorded under
     one tape (all activations stored), BN per chunk, the loss over the whole batch, one
-    SGD-momentum step. `chunk_views(k) -> (first, second)` gives chunk k's views."""
+    SGD step with classic momentum (`_step_optimizer`). `chunk_views(k) -> (first,
+    second)` gives chunk k's views."""
     model_b = make_model(IMAGE_SIZE)  # fixed initializer seeds: model_a's start
-    optimizer = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_b)
+    optimizer = _step_optimizer()
     with tf.GradientTape() as tape:
         z1, z2, logits1, logits2 = [], [], [], []
         for k in range(len(labels) // CHUNK):
@@ -121,7 +131,7 @@ def _one_tape_reference(chunk_views, labels, model_a, logs, weight_rtol=1e-5):
 
 
 def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
-    cached, model_a = _trainer(CHUNK)
+    cached, model_a = _trainer(CHUNK, "classic")
     logs = cached.train_steps(_iterator(1), 1)
     v1, v2, labels = random_batch(BATCH, IMAGE_SIZE, seed=10)
     rows = lambda k: slice(k * CHUNK, (k + 1) * CHUNK)  # noqa: E731
@@ -191,7 +201,7 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     labels = rng.integers(0, 5, BATCH).astype(np.int32)
 
     model_a = make_model(IMAGE_SIZE)
-    optimizer_a = optimizers.build_optimizer("momentum", 0.5, weight_decay=1e-3, model=model_a)
+    optimizer_a = _step_optimizer()
     cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a, temperature=0.5,
                            weight_decay_loss=optimizers.weight_decay_loss(model_a, "momentum", 1e-3),
                            view_fn=view_fn, blur_fn=blur_fn, grad_cache_chunk=CHUNK)
