@@ -1,5 +1,34 @@
-"""Writes colabs/*.ipynb (cells without outputs). Run: python scripts/make_colabs.py"""
+"""Writes colabs/*.ipynb and runs them, saving their outputs (what a reader sees
+before running anything). Run from the repository root: python scripts/make_colabs.py
+(about two minutes on a CPU; --no-execute writes them without outputs)."""
+import sys
+
 import nbformat as nbf
+from nbclient import NotebookClient
+
+INSTALL = ("code", """# Install: in Colab, first clone this repository and `%cd` into its colabs/ folder.
+# Nothing happens where simclr_tf is installed already.
+import importlib.util, os, subprocess, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up lines
+REPO = os.path.abspath("..")  # the checkout this notebook lives in
+if importlib.util.find_spec("simclr_tf") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", REPO])""")
+
+RUN = ("code", """import json
+
+def simclr_run(**flags):
+    \"\"\"Runs the command line (python run.py --flag=value ...) as a user would; returns
+    the run's result record.\"\"\"
+    command = [sys.executable, os.path.join(REPO, "run.py"), "--progress=lines"]
+    command += [f"--{name}={value}" for name, value in flags.items()]
+    process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    print(process.stdout)  # what the run printed, shown in the notebook
+    process.check_returncode()
+    name = ("result.json" if flags.get("mode", "train") in ("train", "train_then_eval")
+            else f"result.{flags['mode']}.json")
+    with open(os.path.join(flags["model_dir"], name)) as f:
+        return json.load(f)""")
 
 def nb(cells):
     book = nbf.v4.new_notebook()
@@ -18,25 +47,24 @@ It also imports one of the authors' released checkpoints with `simclr_tf.load_of
 Set `SAVED_MODEL` to your export (`<model_dir>/saved_model/<step>`). Left empty, the
 notebook pretrains a tiny model on the offline `digits` dataset for a few steps and
 exports it, so it runs anywhere in about a minute."""),
+ INSTALL,
+ RUN,
  ("code", """import io, os, tempfile
 import numpy as np
 import tensorflow as tf
 import keras
 
 SAVED_MODEL = os.environ.get("SIMCLR_SAVED_MODEL", "")
-RELEASED_MODEL = os.environ.get(
-    "SIMCLR_RELEASED_MODEL", "../../shared/reference/official_r50_1x_sk0")"""),
- ("code", """from simclr_tf import experiment
-from simclr_tf.config import Config
-
-if not SAVED_MODEL:
+# One of the authors' released models (a SavedModel directory, e.g. downloaded from
+# their gs://simclr-checkpoints-tf2 bucket); empty: that section is skipped.
+RELEASED_MODEL = os.environ.get("SIMCLR_RELEASED_MODEL", "")"""),
+ ("code", """if not SAVED_MODEL:
     run_dir = tempfile.mkdtemp(prefix="simclr_colab_")
-    config = Config.from_dict(dict(
+    SAVED_MODEL = simclr_run(
         dataset="digits", train_split="train", eval_split="test", image_size=16,
         stem="cifar", resnet_depth=18, width_multiplier=0.125, train_batch_size=64,
         train_steps=5, learning_rate=0.5, temperature=0.5, use_blur=False,
-        color_jitter_strength=0.5, model_dir=run_dir, mode="train")).validate()
-    SAVED_MODEL = experiment.run(config)["saved_model"]
+        color_jitter_strength=0.5, model_dir=run_dir, mode="train")["saved_model"]
 print("SavedModel:", SAVED_MODEL)"""),
  ("md", "## The authors' interface: named features"),
  ("code", """from simclr_tf.data import augment, registry
@@ -71,13 +99,13 @@ np.testing.assert_allclose(via_keras["embedding"], h, rtol=1e-4, atol=1e-5)"""),
 `variables/`), infers the architecture and loads every variable into our Keras model."""),
  ("code", """import simclr_tf
 
-if os.path.isdir(RELEASED_MODEL):
+if RELEASED_MODEL and os.path.isdir(RELEASED_MODEL):
     released = simclr_tf.load_official(RELEASED_MODEL)
     features = released(tf.image.resize(batch, [64, 64]), training=False)
     print("released model h:", features["final_avg_pool"].shape,
           "logits:", features["logits_sup"].shape)
 else:
-    print("No released model at", RELEASED_MODEL)"""),
+    print("No released model given (set SIMCLR_RELEASED_MODEL).")"""),
 ])
 
 finetune = nb([
@@ -85,19 +113,20 @@ finetune = nb([
 
 Two ways to fine-tune a pretrained encoder:
 
-1. with `run.py`'s machinery (`Config` + `experiment.run`): semi-supervised fine-tuning
-   on a stratified 10% of the labels, linear evaluation with `fine_tune_after_block=4`;
+1. with the command line (`run.py`, the same flags as in a terminal): semi-supervised
+   fine-tuning on a stratified 10% of the labels (`fine_tune_after_block=4` would make
+   it a linear evaluation);
 2. by hand, as in the authors' colab: a SavedModel export called with
    `trainable=True` under a `tf.GradientTape`, plus a new linear head.
 
 Runs on the offline `digits` dataset in a couple of minutes on a CPU. Set
 `PRETRAINED` to a pretraining run's `model_dir` to use your own."""),
- ("code", """import os, tempfile
+ INSTALL,
+ RUN,
+ ("code", """import tempfile
 import numpy as np
 import tensorflow as tf
 import keras
-from simclr_tf import experiment
-from simclr_tf.config import Config
 
 PRETRAINED = os.environ.get("SIMCLR_PRETRAINED", "")
 common = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
@@ -105,17 +134,16 @@ common = dict(dataset="digits", train_split="train", eval_split="test", image_si
               color_jitter_strength=0.5, temperature=0.5)
 if not PRETRAINED:
     PRETRAINED = tempfile.mkdtemp(prefix="simclr_pretrain_")
-    experiment.run(Config.from_dict(dict(
-        common, train_batch_size=64, train_steps=10, learning_rate=0.5,
-        model_dir=PRETRAINED, mode="train")).validate())
+    simclr_run(**common, train_batch_size=64, train_steps=10, learning_rate=0.5,
+               model_dir=PRETRAINED, mode="train")
 print("pretrained run:", PRETRAINED)"""),
  ("md", "## 1. Semi-supervised fine-tuning on 10% of the labels"),
  ("code", """finetune_dir = tempfile.mkdtemp(prefix="simclr_finetune_")
-results = experiment.run(Config.from_dict(dict(
-    common, train_mode="finetune", label_fraction=0.1, checkpoint=PRETRAINED,
+results = simclr_run(
+    **common, train_mode="finetune", label_fraction=0.1, checkpoint=PRETRAINED,
     train_batch_size=32, train_steps=10, learning_rate=0.1, optimizer="momentum",
     warmup_epochs=0, weight_decay=0.0, ft_proj_selector=0, zero_init_logits_layer=True,
-    model_dir=finetune_dir, mode="train_then_eval")).validate())
+    model_dir=finetune_dir, mode="train_then_eval")
 print({k: v for k, v in results.items() if k.startswith("eval/")})
 assert results["eval/num_examples"] == 360
 print(open(os.path.join(finetune_dir, "label_subset_ids.txt")).read()[:200])"""),
@@ -145,5 +173,9 @@ print("loss:", losses[0], "->", losses[-1])
 assert np.isfinite(losses).all()"""),
 ])
 
-nbf.write(load, "colabs/load_and_inference.ipynb")
-nbf.write(finetune, "colabs/finetuning.ipynb")
+for book, path in ((load, "colabs/load_and_inference.ipynb"),
+                   (finetune, "colabs/finetuning.ipynb")):
+    if "--no-execute" not in sys.argv:
+        NotebookClient(book, timeout=900, kernel_name="python3",
+                       resources={"metadata": {"path": "colabs"}}).execute()
+    nbf.write(book, path)
