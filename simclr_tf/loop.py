@@ -124,8 +124,9 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
         checkpoints: a `simclr_tf.checkpoints.CheckpointState` to save into.
         total_steps: the step to train to.
         checkpoint_steps: steps between checkpoints (one is also saved at the end).
-        hooks: `Hook`s, called in order after each checkpoint; `after_steps` gets
-            the means of the logs since the hook's previous call.
+        hooks: `Hook`s, called in order at their cadence (after the checkpoint of
+            that step, if any); `after_steps` gets the means of the logs since the
+            hook's previous call.
         verbose: show progress (the chief of a multi-worker run only).
         progress: a `simclr_tf.progress.TrainingProgress` for the whole run; None: a
             progress bar per segment when `verbose`.
