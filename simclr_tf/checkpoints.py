@@ -18,6 +18,7 @@ import re
 import time
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -204,6 +205,53 @@ def unreadable_reason(prefix):
     except (tf.errors.OpError, ValueError, IndexError) as error:
         return _first_line(error)
     return None
+
+
+def missing_data_bytes(reader, shards):
+    """How many bytes the data `shards` lack for the tensors `reader` (a
+    `tf.train.load_checkpoint`) lists (<= 0: none).
+
+    Exact and cheap: TensorFlow's bundle writes each numeric tensor as its raw bytes
+    and each string tensor as varint lengths, a 4-byte checksum and the bytes, with no
+    padding (measured equal to the data files' total for our checkpoints and exports,
+    sharded ones and the authors' R50). Only string tensors (the object graph) are
+    read: 4 ms on the authors' 137 MB R50, where reading every tensor took 73-108 ms
+    (warm cache).
+    """
+    dtypes, shapes = reader.get_variable_to_dtype_map(), reader.get_variable_to_shape_map()
+    size = sum(tf.io.gfile.stat(shard).length for shard in shards)
+    if not all(d.is_numeric or d.is_bool or d == tf.string for d in dtypes.values()):
+        for name in shapes:  # no fixed layout (variant, resource): read every tensor
+            _read_tensor(reader, name)
+        return 0
+    needed = sum(dtypes[name].size * int(np.prod(shape, dtype=np.int64))
+                 for name, shape in shapes.items() if dtypes[name] != tf.string)
+    if needed > size:
+        return needed - size
+    for name in shapes:
+        if dtypes[name] == tf.string:
+            value = _read_tensor(reader, name)
+            # A scalar comes back as bytes (np.asarray would drop trailing NULs).
+            items = [value] if isinstance(value, bytes) else np.asarray(
+                value, dtype=object).reshape(-1)
+            needed += 4 + sum(_varint_size(len(item)) + len(item) for item in items)
+    return needed - size
+
+
+def _read_tensor(reader, name):
+    try:
+        return reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError) as error:  # IndexError: 'Read less bytes'
+        raise ValueError(f"tensor {name!r} does not read ({error}): its data is "
+                         "truncated or damaged") from None
+
+
+def _varint_size(value):
+    size = 1
+    while value >= 128:
+        value >>= 7
+        size += 1
+    return size
 
 
 def latest(model_dir):

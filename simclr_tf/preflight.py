@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -195,7 +194,7 @@ def knn_bank_split(config):
 
 def _check_checkpoint_readable(prefix, flag="checkpoint"):
     """The checkpoint at `prefix` must be one TensorFlow can read: its index reads, no
-    data file is missing and none is short (`_missing_data_bytes`)."""
+    data file is missing and none is short (`checkpoints.missing_data_bytes`)."""
     try:
         reader = tf.train.load_checkpoint(prefix)
         shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
@@ -203,7 +202,7 @@ def _check_checkpoint_readable(prefix, flag="checkpoint"):
         if len(shards) != expected:
             raise ValueError(f"{expected - len(shards)} of its {expected} data files are "
                              "missing")
-        missing = _missing_data_bytes(reader, shards)
+        missing = checkpoints.missing_data_bytes(reader, shards)
         if missing > 0:
             raise ValueError(f"its data is {missing} bytes short of what its index "
                              "lists: truncated")
@@ -211,53 +210,6 @@ def _check_checkpoint_readable(prefix, flag="checkpoint"):
         reason = str(error).strip().splitlines()[0][:300]
         raise ConfigError(flag, f"{prefix!r} cannot be read ({reason}); pass an "
                           "intact checkpoint prefix, run directory or SavedModel.") from None
-
-
-def _missing_data_bytes(reader, shards):
-    """How many bytes the data `shards` lack for the tensors `reader` (a
-    `tf.train.load_checkpoint`) lists (<= 0: none).
-
-    Exact and cheap: TensorFlow's bundle writes each numeric tensor as its raw bytes
-    and each string tensor as varint lengths, a 4-byte checksum and the bytes, with no
-    padding (measured equal to the data files' total for our checkpoints and exports,
-    sharded ones and the authors' R50). Only string tensors (the object graph) are
-    read: 4 ms on the authors' 137 MB R50, where reading every tensor took 73-108 ms
-    (warm cache).
-    """
-    dtypes, shapes = reader.get_variable_to_dtype_map(), reader.get_variable_to_shape_map()
-    size = sum(tf.io.gfile.stat(shard).length for shard in shards)
-    if not all(d.is_numeric or d.is_bool or d == tf.string for d in dtypes.values()):
-        for name in shapes:  # no fixed layout (variant, resource): read every tensor
-            _read_tensor(reader, name)
-        return 0
-    needed = sum(dtypes[name].size * int(np.prod(shape, dtype=np.int64))
-                 for name, shape in shapes.items() if dtypes[name] != tf.string)
-    if needed > size:
-        return needed - size
-    for name in shapes:
-        if dtypes[name] == tf.string:
-            value = _read_tensor(reader, name)
-            # A scalar comes back as bytes (np.asarray would drop trailing NULs).
-            items = [value] if isinstance(value, bytes) else np.asarray(
-                value, dtype=object).reshape(-1)
-            needed += 4 + sum(_varint_size(len(item)) + len(item) for item in items)
-    return needed - size
-
-
-def _read_tensor(reader, name):
-    try:
-        return reader.get_tensor(name)
-    except (tf.errors.OpError, IndexError) as error:  # IndexError: 'Read less bytes'
-        raise ValueError(f"tensor {name!r} does not read ({error}): its data is "
-                         "truncated or damaged") from None
-
-
-def _varint_size(value):
-    size = 1
-    while value >= 128:
-        value >>= 7
-        size += 1
-    return size
 
 
 def check_official_architecture(config):

@@ -89,7 +89,7 @@ def _variables():
 
 def _missing(prefix):
     reader = tf.train.load_checkpoint(prefix)
-    return preflight._missing_data_bytes(reader, tf.io.gfile.glob(prefix + ".data-*"))
+    return checkpoints.missing_data_bytes(reader, tf.io.gfile.glob(prefix + ".data-*"))
 
 
 def test_the_data_size_the_index_implies_is_exact(tmp_path):
