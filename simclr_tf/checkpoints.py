@@ -193,15 +193,18 @@ def candidates(directory, base=_BASE):
 
 
 def unreadable_reason(prefix):
-    """Why the checkpoint at `prefix` cannot be read (a cheap check: the index parses
-    and every data shard it names is there), or None when it looks complete."""
+    """Why the checkpoint at `prefix` cannot be read, or None when it looks complete:
+    its index parses, every data shard it names is there and none is short of the
+    bytes the index lists (`missing_data_bytes`: exact, and cheap)."""
     try:
         reader = tf.train.load_checkpoint(prefix)
-        reader.get_variable_to_shape_map()
         shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
         expected = int(shards[0].rsplit("-of-", 1)[1]) if shards else 1
         if len(shards) != expected:
             return f"{expected - len(shards)} of its {expected} data files are missing"
+        missing = missing_data_bytes(reader, shards)
+        if missing > 0:
+            return f"its data is {missing} bytes short of what its index lists: truncated"
     except (tf.errors.OpError, ValueError, IndexError) as error:
         return _first_line(error)
     return None

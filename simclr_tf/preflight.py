@@ -193,23 +193,12 @@ def knn_bank_split(config):
 
 
 def _check_checkpoint_readable(prefix, flag="checkpoint"):
-    """The checkpoint at `prefix` must be one TensorFlow can read: its index reads, no
-    data file is missing and none is short (`checkpoints.missing_data_bytes`)."""
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-        shards = tf.io.gfile.glob(prefix + ".data-*-of-*")
-        expected = int(shards[0].rsplit("-of-", 1)[1]) if shards else 1
-        if len(shards) != expected:
-            raise ValueError(f"{expected - len(shards)} of its {expected} data files are "
-                             "missing")
-        missing = checkpoints.missing_data_bytes(reader, shards)
-        if missing > 0:
-            raise ValueError(f"its data is {missing} bytes short of what its index "
-                             "lists: truncated")
-    except (tf.errors.OpError, ValueError, IndexError) as error:
-        reason = str(error).strip().splitlines()[0][:300]
+    """The checkpoint at `prefix` must be one TensorFlow can read
+    (`checkpoints.unreadable_reason`: index, data files, none short)."""
+    reason = checkpoints.unreadable_reason(prefix)
+    if reason is not None:
         raise ConfigError(flag, f"{prefix!r} cannot be read ({reason}); pass an "
-                          "intact checkpoint prefix, run directory or SavedModel.") from None
+                          "intact checkpoint prefix, run directory or SavedModel.")
 
 
 def check_official_architecture(config):
