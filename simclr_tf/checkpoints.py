@@ -408,11 +408,16 @@ class CheckpointState:
         """model_dir's checkpoints (state file and disk), newest first."""
         return candidates(self.model_dir)[0]
 
+    def _variables(self):
+        """What a checkpoint of this run holds: the model's and the optimizer's."""
+        variables = list(self.model.variables)
+        if self.optimizer is not None:
+            variables += list(self.optimizer.variables)
+        return variables
+
     def _restore(self, prefix):
-        """Restores `prefix`; returns None, or why it does not load."""
-        reason = unreadable_reason(prefix)
-        if reason is not None:
-            return reason
+        """Restores `prefix` (its files already found readable by `recover`);
+        returns None, or why it does not load."""
         try:
             if self.optimizer is not None:
                 self.checkpoint.restore(prefix).assert_existing_objects_matched()
@@ -420,10 +425,7 @@ class CheckpointState:
                 restore_model(self.model, prefix)
         except _LOAD_ERRORS as error:
             return _first_line(error)
-        variables = list(self.model.variables)
-        if self.optimizer is not None:
-            variables += list(self.optimizer.variables)
-        bad = non_finite_variables(variables)
+        bad = non_finite_variables(self._variables())
         if bad:
             return f"{len(bad)} tensors hold NaN or infinite values (e.g. {bad[0]})"
         return None
@@ -545,10 +547,7 @@ class CheckpointState:
             NonFiniteWeightsError: some weight or optimizer slot is NaN or infinite
                 (nothing is written).
         """
-        variables = list(self.model.variables)
-        if self.optimizer is not None:
-            variables += list(self.optimizer.variables)
-        bad = non_finite_variables(variables)
+        bad = non_finite_variables(self._variables())
         if bad:
             raise NonFiniteWeightsError(
                 f"After step {step}, {len(bad)} weight or optimizer tensors hold NaN or "
