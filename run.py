@@ -82,7 +82,7 @@ HELP_GROUPS = (
     ("Optimisation and schedule", (
         "optimizer", "learning_rate", "learning_rate_scaling", "momentum", "weight_decay",
         "warmup_epochs", "train_batch_size", "train_epochs", "train_steps",
-        "grad_cache_chunk")),
+        "head_learning_rate", "grad_cache_chunk")),
     ("Checkpoints and export", (
         "checkpoint_epochs", "checkpoint_steps", "keep_checkpoint_max",
         "keep_hub_module_max", "serving_max_pixels")),

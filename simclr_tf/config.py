@@ -232,6 +232,13 @@ class Config:
         "'device' (crop, flip, colour jitter, grayscale batched in the train step; "
         "the host only decodes and resizes). Blur always runs on the device.",
         ("host", "device"))
+    head_learning_rate: Optional[float] = _field(
+        None, "Pretraining: the online linear head's own base learning rate, scaled "
+        "by batch size, warmed up and decayed as --learning_rate (the head is outside "
+        "LARS' trust scaling, so this is its actual rate). The head reads "
+        "stop_gradient(h): the encoder trains exactly as without it. None = "
+        "--learning_rate, as the authors' code (e.g. 0.1, the paper's linear-eval "
+        "rate, keeps the quick start's online head from diverging; README).")
     grad_cache_chunk: int = _field(
         0, "Gradient caching: 0 = off, else process each replica's batch in chunks of "
         "this many images (embeddings first without gradients, then each chunk again "
@@ -341,6 +348,8 @@ class Config:
             if value not in choices:
                 raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
         for name in self.float_fields():
+            if getattr(self, name) is None:
+                continue
             try:
                 rules.check_float32(name, getattr(self, name))
             except ValueError as error:
@@ -392,6 +401,8 @@ class Config:
                               "freezing layers while pretraining is not supported (the "
                               "authors' code raises too); drop it (-1) or use "
                               "--train_mode=finetune.")
+        if self.head_learning_rate is not None:
+            self._check_head_learning_rate()
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                               "(pretraining uses no labels); drop it or fine-tune.")
@@ -420,6 +431,23 @@ class Config:
             raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "
                               "variables); drop --jit_compile.")
+
+    def _check_head_learning_rate(self):
+        if not self.head_learning_rate > 0:
+            raise ConfigError("head_learning_rate", "must be > 0 (e.g. 0.1), or left "
+                              f"unset to use --learning_rate; got {self.head_learning_rate!r}.")
+        if self.train_mode != "pretrain" or not self.lineareval_while_pretraining:
+            raise ConfigError("head_learning_rate", "is the rate of the online linear "
+                              "head of pretraining: it needs --train_mode=pretrain and "
+                              "--lineareval_while_pretraining; drop it (fine-tuning "
+                              "trains everything at --learning_rate).")
+
+    def head_rate_multiplier(self):
+        """--head_learning_rate / --learning_rate (1.0 when unset): both go through
+        the same batch scaling, warmup and cosine, so their ratio is constant."""
+        if self.head_learning_rate is None:
+            return 1.0
+        return self.head_learning_rate / self.learning_rate
 
     def _check_training(self):
         """What only a training run uses: the contrastive batch, the scaled rate."""

@@ -194,7 +194,8 @@ def build_trainer(config, strategy, model, *, plan=None):
         optimizer, decay = optimizers.build_optimization(
             config.optimizer, learning_rate, model=model, momentum=config.momentum,
             weight_decay=config.weight_decay,
-            loss_scaling=config.mixed_precision == "float16")
+            loss_scaling=config.mixed_precision == "float16",
+            head_rate_multiplier=config.head_rate_multiplier())
     if config.jit_compile and preflight.all_cpu(strategy):
         logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
                         "oneDNN kernels here (docs/performance.md); drop it on CPU.")

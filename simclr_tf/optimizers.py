@@ -112,8 +112,71 @@ def weight_decay_loss(model, optimizer_name, weight_decay):
     return LossWeightDecay(weight_decay_loss_variables(model, optimizer_name), weight_decay)
 
 
+class RateMultipliers:
+    """Mixin for Keras optimizers: chosen variables train at a multiple of the rate.
+
+    `set_rate_multiplier(variables, factor)` before `build()`; each update of one of
+    those variables then uses `factor * learning_rate` (the schedule's value at that
+    step). Every other variable's update is computed exactly as without the mixin.
+    Used for the online linear head's own learning rate (`--head_learning_rate`).
+    """
+
+    def set_rate_multiplier(self, variables, factor):
+        if self.built:
+            raise ValueError("set_rate_multiplier() must be called before build().")
+        factor = float(factor)
+        if not factor > 0 or factor == float("inf"):
+            raise ValueError(f"factor must be a finite number > 0. Received: factor={factor!r}")
+        keys = dict(getattr(self, "_rate_keys", {}))
+        keys.update((self._var_key(v), factor) for v in variables)
+        self._rate_keys = keys
+
+    def _resolve_rate_multipliers(self, variables):
+        keys = getattr(self, "_rate_keys", {})
+        self._rate_factors = tuple(keys.get(self._var_key(v), 1.0) for v in variables)
+
+    def rate_multiplier(self, variable):
+        """The factor of a built variable's learning rate (1.0 unless set)."""
+        return self._rate_factors[self._get_variable_index(variable)]
+
+    def _rate(self, variable, learning_rate):
+        factor = self.rate_multiplier(variable)
+        return learning_rate if factor == 1.0 else learning_rate * factor
+
+
 @keras.saving.register_keras_serializable(package="simclr_tf")
-class LARS(keras.optimizers.Optimizer):
+class NesterovSGD(RateMultipliers, keras.optimizers.SGD):
+    """Keras SGD (Nesterov by default) with `RateMultipliers`."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, **kwargs):
+        super().__init__(learning_rate, momentum=momentum, nesterov=nesterov, **kwargs)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._resolve_rate_multipliers(variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._rate(variable, learning_rate))
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class AdamWithRates(RateMultipliers, keras.optimizers.Adam):
+    """Keras Adam with `RateMultipliers` (Adam's step is proportional to the rate)."""
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._resolve_rate_multipliers(variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._rate(variable, learning_rate))
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class LARS(RateMultipliers, keras.optimizers.Optimizer):
     """Layer-wise Adaptive Rate Scaling with classic (heavy-ball) momentum.
 
     For each variable w with gradient g, unless w is excluded:
@@ -187,6 +250,7 @@ class LARS(keras.optimizers.Optimizer):
         # seen in `update_step` under a strategy back to the built variable.
         self._excluded_flags = tuple(
             self._var_key(v) in self._excluded_keys for v in variables)
+        self._resolve_rate_multipliers(variables)
 
     def is_excluded(self, variable):
         """Whether a built variable is excluded from decay and trust scaling."""
@@ -195,7 +259,7 @@ class LARS(keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype)
+        lr = tf.cast(self._rate(variable, learning_rate), dtype)
         grad = tf.cast(gradient, dtype)
         if isinstance(grad, tf.IndexedSlices):
             grad = tf.convert_to_tensor(grad)
@@ -229,7 +293,7 @@ class LARS(keras.optimizers.Optimizer):
 
 
 def build_optimization(name, learning_rate, *, model, momentum=0.9, weight_decay=0.0,
-                       loss_scaling=False):
+                       loss_scaling=False, head_rate_multiplier=1.0):
     """The optimizer and the loss's weight decay for `--optimizer`, resolved once.
 
     Which variables decay where is decided here, from the model's structure: LARS
@@ -246,19 +310,24 @@ def build_optimization(name, learning_rate, *, model, momentum=0.9, weight_decay
         weight_decay: the decay coefficient.
         loss_scaling: wrap the optimizer in `keras.optimizers.LossScaleOptimizer`
             (float16 compute).
+        head_rate_multiplier: the supervised head trains at this multiple of
+            `learning_rate` (`--head_learning_rate / --learning_rate`); 1.0 = the
+            same rate, as the authors' code.
 
     Returns:
         `(optimizer, loss_weight_decay)`: a Keras optimizer (build it under the
         strategy's scope) and a `LossWeightDecay` for the Trainer.
     """
     optimizer = build_optimizer(name, learning_rate, momentum=momentum,
-                                weight_decay=weight_decay, model=model)
+                                weight_decay=weight_decay, model=model,
+                                head_rate_multiplier=head_rate_multiplier)
     if loss_scaling:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer, weight_decay_loss(model, name, weight_decay)
 
 
-def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, model=None):
+def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, model=None,
+                    head_rate_multiplier=1.0):
     """Creates the optimizer named by the `--optimizer` flag.
 
     Weight decay follows the reference: LARS decays inside its update (with the
@@ -271,20 +340,41 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
         learning_rate: float or `LearningRateSchedule`.
         momentum: momentum for 'lars' and 'momentum'.
         weight_decay: decay coefficient (used here only by 'lars').
-        model: the built model, required for 'lars' (its exclusions).
+        model: the built model, required for 'lars' (its exclusions) and for a
+            `head_rate_multiplier` other than 1 (its supervised head).
+        head_rate_multiplier: the supervised head's rate as a multiple of
+            `learning_rate` (`RateMultipliers`). LARS leaves the head out of trust
+            scaling, so under every optimizer here this is the head's actual rate.
 
     Returns:
         A `keras.optimizers.Optimizer`; build it under the strategy's scope.
     """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"name must be one of {OPTIMIZERS}. Received: name={name!r}")
+    head_variables = []
+    if head_rate_multiplier != 1.0:
+        head = getattr(model, "supervised_head", None)
+        if head is None:
+            raise ValueError("head_rate_multiplier needs a model with a supervised head. "
+                             f"Received: head_rate_multiplier={head_rate_multiplier!r}, "
+                             f"model={model!r}")
+        head_variables = head.trainable_weights
     if name == "lars":
         if model is None:
             raise ValueError("build_optimizer('lars', ...) needs the model for its "
                              "exclusions. Received: model=None")
-        return LARS(learning_rate, momentum=momentum, weight_decay=weight_decay,
-                    excluded_variables=lars_excluded_variables(model))
-    if name == "momentum":
+        optimizer = LARS(learning_rate, momentum=momentum, weight_decay=weight_decay,
+                         excluded_variables=lars_excluded_variables(model))
+    elif name == "momentum":
         # Nesterov, as the authors' code (TF2 model.py and TF1 model_util.py).
-        return keras.optimizers.SGD(learning_rate, momentum=float(momentum), nesterov=True)
-    if name == "adam":
-        return keras.optimizers.Adam(learning_rate)
-    raise ValueError(f"name must be one of {OPTIMIZERS}. Received: name={name!r}")
+        if not head_variables:
+            return keras.optimizers.SGD(learning_rate, momentum=float(momentum),
+                                        nesterov=True)
+        optimizer = NesterovSGD(learning_rate, momentum=float(momentum))
+    else:
+        if not head_variables:
+            return keras.optimizers.Adam(learning_rate)
+        optimizer = AdamWithRates(learning_rate)
+    if head_variables:
+        optimizer.set_rate_multiplier(head_variables, head_rate_multiplier)
+    return optimizer

@@ -130,6 +130,10 @@ BAD = [
      "learning_rate"),  # x 64
     (dict(weight_decay=float("inf")), "weight_decay"),
     (dict(warmup_epochs=1e39), "warmup_epochs"),
+    (dict(head_learning_rate=0.0), "head_learning_rate"),
+    (dict(head_learning_rate=0.1, train_mode="finetune"), "head_learning_rate"),
+    (dict(head_learning_rate=0.1, lineareval_while_pretraining=False),
+     "head_learning_rate"),
 ]
 
 
@@ -158,6 +162,11 @@ def test_json_round_trip_and_resolved_values():
     assert again == config
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.temperature = 1.0  # type: ignore[misc]
+
+
+def test_head_rate_multiplier():
+    assert Config().head_rate_multiplier() == 1.0  # unset: the authors' single rate
+    assert Config(learning_rate=2.0, head_learning_rate=0.1).head_rate_multiplier() == 0.05
 
 
 def test_model_kwargs_follow_the_train_mode():

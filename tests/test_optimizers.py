@@ -224,3 +224,68 @@ def test_momentum_optimizer_is_nesterov_in_closed_form():
     for _ in range(4):
         sgd.apply_gradients([(tf.convert_to_tensor(variable) - target, variable)])
     np.testing.assert_allclose(variable.numpy(), w, rtol=1e-6)
+
+
+def _heavy_ball(w, grads, lr, momentum=0.9):
+    w, v = np.float64(w), 0.0
+    for g in grads:
+        v = momentum * v + lr * np.float64(g)
+        w = w - v
+    return w
+
+
+def test_rate_multiplier_in_closed_form_and_others_unchanged():
+    """LARS: the multiplied variable (excluded from trust scaling) is heavy-ball SGD
+    at factor x lr; every other variable ends bit-exact as without multipliers."""
+    weights, grads = _problem(seed=4)
+    plain = _run_eager(optimizers.LARS(0.3, weight_decay=1e-2), weights, grads)
+    variables = [keras.Variable(w) for w in weights]
+    lars = optimizers.LARS(0.3, weight_decay=1e-2, excluded_variables=[variables[1]])
+    lars.set_rate_multiplier([variables[1]], 0.05)
+    for step in grads:
+        lars.apply_gradients(zip([tf.constant(g) for g in step], variables))
+    np.testing.assert_allclose(variables[1].numpy(),
+                               _heavy_ball(weights[1], [s[1] for s in grads], 0.3 * 0.05),
+                               rtol=1e-6)
+    for i in (0, 2, 3):
+        np.testing.assert_array_equal(variables[i].numpy(), plain[i])
+    assert lars.rate_multiplier(variables[1]) == 0.05
+    assert lars.rate_multiplier(variables[0]) == 1.0
+    with pytest.raises(ValueError, match="before build"):
+        lars.set_rate_multiplier([variables[0]], 2.0)
+    with pytest.raises(ValueError, match="factor=0.0"):
+        optimizers.LARS(0.1).set_rate_multiplier([variables[0]], 0.0)
+
+
+@pytest.mark.parametrize("name", ["momentum", "adam"])
+def test_head_rate_multiplier_scales_the_heads_step(name):
+    """momentum (Nesterov SGD) and Adam: from the same state and gradients, the
+    head's first step is factor x the step at the plain rate (both optimizers' first
+    step is proportional to the rate); other variables move exactly as without it."""
+    model = make_model()
+    start = [w.numpy() for w in model.trainable_variables]
+    rng = np.random.default_rng(7)
+    grads = [rng.normal(size=w.shape).astype(np.float32) for w in start]
+
+    def step(factor):
+        for v, w in zip(model.trainable_variables, start):
+            v.assign(w)
+        optimizer = optimizers.build_optimizer(name, 0.2, model=model,
+                                               head_rate_multiplier=factor)
+        optimizer.apply_gradients(zip([tf.constant(g) for g in grads],
+                                      model.trainable_variables))
+        return optimizer, [v.numpy() - w for v, w in zip(model.trainable_variables, start)]
+
+    plain_optimizer, plain = step(1.0)
+    scaled_optimizer, scaled = step(0.25)
+    assert type(plain_optimizer) in (keras.optimizers.SGD, keras.optimizers.Adam)
+    assert isinstance(scaled_optimizer, optimizers.RateMultipliers)
+    head = {id(v) for v in model.supervised_head.trainable_weights}
+    for v, a, b in zip(model.trainable_variables, plain, scaled):
+        if id(v) in head:
+            np.testing.assert_allclose(b, 0.25 * a, rtol=1e-5, atol=1e-8)
+        else:
+            np.testing.assert_array_equal(b, a)
+    with pytest.raises(ValueError, match="supervised head"):
+        optimizers.build_optimizer(name, 0.2, model=make_model(with_head=False),
+                                   head_rate_multiplier=0.5)

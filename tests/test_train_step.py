@@ -306,3 +306,28 @@ def test_collectives_are_identities_outside_replicas():
     assert distribute.cross_replica_sum(x) is x
     assert int(distribute.replica_id()) == 0
     assert distribute.num_replicas_in_sync() == 1
+
+
+def test_head_learning_rate_leaves_the_encoder_bit_exact():
+    """The online head reads stop_gradient(h): its own rate (LARS, 3 steps) changes
+    the head's weights and nothing else, bit for bit."""
+    def run(factor):
+        strategy = tf.distribute.get_strategy()
+        model = make_model(IMAGE_SIZE)
+        optimizer, decay = optimizers.build_optimization(
+            "lars", 0.5, model=model, weight_decay=1e-4, head_rate_multiplier=factor)
+        trainer = train.Trainer(strategy, model, optimizer, temperature=0.5,
+                                weight_decay_loss=decay)
+        logs = trainer.train_steps(_batches(3), 3)
+        return model, logs
+
+    plain, plain_logs = run(1.0)
+    slow, slow_logs = run(0.02)
+    head = {id(v) for v in slow.supervised_head.weights}
+    for a, b in zip(plain.weights, slow.weights):
+        if id(b) in head:
+            assert np.abs(a.numpy() - b.numpy()).max() > 1e-4
+        else:
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert plain_logs["contrast_loss"] == slow_logs["contrast_loss"]
+    assert plain_logs["sup_loss"] != slow_logs["sup_loss"]
