@@ -63,7 +63,6 @@ flags.DEFINE_bool("hidden_norm", True, "")
 flags.DEFINE_integer("warmup", 2, "untimed steps, the first including tracing")
 flags.DEFINE_integer("windows", 3, "timed windows (median)")
 flags.DEFINE_integer("steps", 1, "steps per timed window")
-flags.mark_flag_as_required("authors_dir")
 FLAGS = flags.FLAGS
 NUM_CLASSES = 10
 
@@ -79,20 +78,26 @@ def _shim_dense_placeholder():
     tf.keras.layers.Dense = Dense
 
 
-def main(_):
-    if not os.path.exists(os.path.join(FLAGS.authors_dir, "objective.py")):
-        raise SystemExit(f"--authors_dir={FLAGS.authors_dir}: no objective.py there; pass "
+def load_authors_modules(authors_dir):
+    """The authors' modules (lars_optimizer, model, objective) from their tf2/ folder,
+    with the Dense placeholder shim; exits with a message when they cannot load."""
+    if not authors_dir or not os.path.exists(os.path.join(authors_dir, "objective.py")):
+        raise SystemExit(f"--authors_dir={authors_dir}: no objective.py there; pass "
                          "the tf2/ folder of a google-research/simclr checkout")
     if "tf_keras" not in tf.keras.__name__:
         raise SystemExit("The authors' code needs Keras 2: pip install tf_keras and run "
                          "with TF_USE_LEGACY_KERAS=1 (set by default by this script, but "
                          "tf_keras is not installed)")
     _shim_dense_placeholder()
-    sys.path.insert(0, os.path.abspath(FLAGS.authors_dir))
+    sys.path.insert(0, os.path.abspath(authors_dir))
     import lars_optimizer  # noqa: E402  (the authors' modules)
     import model as model_lib  # noqa: E402
     import objective as obj_lib  # noqa: E402
+    return lars_optimizer, model_lib, obj_lib
 
+
+def main(_):
+    lars_optimizer, model_lib, obj_lib = load_authors_modules(FLAGS.authors_dir)
     strategy = tf.distribute.get_strategy()
     tf.random.set_seed(0)
     model = model_lib.Model(NUM_CLASSES)
