@@ -333,6 +333,18 @@ class ResNet(TracedOutputShapeMixin, CheckpointListsMixin, keras.Model):
         """Width of h (`final_avg_pool`)."""
         return scaled_width(GROUP_WIDTHS[-1], self.width_multiplier) * self.block_expansion
 
+    @property
+    def feature_names(self):
+        return FEATURE_NAMES
+
+    def stages(self):
+        """What fine-tuning may freeze, in order: the stem, then block groups 1-4."""
+        return [[self.stem]] + [[group] for group in self.block_groups]
+
+    def no_decay_variables(self):
+        """None beyond the ndim <= 1 ones (BN weights, biases)."""
+        return []
+
     def build(self, input_shape):
         build_by_tracing(self, input_shape)
 

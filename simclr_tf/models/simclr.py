@@ -6,22 +6,25 @@ from simclr_tf import rules
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
 from simclr_tf.models.layers import PACKAGE, build_by_tracing
 from simclr_tf.models.outputs import H, LOGITS, Z
-from simclr_tf.models.resnet import ResNet
+from simclr_tf.models import encoders
 
 FINE_TUNE_AFTER_BLOCK_CHOICES = rules.FINE_TUNE_AFTER_BLOCK_CHOICES
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class SimCLRModel(keras.Model):
-    """The SimCLR network: ResNet encoder, projection head and supervised head.
+    """The SimCLR network: encoder, projection head and supervised head.
 
     Calling it on images [B, H, W, 3] (RGB floats in [0, 1]) returns a dict with the
-    encoder's named features (`initial_conv` ... `final_avg_pool` = h), the head's
+    encoder's named features (ResNet: `initial_conv` ... `final_avg_pool` = h), the head's
     `proj_head_input`, `proj_head_output` (z) and `supervised_head_input`, and, when
     `num_classes` is set, `logits_sup`. h, z and the logits are float32.
 
     Args:
-        depth, width_multiplier, sk_ratio, se_ratio, stem: the encoder (`ResNet`).
+        encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
+            default, built from the arguments below) or an encoder layer (see
+            `simclr_tf.models.encoders` for what one provides).
+        depth, width_multiplier, sk_ratio, se_ratio, stem: the ResNet encoder.
         proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector: the
             projection head (`ProjectionHead`).
         num_classes: classes of the supervised head; None for no supervised head.
@@ -51,7 +54,7 @@ class SimCLRModel(keras.Model):
                  stem="imagenet", proj_head_mode="nonlinear", num_proj_layers=3,
                  proj_out_dim=128, ft_proj_selector=0, num_classes=None,
                  supervised_head_stop_gradient=True, zero_init_logits_layer=False,
-                 batch_norm_decay=0.9, global_bn=True, **kwargs):
+                 batch_norm_decay=0.9, global_bn=True, encoder="resnet", **kwargs):
         kwargs.setdefault("name", "simclr")
         super().__init__(**kwargs)
         self._arguments = dict(
@@ -63,10 +66,16 @@ class SimCLRModel(keras.Model):
             zero_init_logits_layer=bool(zero_init_logits_layer),
             batch_norm_decay=batch_norm_decay, global_bn=bool(global_bn))
         self.supervised_head_stop_gradient = bool(supervised_head_stop_gradient)
-        self.encoder = ResNet(depth=depth, width_multiplier=width_multiplier,
-                              sk_ratio=sk_ratio, se_ratio=se_ratio, stem=stem,
-                              batch_norm_decay=batch_norm_decay, global_bn=global_bn,
-                              dtype=self.dtype_policy, name="resnet")
+        if isinstance(encoder, str):
+            self.encoder = encoders.build_encoder(
+                encoder, dtype=self.dtype_policy, depth=depth,
+                width_multiplier=width_multiplier, sk_ratio=sk_ratio, se_ratio=se_ratio,
+                stem=stem, batch_norm_decay=batch_norm_decay, global_bn=global_bn)
+            if encoder != "resnet":
+                self._arguments["encoder"] = encoder
+        else:
+            self.encoder = encoder
+            self._arguments["encoder"] = keras.saving.serialize_keras_object(encoder)
         self.projection_head = ProjectionHead(
             proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector,
             batch_norm_decay=batch_norm_decay, global_bn=global_bn,
@@ -114,27 +123,30 @@ class SimCLRModel(keras.Model):
     def get_config(self):
         return dict(name=self.name, **self._arguments)
 
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("encoder"), dict):
+            config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
 
 def freeze_for_finetuning(model, fine_tune_after_block):
-    """Freezes the encoder up to a block group, BN statistics included.
+    """Freezes the encoder up to a stage (ResNet: a block group), BN statistics included.
 
     Frozen layers get `trainable = False`, which in Keras 3 also runs their batch
     norm in inference mode, so neither weights nor moving statistics change.
 
     Args:
         model: a `SimCLRModel`.
-        fine_tune_after_block: -1 trains everything; 0 freezes the stem; k in 1..3
-            also freezes block groups 1..k; 4 freezes the whole encoder (linear
-            evaluation: only the heads train).
+        fine_tune_after_block: -1 trains everything; k freezes the encoder's stages
+            0..k (ResNet: 0 the stem, k in 1..3 also block groups 1..k); 4 freezes
+            the whole encoder (linear evaluation: only the heads train).
 
     Returns:
         The list of frozen layers.
     """
-    rules.check_fine_tune_after_block(fine_tune_after_block)
-    encoder = model.encoder
-    frozen = []
-    if fine_tune_after_block >= 0:
-        frozen = [encoder.stem] + list(encoder.block_groups[:fine_tune_after_block])
+    frozen = encoders.frozen_layers(model.encoder, fine_tune_after_block)
     for layer in frozen:
         layer.trainable = False
     return frozen
