@@ -47,10 +47,11 @@ class ConfigError(ValueError):
 # The flags that decide a model's variables -> its `Config.model_kwargs()` key: what a
 # checkpoint must agree with (the projection head's only where it has one).
 ARCHITECTURE_FLAGS = dict(
-    resnet_depth="depth", width_multiplier="width_multiplier", sk_ratio="sk_ratio",
+    encoder="encoder", resnet_depth="depth", width_multiplier="width_multiplier", sk_ratio="sk_ratio",
     se_ratio="se_ratio", stem="stem", proj_head_mode="proj_head_mode",
     proj_out_dim="proj_out_dim", num_proj_layers="num_proj_layers")
 HEAD_FLAGS = ("proj_head_mode", "proj_out_dim", "num_proj_layers")
+RESNET_FLAGS = ("resnet_depth", "width_multiplier", "sk_ratio", "se_ratio", "stem")
 
 
 def architecture_mismatches(config, recorded, *, headless_ok=False):
@@ -68,6 +69,11 @@ def architecture_mismatches(config, recorded, *, headless_ok=False):
     """
     ours = config.model_kwargs()
     flags = dict(ARCHITECTURE_FLAGS)
+    ours.setdefault("encoder", "resnet")
+    recorded = dict(recorded)
+    recorded.setdefault("encoder", "resnet")  # records from before --encoder
+    if ours["encoder"] != "resnet" and recorded["encoder"] == ours["encoder"]:
+        flags = {flag: key for flag, key in flags.items() if flag not in RESNET_FLAGS}
     if recorded.get("proj_head_mode") != "nonlinear":
         del flags["num_proj_layers"]  # only a nonlinear head has hidden layers
     if recorded.get("proj_head_mode") == "none":
@@ -181,7 +187,10 @@ class Config:
     tpu_name: Optional[str] = _field(None, "The Cloud TPU to use for training.")
     tpu_zone: Optional[str] = _field(None, "GCE zone where the Cloud TPU is located.")
     gcp_project: Optional[str] = _field(None, "Project name for the Cloud TPU.")
-    optimizer: str = _field("lars", "Optimizer to use.", rules.OPTIMIZERS)
+    optimizer: str = _field(
+        "lars", "Optimizer to use. adamw (ours, for ViT recipes): Adam with decoupled "
+        "weight decay of all but norms, biases and the encoder's declared variables "
+        "(a ViT's class token and position embedding).", rules.OPTIMIZERS)
     momentum: float = _field(0.9, "Momentum parameter.")
     eval_name: Optional[str] = _field(None, "Accepted so that the authors' command "
                                       "lines run; unused.")
@@ -210,6 +219,15 @@ class Config:
                             "during pretraining.")
 
     # --- Ours ---
+    encoder: str = _field(
+        "resnet", "The encoder f: 'resnet' (ResNet v1: --resnet_depth, "
+        "--width_multiplier, --sk_ratio, --se_ratio, --stem, or --variant), 'vit_s16' "
+        "or 'vit_b16' (ViT-S/16, ViT-B/16; h per --vit_pool; image_size a multiple of "
+        "16), or 'hub:<name>' (a keras-hub image backbone; README).")
+    vit_pool: str = _field(
+        "token", "ViT encoders: h is the class token ('token', as DINO and MoCo v3) or "
+        "the mean of the patch tokens ('mean'), after the final LayerNorm.",
+        ("token", "mean"))
     variant: Optional[str] = _field(
         None, "Model variant name such as r50_1x_sk0 or r152_3x_sk1; sets resnet_depth, "
         "width_multiplier and sk_ratio (which must then not contradict it).")
@@ -323,7 +341,12 @@ class Config:
         has_head = num_classes is not None and (
             self.train_mode == "finetune" or self.lineareval_while_pretraining)
         width = self.width_multiplier
+        extra = {}
+        if self.encoder != "resnet":
+            extra = dict(encoder=self.encoder, encoder_options=dict(vit_pool=self.vit_pool)
+                         if self.encoder.startswith("vit_") else {})
         return dict(
+            **extra,
             depth=self.resnet_depth,
             width_multiplier=int(width) if float(width).is_integer() else width,
             sk_ratio=self.sk_ratio, se_ratio=self.se_ratio, stem=self.resolved_stem,
@@ -403,6 +426,8 @@ class Config:
                               "--train_mode=finetune.")
         if self.head_learning_rate is not None:
             self._check_head_learning_rate()
+        if self.encoder != "resnet":
+            self._check_encoder()
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                               "(pretraining uses no labels); drop it or fine-tune.")
@@ -431,6 +456,23 @@ class Config:
             raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                               "TensorFlow 2.21 (XLA cannot reach the other replicas' "
                               "variables); drop --jit_compile.")
+
+    def _check_encoder(self):
+        name = self.encoder
+        if name not in rules.ENCODERS and not (
+                name.startswith(rules.HUB_ENCODER_PREFIX)
+                and len(name) > len(rules.HUB_ENCODER_PREFIX)):
+            raise ConfigError("encoder", f"must be one of {', '.join(rules.ENCODERS)} or "
+                              f"{rules.HUB_ENCODER_PREFIX}<name>; got {name!r}.")
+        for flag in ("variant", "sk_ratio", "se_ratio"):
+            if getattr(self, flag):
+                raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
+                                  f"--encoder={name}.")
+        if name.startswith("vit_") and self.image_size % rules.VIT_PATCH_SIZE:
+            size = self.image_size
+            raise ConfigError("image_size", f"{size} is not a multiple of the ViT patch "
+                              f"size {rules.VIT_PATCH_SIZE} (--encoder={name}); use e.g. "
+                              f"{max(rules.VIT_PATCH_SIZE, size - size % 16)} or 224.")
 
     def _check_head_learning_rate(self):
         if not self.head_learning_rate > 0:

@@ -1,8 +1,10 @@
 """LARS, the optimizer factory and the reference's weight-decay rules.
 
 Which variables escape weight decay and trust-ratio scaling is decided by the
-model's structure (batch-norm layers, biases, the supervised head), never by
-variable-name patterns, whose spelling changed between Keras versions.
+model's structure (a variable's rank, normalization layers, what the encoder
+declares, the supervised head), never by variable-name patterns, whose spelling
+changed between Keras versions. The rules hold for any encoder (ResNet, ViT, ...):
+see `no_decay_variables`.
 """
 import keras
 import tensorflow as tf
@@ -10,6 +12,10 @@ import tensorflow as tf
 from simclr_tf import rules
 
 OPTIMIZERS = rules.OPTIMIZERS
+# The layers whose weights the loss's weight decay leaves alone under momentum and
+# Adam (the reference: batch norm; a ViT's LayerNorm is their counterpart).
+NORMALIZATION_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+                        keras.layers.GroupNormalization)
 
 
 def _all_layers(model):
@@ -33,19 +39,28 @@ def _bias_variables(layers):
             if isinstance(getattr(layer, "bias", None), keras.Variable)]
 
 
-def batch_norm_variables(model):
-    """All weights (trainable or not) of the model's BatchNormalization layers."""
+def normalization_variables(model):
+    """All weights (trainable or not) of the model's normalization layers (batch
+    norm; layer and group norm in other encoders)."""
     return _unique(w for layer in _all_layers(model)
-                   if isinstance(layer, keras.layers.BatchNormalization)
+                   if isinstance(layer, NORMALIZATION_LAYERS)
                    for w in layer.weights)
 
 
-def lars_excluded_variables(model):
-    """Variables LARS must neither decay nor scale by the trust ratio.
+def _encoder_no_decay(model):
+    encoder = getattr(model, "encoder", None)
+    declared = getattr(encoder, "no_decay_variables", None)
+    return list(declared()) if declared is not None else []
 
-    They are: every weight of a `keras.layers.BatchNormalization` layer (anywhere
-    in the model), every layer's `bias`, and all weights of
-    `model.supervised_head` when the model has one (not None).
+
+def no_decay_variables(model):
+    """Variables that LARS (and AdamW) must neither decay nor scale by trust ratio.
+
+    By structure, for any encoder: every variable with at most one dimension (norm
+    scales, offsets and statistics, biases), the encoder's `no_decay_variables()`
+    (e.g. a ViT's class token and position embedding), and all weights of
+    `model.supervised_head` when the model has one (not None). For ResNet this is
+    exactly the reference's set: batch-norm weights, biases and the head.
 
     Args:
         model: a Keras model (built, so that its variables exist).
@@ -53,11 +68,17 @@ def lars_excluded_variables(model):
     Returns:
         A list of variables, without duplicates.
     """
-    excluded = batch_norm_variables(model) + _bias_variables(_all_layers(model))
+    excluded = [w for w in model.weights if len(w.shape) <= 1]
+    excluded += _encoder_no_decay(model)
     head = getattr(model, "supervised_head", None)
     if head is not None:
         excluded += list(head.weights)
     return _unique(excluded)
+
+
+def lars_excluded_variables(model):
+    """What LARS excludes from decay and trust scaling: `no_decay_variables`."""
+    return no_decay_variables(model)
 
 
 def weight_decay_loss_variables(model, optimizer_name):
@@ -66,21 +87,25 @@ def weight_decay_loss_variables(model, optimizer_name):
     Args:
         model: a built Keras model.
         optimizer_name: 'lars' (only the supervised head's non-bias weights: LARS
-            decays everything else itself) or 'momentum' / 'adam' (every trainable
-            variable that is not a batch-norm weight, biases included).
+            decays everything else itself), 'momentum' / 'adam' (every trainable
+            variable that is not a normalization layer's weight nor one the encoder
+            declares, biases included: the reference's rule) or 'adamw' (none: its
+            decay is decoupled, in the update).
     """
     if optimizer_name not in OPTIMIZERS:
         raise ValueError(
             f"optimizer_name must be one of {OPTIMIZERS}. Received: "
             f"optimizer_name={optimizer_name!r}")
+    if optimizer_name == "adamw":
+        return []
     if optimizer_name == "lars":
         head = getattr(model, "supervised_head", None)
         if head is None:
             return []
         head_biases = {id(b) for b in _bias_variables(_all_layers(head))}
         return [w for w in head.trainable_weights if id(w) not in head_biases]
-    bn = {id(w) for w in batch_norm_variables(model)}
-    return [w for w in _unique(model.trainable_variables) if id(w) not in bn]
+    skip = {id(w) for w in normalization_variables(model) + _encoder_no_decay(model)}
+    return [w for w in _unique(model.trainable_variables) if id(w) not in skip]
 
 
 class LossWeightDecay:
@@ -164,6 +189,21 @@ class NesterovSGD(RateMultipliers, keras.optimizers.SGD):
 @keras.saving.register_keras_serializable(package="simclr_tf")
 class AdamWithRates(RateMultipliers, keras.optimizers.Adam):
     """Keras Adam with `RateMultipliers` (Adam's step is proportional to the rate)."""
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self._resolve_rate_multipliers(variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._rate(variable, learning_rate))
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class AdamWWithRates(RateMultipliers, keras.optimizers.AdamW):
+    """Keras AdamW with `RateMultipliers` (the multiplied rate drives the Adam step;
+    the decoupled decay keeps the schedule's rate)."""
 
     def build(self, variables):
         if self.built:
@@ -302,7 +342,7 @@ def build_optimization(name, learning_rate, *, model, momentum=0.9, weight_decay
     variable through the loss.
 
     Args:
-        name: 'lars', 'momentum' or 'adam'.
+        name: 'lars', 'momentum', 'adam' or 'adamw'.
         learning_rate: float or `LearningRateSchedule`.
         model: the built model (its trainable variables as they will train: after
             freezing for fine-tuning).
@@ -332,15 +372,17 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
 
     Weight decay follows the reference: LARS decays inside its update (with the
     structural exclusions of `model`); momentum and Adam get it through
-    `weight_decay_loss` in the loss, so they are created without decay.
+    `weight_decay_loss` in the loss, so they are created without decay. AdamW
+    (ours, for ViT recipes) decays decoupled, in its update, all but the
+    ndim <= 1 variables and the encoder's declared ones.
 
     Args:
         name: 'lars', 'momentum' (SGD with Nesterov momentum, as the authors'
-            code) or 'adam'.
+            code), 'adam' or 'adamw'.
         learning_rate: float or `LearningRateSchedule`.
         momentum: momentum for 'lars' and 'momentum'.
-        weight_decay: decay coefficient (used here only by 'lars').
-        model: the built model, required for 'lars' (its exclusions) and for a
+        weight_decay: decay coefficient (used here only by 'lars' and 'adamw').
+        model: the built model, required for 'lars' and 'adamw' (exclusions) and for a
             `head_rate_multiplier` other than 1 (its supervised head).
         head_rate_multiplier: the supervised head's rate as a multiple of
             `learning_rate` (`RateMultipliers`). LARS leaves the head out of trust
@@ -371,6 +413,18 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
             return keras.optimizers.SGD(learning_rate, momentum=float(momentum),
                                         nesterov=True)
         optimizer = NesterovSGD(learning_rate, momentum=float(momentum))
+    elif name == "adamw":
+        if model is None:
+            raise ValueError("build_optimizer('adamw', ...) needs the model for its "
+                             "exclusions. Received: model=None")
+        optimizer = AdamWWithRates(learning_rate, weight_decay=float(weight_decay))
+        # Decoupled decay of every weight but the no-decay ones; unlike under LARS,
+        # the supervised head's kernel is decayed here (it has no loss decay).
+        head = getattr(model, "supervised_head", None)
+        head_ids = {id(w) for w in (head.weights if head is not None else [])}
+        optimizer.exclude_from_weight_decay(var_list=[
+            v for v in no_decay_variables(model)
+            if id(v) not in head_ids or len(v.shape) <= 1])
     else:
         if not head_variables:
             return keras.optimizers.Adam(learning_rate)

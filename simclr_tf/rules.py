@@ -10,7 +10,12 @@ import numbers
 import struct
 
 TRAIN_MODES = ("pretrain", "finetune")
-OPTIMIZERS = ("lars", "momentum", "adam")
+OPTIMIZERS = ("lars", "momentum", "adam", "adamw")
+# --encoder: the built-in names (simclr_tf.models.encoders.ENCODERS), and the prefix of
+# a keras-hub backbone.
+ENCODERS = ("resnet", "vit_s16", "vit_b16")
+HUB_ENCODER_PREFIX = "hub:"
+VIT_PATCH_SIZE = 16
 PROJ_HEAD_MODES = ("none", "linear", "nonlinear")
 # -1 trains everything; 0 freezes the stem; k in 1..3 also block groups 1..k; 4 the
 # whole encoder.

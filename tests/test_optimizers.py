@@ -289,3 +289,54 @@ def test_head_rate_multiplier_scales_the_heads_step(name):
     with pytest.raises(ValueError, match="supervised head"):
         optimizers.build_optimizer(name, 0.2, model=make_model(with_head=False),
                                    head_rate_multiplier=0.5)
+
+
+def _reference_exclusions(model):
+    """The reference's LARS exclusions, by layer type: every weight of a batch-norm
+    layer, every layer's bias, and the supervised head (the rule before it became
+    structural; kept here as the reference)."""
+    layers = list(model._flatten_layers(include_self=True, recursive=True))
+    ids = {id(w) for layer in layers if isinstance(layer, keras.layers.BatchNormalization)
+           for w in layer.weights}
+    ids |= {id(layer.bias) for layer in layers
+            if isinstance(getattr(layer, "bias", None), keras.Variable)}
+    if model.supervised_head is not None:
+        ids |= {id(w) for w in model.supervised_head.weights}
+    return ids
+
+
+# Both block types (basic: 18, 34; bottleneck: 50-200) and a deep one; 34, 152 and
+# 200 repeat the same blocks in longer groups (and cost up to 50 s each to build).
+@pytest.mark.parametrize("depth", [18, 50, 101])
+def test_structural_exclusions_are_the_references_for_every_resnet(depth):
+    """ndim <= 1 + the encoder's declared + the head == BN + biases + the head, for
+    each block type (with selective kernels and squeeze-excitation, which add convs
+    with biases), and for each projection head mode."""
+    from simclr_tf.models import SimCLRModel
+    cases = [dict(sk_ratio=0.0625, se_ratio=0.25, num_classes=10)]
+    if depth == 18:
+        cases += [dict(num_classes=None), dict(proj_head_mode="linear", num_classes=10),
+                  dict(proj_head_mode="none", num_classes=10)]
+    for kwargs in cases:
+        model = SimCLRModel(depth=depth, width_multiplier=0.25, stem="cifar", **kwargs)
+        model.build((None, 8, 8, 3))
+        got = {id(v) for v in optimizers.no_decay_variables(model)}
+        assert got == _reference_exclusions(model), (depth, kwargs)
+        assert len(got) < len(model.weights)
+
+
+def test_adamw_decays_decoupled_all_but_the_no_decay_variables():
+    model = make_model()
+    adamw = optimizers.build_optimizer("adamw", 0.1, weight_decay=0.5, model=model)
+    assert optimizers.weight_decay_loss_variables(model, "adamw") == []
+    variables = model.trainable_variables
+    start = [v.numpy() for v in variables]
+    adamw.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))
+    # Zero gradients: Adam's step is 0, so each variable moves only by its decay,
+    # w <- w - lr * wd * w, or not at all.
+    no_decay = {id(v) for v in optimizers.no_decay_variables(model)} - {
+        id(model.supervised_head.kernel)}
+    for v, w in zip(variables, start):
+        expected = w if id(v) in no_decay else w * (1 - 0.1 * 0.5)
+        np.testing.assert_allclose(v.numpy(), expected, rtol=1e-6)
+    assert {id(model.conv1.bias), id(model.supervised_head.bias)} <= no_decay

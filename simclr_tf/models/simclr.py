@@ -24,6 +24,8 @@ class SimCLRModel(keras.Model):
         encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
             default, built from the arguments below) or an encoder layer (see
             `simclr_tf.models.encoders` for what one provides).
+        encoder_options: options of a named encoder beyond ResNet's arguments
+            (e.g. {'vit_pool': 'mean'}).
         depth, width_multiplier, sk_ratio, se_ratio, stem: the ResNet encoder.
         proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector: the
             projection head (`ProjectionHead`).
@@ -54,7 +56,8 @@ class SimCLRModel(keras.Model):
                  stem="imagenet", proj_head_mode="nonlinear", num_proj_layers=3,
                  proj_out_dim=128, ft_proj_selector=0, num_classes=None,
                  supervised_head_stop_gradient=True, zero_init_logits_layer=False,
-                 batch_norm_decay=0.9, global_bn=True, encoder="resnet", **kwargs):
+                 batch_norm_decay=0.9, global_bn=True, encoder="resnet",
+                 encoder_options=None, **kwargs):
         kwargs.setdefault("name", "simclr")
         super().__init__(**kwargs)
         self._arguments = dict(
@@ -70,9 +73,11 @@ class SimCLRModel(keras.Model):
             self.encoder = encoders.build_encoder(
                 encoder, dtype=self.dtype_policy, depth=depth,
                 width_multiplier=width_multiplier, sk_ratio=sk_ratio, se_ratio=se_ratio,
-                stem=stem, batch_norm_decay=batch_norm_decay, global_bn=global_bn)
+                stem=stem, batch_norm_decay=batch_norm_decay, global_bn=global_bn,
+                **(encoder_options or {}))
             if encoder != "resnet":
-                self._arguments["encoder"] = encoder
+                self._arguments.update(encoder=encoder,
+                                       encoder_options=dict(encoder_options or {}))
         else:
             self.encoder = encoder
             self._arguments["encoder"] = keras.saving.serialize_keras_object(encoder)
