@@ -73,7 +73,7 @@ HELP_GROUPS = (
              "progress", "log_every_steps", "break_lock")),
     ("Data", ("dataset", "data_dir", "tfds_download", "train_split", "eval_split",
               "image_size", "cache_dataset", "skip_corrupt_images", "label_fraction")),
-    ("Model", ("encoder", "vit_pool", "variant", "resnet_depth", "width_multiplier", "sk_ratio", "se_ratio",
+    ("Model", ("encoder", "encoder_config", "vit_pool", "variant", "resnet_depth", "width_multiplier", "sk_ratio", "se_ratio",
                "stem", "proj_head_mode", "proj_out_dim", "num_proj_layers",
                "ft_proj_selector", "global_bn", "batch_norm_decay")),
     ("Contrastive objective and augmentation", (

@@ -224,6 +224,10 @@ class Config:
         "--width_multiplier, --sk_ratio, --se_ratio, --stem, or --variant), 'vit_s16' "
         "or 'vit_b16' (ViT-S/16, ViT-B/16; h per --vit_pool; image_size a multiple of "
         "16), or 'hub:<name>' (a keras-hub image backbone; README).")
+    encoder_config: Optional[str] = _field(
+        None, "--encoder=hub:<BackboneClass>: the class's arguments as JSON, e.g. "
+        "'{\"stackwise_num_filters\": [64, 128], ...}' (random init); not needed for "
+        "hub:<preset directory>.")
     vit_pool: str = _field(
         "token", "ViT encoders: h is the class token ('token', as DINO and MoCo v3) or "
         "the mean of the patch tokens ('mean'), after the final LayerNorm.",
@@ -343,8 +347,10 @@ class Config:
         width = self.width_multiplier
         extra = {}
         if self.encoder != "resnet":
-            extra = dict(encoder=self.encoder, encoder_options=dict(vit_pool=self.vit_pool)
-                         if self.encoder.startswith("vit_") else {})
+            options = dict(vit_pool=self.vit_pool)
+            if self.encoder.startswith(rules.HUB_ENCODER_PREFIX):
+                options["hub_config"] = json.loads(self.encoder_config or "{}")
+            extra = dict(encoder=self.encoder, encoder_options=options)
         return dict(
             **extra,
             depth=self.resnet_depth,
@@ -468,6 +474,18 @@ class Config:
             if getattr(self, flag):
                 raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
                                   f"--encoder={name}.")
+        if self.encoder_config is not None:
+            if not name.startswith(rules.HUB_ENCODER_PREFIX):
+                raise ConfigError("encoder_config", f"applies to --encoder=hub:<class> "
+                                  f"only; drop it with --encoder={name}.")
+            try:
+                parsed = json.loads(self.encoder_config)
+            except ValueError as error:
+                raise ConfigError("encoder_config", f"is not valid JSON ({error}); "
+                                  "pass the backbone's arguments as a JSON object.") from None
+            if not isinstance(parsed, dict):
+                raise ConfigError("encoder_config", "must be a JSON object of the "
+                                  f"backbone's arguments; got {self.encoder_config!r}.")
         if name.startswith("vit_") and self.image_size % rules.VIT_PATCH_SIZE:
             size = self.image_size
             raise ConfigError("image_size", f"{size} is not a multiple of the ViT patch "

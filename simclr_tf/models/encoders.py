@@ -47,11 +47,15 @@ def build_encoder(name, dtype=None, **options):
     """The encoder called `name` (see `ENCODERS`), given the model's options.
 
     Args:
-        name: a key of `ENCODERS`.
+        name: a key of `ENCODERS`, or 'hub:<preset directory, preset name or
+            backbone class>' (`simclr_tf.models.hub`, keras-hub installed).
         dtype: the dtype policy of the model.
         **options: the encoder options of `SimCLRModel` (ResNet's depth, width,
             ...); a builder ignores those it does not use.
     """
+    if name.startswith(rules.HUB_ENCODER_PREFIX) and name not in ENCODERS:
+        from simclr_tf.models import hub  # pylint: disable=import-outside-toplevel
+        return hub.build(name[len(rules.HUB_ENCODER_PREFIX):], options, dtype)
     if name not in ENCODERS:
         raise ValueError(f"encoder must be one of {sorted(ENCODERS)}. Received: "
                          f"encoder={name!r}")
