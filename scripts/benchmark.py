@@ -26,6 +26,7 @@ Examples:
   python scripts/benchmark.py all --preset=smoke      # seconds; what the test runs
   python scripts/benchmark.py memory --preset=r50_224_4096   # ~25 min on 2 CPU cores
   python scripts/benchmark.py train --preset=gpu_r50  # scripts/gpu_check.sh
+  python scripts/benchmark.py train --preset=vit_s16_224   # ViT-S/16 beside r50_224
 """
 import argparse
 import json
@@ -50,7 +51,8 @@ TRAIN_FLAGS = dict(
     image_size=int, train_batch_size=int, num_proj_layers=int, proj_out_dim=int,
     proj_head_mode=str, use_blur=None, mixed_precision=str, jit_compile=None,
     optimizer=str, stem=str, augment_on=str, grad_cache_chunk=int,
-    lineareval_while_pretraining=None, global_bn=None, temperature=float)
+    lineareval_while_pretraining=None, global_bn=None, temperature=float, encoder=str,
+    vit_pool=str)
 
 PRESETS = {
     # Seconds on a laptop CPU: checks that every part runs.
@@ -69,11 +71,18 @@ PRESETS = {
                                     num_proj_layers=3, mixed_precision="bfloat16",
                                     augment_on="device", grad_cache_chunk=32),
                          batch_sizes=[256, 4096]),
+    # ViT-S/16 at 224 px (issue "any encoder"): views/s beside r50_224 on the same CPU.
+    "vit_s16_224": dict(train=dict(encoder="vit_s16", image_size=224, train_batch_size=32,
+                                   use_blur=True, num_proj_layers=3)),
     # The GPU check (scripts/gpu_check.sh): R50 at 224 px, bf16, one GPU.
     "gpu_r50": dict(train=dict(resnet_depth=50, image_size=224, train_batch_size=128,
                                use_blur=True, num_proj_layers=3,
                                mixed_precision="bfloat16"),
                     warmup=3, windows=5, steps=10, matmul_size=8192),
+    "gpu_vit_s16": dict(train=dict(encoder="vit_s16", image_size=224, train_batch_size=128,
+                                   use_blur=True, num_proj_layers=3,
+                                   mixed_precision="bfloat16"),
+                        warmup=3, windows=5, steps=10, matmul_size=8192),
 }
 
 

@@ -18,6 +18,9 @@ B="python scripts/benchmark.py train --preset=gpu_r50"
 # 1. The headline: bf16, XLA off and on (XLA is decided by measurement on GPU).
 $B --jit_compile=false --json="$out/gpu_check_r50_bf16.json"
 $B --jit_compile=true --json="$out/gpu_check_r50_bf16_xla.json" || echo "XLA run failed (see above)"
+# 1b. ViT-S/16 at 224 px, bf16 (issue "any encoder").
+python scripts/benchmark.py train --preset=gpu_vit_s16 --jit_compile=false \
+   --json="$out/gpu_check_vit_s16_bf16.json" || echo "ViT run failed (see above)"
 # 2. Augmentation on the device (host only decodes/resizes) vs prepared views.
 $B --jit_compile=false --augment_on=device --json="$out/gpu_check_r50_bf16_device_aug.json"
 # 3. float32 for reference (TF32 matmuls on Ampere+).

@@ -432,7 +432,7 @@ class Config:
                               "--train_mode=finetune.")
         if self.head_learning_rate is not None:
             self._check_head_learning_rate()
-        if self.encoder != "resnet":
+        if self.encoder != "resnet" or self.encoder_config is not None:
             self._check_encoder()
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
@@ -471,7 +471,7 @@ class Config:
             raise ConfigError("encoder", f"must be one of {', '.join(rules.ENCODERS)} or "
                               f"{rules.HUB_ENCODER_PREFIX}<name>; got {name!r}.")
         for flag in ("variant", "sk_ratio", "se_ratio"):
-            if getattr(self, flag):
+            if name != "resnet" and getattr(self, flag):
                 raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
                                   f"--encoder={name}.")
         if self.encoder_config is not None:
@@ -486,6 +486,11 @@ class Config:
             if not isinstance(parsed, dict):
                 raise ConfigError("encoder_config", "must be a JSON object of the "
                                   f"backbone's arguments; got {self.encoder_config!r}.")
+        if name.startswith(rules.HUB_ENCODER_PREFIX) and self.fine_tune_after_block not in (
+                -1, rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]):
+            raise ConfigError("fine_tune_after_block", f"{self.fine_tune_after_block}: a "
+                              "keras-hub backbone is one stage: -1 trains it, "
+                              f"{rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]} freezes it.")
         if name.startswith("vit_") and self.image_size % rules.VIT_PATCH_SIZE:
             size = self.image_size
             raise ConfigError("image_size", f"{size} is not a multiple of the ViT patch "

@@ -131,6 +131,16 @@ BAD = [
     (dict(weight_decay=float("inf")), "weight_decay"),
     (dict(warmup_epochs=1e39), "warmup_epochs"),
     (dict(head_learning_rate=0.0), "head_learning_rate"),
+    (dict(encoder="vit_l32"), "encoder"),
+    (dict(encoder="hub:"), "encoder"),
+    (dict(encoder="vit_s16", image_size=100), "image_size"),
+    (dict(encoder="vit_s16", variant="r50_1x_sk0"), "variant"),
+    (dict(encoder="vit_b16", sk_ratio=0.0625), "sk_ratio"),
+    (dict(encoder="resnet", encoder_config="{}"), "encoder_config"),
+    (dict(encoder="hub:ResNetBackbone", encoder_config="[1]"), "encoder_config"),
+    (dict(encoder="hub:ResNetBackbone", encoder_config="{bad"), "encoder_config"),
+    (dict(encoder="hub:ResNetBackbone", train_mode="finetune", fine_tune_after_block=2),
+     "fine_tune_after_block"),
     (dict(head_learning_rate=0.1, train_mode="finetune"), "head_learning_rate"),
     (dict(head_learning_rate=0.1, lineareval_while_pretraining=False),
      "head_learning_rate"),
@@ -162,6 +172,14 @@ def test_json_round_trip_and_resolved_values():
     assert again == config
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.temperature = 1.0  # type: ignore[misc]
+
+
+def test_encoder_reaches_the_model_kwargs():
+    assert "encoder" not in Config().model_kwargs()  # ResNet: the arguments of before
+    vit = Config(encoder="vit_s16", vit_pool="mean").model_kwargs()
+    assert vit["encoder"] == "vit_s16" and vit["encoder_options"]["vit_pool"] == "mean"
+    hub = Config(encoder="hub:ResNetBackbone", encoder_config='{"a": [1, 2]}').model_kwargs()
+    assert hub["encoder_options"]["hub_config"] == {"a": [1, 2]}
 
 
 def test_head_rate_multiplier():
