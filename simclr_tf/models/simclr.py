@@ -22,8 +22,9 @@ class SimCLRModel(keras.Model):
 
     Args:
         encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
-            default, built from the arguments below) or an encoder layer (see
-            `simclr_tf.models.encoders` for what one provides).
+            default, built from the arguments below; 'vit_s16', 'vit_b16' with
+            class-token pooling) or an encoder layer (see `simclr_tf.models.encoders`
+            for what one provides), e.g. `ViT(**vit.PRESETS['vit_s16'], pool='mean')`.
         depth, width_multiplier, sk_ratio, se_ratio, stem: the ResNet encoder.
         proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector: the
             projection head (`ProjectionHead`).

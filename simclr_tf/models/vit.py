@@ -16,7 +16,7 @@ for a ResNet: 0 freezes the embedding (patch projection, class token, position
 embedding), k in 1..3 also block groups 1..k, 4 everything; the final LayerNorm
 belongs to the last group.
 """
-import math
+import numbers
 
 import keras
 from keras import ops
@@ -48,7 +48,7 @@ def block_group_sizes(depth):
 def _check_sizes(**sizes):
     """Positive integers; `num_heads`, when given, divides `hidden_dim`."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer. Received: "
                              f"{name}={value!r}")
     if "num_heads" in sizes and sizes["hidden_dim"] % sizes["num_heads"]:
@@ -75,11 +75,11 @@ class PatchEmbedding(keras.layers.Layer):
     def __init__(self, patch_size, hidden_dim, **kwargs):
         super().__init__(**kwargs)
         _check_sizes(patch_size=patch_size, hidden_dim=hidden_dim)
-        self.patch_size = patch_size
-        self.hidden_dim = hidden_dim
+        self.patch_size = int(patch_size)
+        self.hidden_dim = int(hidden_dim)
         # LeCun normal (fan-in = p * p * C): the patch projection seen as a Dense layer.
         self.projection = keras.layers.Conv2D(
-            hidden_dim, patch_size, strides=patch_size, padding="valid",
+            self.hidden_dim, self.patch_size, strides=self.patch_size, padding="valid",
             kernel_initializer="lecun_normal", dtype=self.dtype_policy, name="projection")
         self.class_token = None
         self.position_embedding = None
@@ -106,14 +106,14 @@ class PatchEmbedding(keras.layers.Layer):
             initializer=initializer, name="position_embedding")
 
     def call(self, inputs):
-        grid = (inputs.shape[1] // self.patch_size, inputs.shape[2] // self.patch_size)
-        if (inputs.shape[1] is not None and inputs.shape[2] is not None
-                and tuple(grid) != self.grid):
+        height, width = inputs.shape[1], inputs.shape[2]
+        if height is not None and width is not None and (
+                height // self.patch_size, width // self.patch_size) != self.grid:
             raise ValueError(
                 f"This encoder was built for {self.grid[0] * self.patch_size}x"
                 f"{self.grid[1] * self.patch_size} images (its position embedding has "
                 f"{self.grid[0]}x{self.grid[1]} patches). Received: images of "
-                f"{inputs.shape[1]}x{inputs.shape[2]}")
+                f"{height}x{width}")
         patches = self.projection(inputs)  # [B, H/p, W/p, D]
         batch = ops.shape(patches)[0]
         patches = ops.reshape(patches, (batch, -1, self.hidden_dim))  # [B, N, D]
@@ -148,26 +148,28 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, hidden_dim, num_heads, mlp_dim, **kwargs):
         super().__init__(**kwargs)
         _check_sizes(hidden_dim=hidden_dim, num_heads=num_heads, mlp_dim=mlp_dim)
-        self.hidden_dim = hidden_dim
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
-        # Keras' Glorot initializer reads the fans of the [D, heads, D/heads] attention
-        # kernels as if the first axis were a receptive field, which shrinks them about
-        # sqrt(heads)-fold; this is Glorot uniform of the D x D matrix each kernel is.
-        limit = math.sqrt(6.0 / (2 * hidden_dim))
+        self.hidden_dim = int(hidden_dim)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
         self.attention_norm = _layer_norm(self.dtype_policy, "attention_norm")
+        # Keras initialises each attention kernel as Glorot uniform of the D x D map
+        # it is (whatever the heads), as the Dense layers of the MLP are.
         self.attention = keras.layers.MultiHeadAttention(
-            num_heads, hidden_dim // num_heads,
-            kernel_initializer=keras.initializers.RandomUniform(-limit, limit),
-            dtype=self.dtype_policy, name="attention")
+            self.num_heads, self.hidden_dim // self.num_heads, dtype=self.dtype_policy,
+            name="attention")
         self.mlp_norm = _layer_norm(self.dtype_policy, "mlp_norm")
-        self.mlp_hidden = keras.layers.Dense(mlp_dim, dtype=self.dtype_policy,
+        self.mlp_hidden = keras.layers.Dense(self.mlp_dim, dtype=self.dtype_policy,
                                              name="mlp_hidden")
-        self.mlp_output = keras.layers.Dense(hidden_dim, dtype=self.dtype_policy,
+        self.mlp_output = keras.layers.Dense(self.hidden_dim, dtype=self.dtype_policy,
                                              name="mlp_output")
 
     def build(self, input_shape):
-        build_by_tracing(self, input_shape)
+        input_shape = tuple(input_shape)
+        self.attention_norm.build(input_shape)
+        self.attention.build(input_shape, input_shape)
+        self.mlp_norm.build(input_shape)
+        self.mlp_hidden.build(input_shape)
+        self.mlp_output.build(input_shape[:-1] + (self.mlp_dim,))
 
     def call(self, inputs):
         x = self.attention_norm(inputs)
@@ -218,19 +220,19 @@ class ViT(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.Layer):
                      num_heads=num_heads, mlp_dim=mlp_dim)
         if pool not in POOLS:
             raise ValueError(f"pool must be one of {POOLS}. Received: pool={pool!r}")
-        self.patch_size = patch_size
-        self.hidden_dim = hidden_dim
-        self.depth = depth
-        self.num_heads = num_heads
-        self.mlp_dim = mlp_dim
+        self.patch_size = int(patch_size)
+        self.hidden_dim = int(hidden_dim)
+        self.depth = int(depth)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
         self.pool = pool
-        self.embedding = PatchEmbedding(patch_size, hidden_dim, dtype=self.dtype_policy,
+        self.embedding = PatchEmbedding(self.patch_size, self.hidden_dim, dtype=self.dtype_policy,
                                         name="patch_embedding")
-        self.blocks = [TransformerBlock(hidden_dim, num_heads, mlp_dim,
+        self.blocks = [TransformerBlock(self.hidden_dim, self.num_heads, self.mlp_dim,
                                         dtype=self.dtype_policy, name=f"block{i + 1}")
-                       for i in range(depth)]
+                       for i in range(self.depth)]
         self.final_norm = _layer_norm(self.dtype_policy, "final_norm")
-        self._group_sizes = tuple(block_group_sizes(depth))
+        self._group_sizes = tuple(block_group_sizes(self.depth))
 
     @property
     def output_dim(self):
