@@ -21,6 +21,7 @@ An encoder is a `keras.layers.Layer` that
 calls it for `encoder='resnet'` etc. and also takes an encoder layer directly.
 """
 from simclr_tf import rules
+from simclr_tf.models import vit
 from simclr_tf.models.resnet import ResNet
 
 # Options every builder receives (each takes what it needs).
@@ -33,8 +34,18 @@ def _resnet(options, dtype):
                   name="resnet")
 
 
+def _vit(preset):
+    """The builder of a ViT preset; of the options it reads only 'vit_pool' ('token'
+    unless given), and ignores the ResNet ones every builder receives."""
+    def build(options, dtype):
+        return vit.ViT(**vit.PRESETS[preset], pool=options.get("vit_pool", "token"),
+                       dtype=dtype, name="vit")
+    return build
+
+
 ENCODERS = {
     "resnet": _resnet,
+    **{preset: _vit(preset) for preset in vit.PRESETS},  # vit_s16, vit_b16
 }
 
 

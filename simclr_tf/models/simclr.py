@@ -22,8 +22,9 @@ class SimCLRModel(keras.Model):
 
     Args:
         encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
-            default, built from the arguments below) or an encoder layer (see
-            `simclr_tf.models.encoders` for what one provides).
+            default, built from the arguments below; 'vit_s16', 'vit_b16') or an
+            encoder layer (see `simclr_tf.models.encoders` for what one provides),
+            e.g. `ViT(**vit.PRESETS['vit_s16'], pool='mean')`.
         encoder_options: options of a named encoder beyond ResNet's arguments
             (e.g. {'vit_pool': 'mean'}).
         depth, width_multiplier, sk_ratio, se_ratio, stem: the ResNet encoder.
