@@ -77,8 +77,8 @@ class SimCLRModel(keras.Model):
                 stem=stem, batch_norm_decay=batch_norm_decay, global_bn=global_bn,
                 **(encoder_options or {}))
             if encoder != "resnet":
-                self._arguments.update(encoder=encoder,
-                                       encoder_options=dict(encoder_options or {}))
+                self._arguments["encoder"] = encoder
+                self._arguments["encoder_options"] = dict(encoder_options or {})
         else:
             self.encoder = encoder
             self._arguments["encoder"] = keras.saving.serialize_keras_object(encoder)
