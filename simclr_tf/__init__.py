@@ -4,7 +4,8 @@ The library never reads command-line flags: `run.py` turns them into a frozen
 `simclr_tf.config.Config` and passes plain values down.
 
 `simclr_tf.load_official(path)` imports one of the authors' released SavedModels as a
-`simclr_tf.models.SimCLRModel` (see `simclr_tf.official`).
+`simclr_tf.models.SimCLRModel` (see `simclr_tf.official`); `simclr_tf.SimCLR(network,
+...)` pretrains a network with `model.fit` (see `simclr_tf.keras_fit`).
 """
 
 __version__ = "0.1.0"
@@ -16,4 +17,7 @@ def __getattr__(name):
     if name == "load_official":
         from simclr_tf.official import load_official  # pylint: disable=import-outside-toplevel
         return load_official
+    if name == "SimCLR":
+        from simclr_tf.keras_fit import SimCLR  # pylint: disable=import-outside-toplevel
+        return SimCLR
     raise AttributeError(f"module 'simclr_tf' has no attribute {name!r}")

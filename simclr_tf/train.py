@@ -26,11 +26,21 @@ from simclr_tf.models.outputs import LOGITS, Z
 
 TRAIN_MODES = rules.TRAIN_MODES
 
+# Every metric a step can return; which ones it does depends on train_mode, the
+# supervised head and loss scaling. Known up front for `simclr_tf.keras_fit`, whose
+# Keras metric trackers must exist before the first step is traced.
+METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "sup_loss",
+           "label_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples")
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value.
 _SUMMED = ("num_examples",)
 # Logs that train_steps reports for the last step of a call, not as a mean.
-_LAST = ("learning_rate", "num_examples")
+LAST = ("learning_rate", "num_examples")
+
+
+def reduce_op(name):
+    """How metric `name` of the replicas' steps combines into the global value."""
+    return tf.distribute.ReduceOp.SUM if name in _SUMMED else tf.distribute.ReduceOp.MEAN
 
 
 class Trainer:
@@ -89,9 +99,10 @@ class Trainer:
                  temperature=0.1, hidden_norm=True, weight_decay_loss=None, blur_fn=None,
                  seed=0, steps_per_loop=1, jit_compile=False, view_fn=None,
                  grad_cache_chunk=0):
-        _check_arguments(model, optimizer, train_mode=train_mode, temperature=temperature,
-                         blur_fn=blur_fn, view_fn=view_fn, steps_per_loop=steps_per_loop,
-                         grad_cache_chunk=grad_cache_chunk)
+        check_arguments(model, train_mode=train_mode, temperature=temperature,
+                        blur_fn=blur_fn, view_fn=view_fn, steps_per_loop=steps_per_loop,
+                        grad_cache_chunk=grad_cache_chunk)
+        _check_optimizer(model, optimizer)
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
@@ -298,9 +309,7 @@ class Trainer:
 
     def _reduce(self, per_replica):
         """Per-replica scalars -> global values: sums for `_SUMMED`, means otherwise."""
-        return {name: self.strategy.reduce(
-                    tf.distribute.ReduceOp.SUM if name in _SUMMED else tf.distribute.ReduceOp.MEAN,
-                    value, axis=None)
+        return {name: self.strategy.reduce(reduce_op(name), value, axis=None)
                 for name, value in per_replica.items()}
 
     def _compiled(self, step_fn):
@@ -322,7 +331,7 @@ class Trainer:
                 logs = one_step(iterator)
                 sums = {name: sums[name] + value for name, value in logs.items()}
             steps = tf.cast(num_steps, tf.float32)
-            return {name: logs[name] if name in _LAST else sums[name] / steps
+            return {name: logs[name] if name in LAST else sums[name] / steps
                     for name in logs}
 
         return train_function
@@ -366,9 +375,10 @@ def _with_gradients(grads, variables):
     return pairs
 
 
-def _check_arguments(model, optimizer, *, train_mode, temperature, blur_fn, view_fn,
-                     steps_per_loop, grad_cache_chunk):
-    """The Trainer's own arguments (the loss and the optimizer check theirs)."""
+def check_arguments(model, *, train_mode, temperature, blur_fn, view_fn, grad_cache_chunk,
+                    steps_per_loop=1):
+    """The Trainer's own arguments but the optimizer (the loss and the optimizer check
+    theirs); also checked by `simclr_tf.keras_fit.SimCLR` before it has an optimizer."""
     if train_mode not in TRAIN_MODES:
         raise ValueError(
             f"train_mode must be one of {TRAIN_MODES}. Received: train_mode={train_mode!r}")
@@ -387,6 +397,9 @@ def _check_arguments(model, optimizer, *, train_mode, temperature, blur_fn, view
                          f"train_mode={train_mode!r}")
     if not model.built:
         raise ValueError("The model must be built (called once) before the Trainer.")
+
+
+def _check_optimizer(model, optimizer):
     compute_dtype = getattr(model.dtype_policy, "compute_dtype", "float32")
     if compute_dtype == "float16" and not isinstance(
             optimizer, keras.optimizers.LossScaleOptimizer):
