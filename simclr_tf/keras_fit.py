@@ -113,6 +113,9 @@ class SimCLR(keras.Model):
 
     def fit(self, *args, **kwargs):
         _check_strategy(self.distribute_strategy)
+        # SimCLR's input is a tf.data pipeline that shuffles itself; Keras' default
+        # shuffle=True would only warn that it ignores it on every fit.
+        kwargs.setdefault("shuffle", False)
         return super().fit(*args, **kwargs)
 
     @property

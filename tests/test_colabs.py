@@ -8,7 +8,7 @@ from nbclient import NotebookClient
 COLABS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "colabs")
 
 
-NAMES = ["load_and_inference.ipynb", "finetuning.ipynb"]
+NAMES = ["load_and_inference.ipynb", "finetuning.ipynb", "pretrain_with_fit.ipynb"]
 RELEASED_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                               "shared", "reference", "official_r50_1x_sk0")
 
@@ -24,7 +24,11 @@ def test_colabs_are_saved_with_outputs_and_use_the_public_interface(name):
                 if o.get("output_type") == "error"]
     source = "\n".join(cell.source for cell in code)
     assert "pip\", \"install\"" in code[0].source
-    assert "run.py" in source and "experiment.run" not in source and "Config" not in source
+    if name == "pretrain_with_fit.ipynb":  # the Keras way: the library, not run.py
+        assert "simclr_tf.SimCLR(" in source and ".fit(" in source
+    else:
+        assert "run.py" in source
+    assert "experiment.run" not in source and "Config" not in source
     assert "shared/" not in source
 
 
