@@ -29,5 +29,12 @@ setuptools.setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
         ],
+        # --encoder=hub:<spec> (simclr_tf.models.hub). keras-hub's own requirements
+        # add tensorflow and tensorflow-text beside tensorflow-cpu; the backbones need
+        # neither: `pip install --no-deps keras-hub==0.32.0 tokenizers` is the lean way.
+        "hub": [
+            "keras-hub==0.32.0",
+            "tokenizers",
+        ],
     },
 )
