@@ -144,6 +144,8 @@ class RateMultipliers:
     those variables then uses `factor * learning_rate` (the schedule's value at that
     step). Every other variable's update is computed exactly as without the mixin.
     Used for the online linear head's own learning rate (`--head_learning_rate`).
+    Put it first in the bases; an optimizer that writes its own `update_step` (LARS)
+    calls `self._rate(variable, learning_rate)` there.
     """
 
     def set_rate_multiplier(self, variables, factor):
@@ -156,7 +158,10 @@ class RateMultipliers:
         keys.update((self._var_key(v), factor) for v in variables)
         self._rate_keys = keys
 
-    def _resolve_rate_multipliers(self, variables):
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
         keys = getattr(self, "_rate_keys", {})
         self._rate_factors = tuple(keys.get(self._var_key(v), 1.0) for v in variables)
 
@@ -168,6 +173,9 @@ class RateMultipliers:
         factor = self.rate_multiplier(variable)
         return learning_rate if factor == 1.0 else learning_rate * factor
 
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._rate(variable, learning_rate))
+
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
 class NesterovSGD(RateMultipliers, keras.optimizers.SGD):
@@ -176,43 +184,16 @@ class NesterovSGD(RateMultipliers, keras.optimizers.SGD):
     def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, **kwargs):
         super().__init__(learning_rate, momentum=momentum, nesterov=nesterov, **kwargs)
 
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self._resolve_rate_multipliers(variables)
-
-    def update_step(self, gradient, variable, learning_rate):
-        super().update_step(gradient, variable, self._rate(variable, learning_rate))
-
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
 class AdamWithRates(RateMultipliers, keras.optimizers.Adam):
     """Keras Adam with `RateMultipliers` (Adam's step is proportional to the rate)."""
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self._resolve_rate_multipliers(variables)
-
-    def update_step(self, gradient, variable, learning_rate):
-        super().update_step(gradient, variable, self._rate(variable, learning_rate))
 
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
 class AdamWWithRates(RateMultipliers, keras.optimizers.AdamW):
     """Keras AdamW with `RateMultipliers` (the multiplied rate drives the Adam step;
     the decoupled decay keeps the schedule's rate)."""
-
-    def build(self, variables):
-        if self.built:
-            return
-        super().build(variables)
-        self._resolve_rate_multipliers(variables)
-
-    def update_step(self, gradient, variable, learning_rate):
-        super().update_step(gradient, variable, self._rate(variable, learning_rate))
 
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
@@ -290,7 +271,6 @@ class LARS(RateMultipliers, keras.optimizers.Optimizer):
         # seen in `update_step` under a strategy back to the built variable.
         self._excluded_flags = tuple(
             self._var_key(v) in self._excluded_keys for v in variables)
-        self._resolve_rate_multipliers(variables)
 
     def is_excluded(self, variable):
         """Whether a built variable is excluded from decay and trust scaling."""
