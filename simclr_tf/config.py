@@ -465,11 +465,9 @@ class Config:
 
     def _check_encoder(self):
         name = self.encoder
-        if name not in rules.ENCODERS and not (
-                name.startswith(rules.HUB_ENCODER_PREFIX)
-                and len(name) > len(rules.HUB_ENCODER_PREFIX)):
-            raise ConfigError("encoder", f"must be one of {', '.join(rules.ENCODERS)} or "
-                              f"{rules.HUB_ENCODER_PREFIX}<name>; got {name!r}.")
+        if not name or name == rules.HUB_ENCODER_PREFIX:
+            raise ConfigError("encoder", f"is empty: name an encoder, e.g. resnet, vit_s16 "
+                              f"or {rules.HUB_ENCODER_PREFIX}ResNetBackbone; got {name!r}.")
         for flag in ("variant", "sk_ratio", "se_ratio"):
             if name != "resnet" and getattr(self, flag):
                 raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
@@ -491,11 +489,6 @@ class Config:
             raise ConfigError("fine_tune_after_block", f"{self.fine_tune_after_block}: a "
                               "keras-hub backbone is one stage: -1 trains it, "
                               f"{rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]} freezes it.")
-        if name.startswith("vit_") and self.image_size % rules.VIT_PATCH_SIZE:
-            size = self.image_size
-            raise ConfigError("image_size", f"{size} is not a multiple of the ViT patch "
-                              f"size {rules.VIT_PATCH_SIZE} (--encoder={name}); use e.g. "
-                              f"{max(rules.VIT_PATCH_SIZE, size - size % 16)} or 224.")
 
     def _check_head_learning_rate(self):
         if not self.head_learning_rate > 0:

@@ -14,6 +14,7 @@ from absl import logging
 from simclr_tf import checkpoints, official, rules
 from simclr_tf.config import Config, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
+from simclr_tf.models import encoders
 
 def load_source(config):
     """The dataset of --dataset, checked to be readable (prepared, for TFDS)."""
@@ -55,6 +56,7 @@ def check(config, strategy, source):
     record only once every check has passed.
     """
     training = config.mode in ("train", "train_then_eval")
+    _check_encoder(config)
     context = dict(source=source, num_classes=source.num_classes or None)
     if training:
         context["num_train_examples"] = _check_training(config, strategy, source)
@@ -70,6 +72,25 @@ def check(config, strategy, source):
             _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
     _check_something_to_load(config)
     return context
+
+
+def _check_encoder(config):
+    """--encoder names an encoder of the table (`models.encoders.ENCODERS`, the one
+    list of names) or a keras-hub backbone, and a patch-based one divides the image
+    size. The encoder object is made without weights: nothing is built."""
+    name = config.encoder
+    if name.startswith(rules.HUB_ENCODER_PREFIX):
+        return  # hub.build names a bad spec before any weights exist
+    if name not in encoders.ENCODERS:
+        raise ConfigError("encoder", f"must be one of {', '.join(encoders.ENCODERS)} or "
+                          f"{rules.HUB_ENCODER_PREFIX}<backbone>; got {name!r}.")
+    options = config.model_kwargs().get("encoder_options", {})
+    patch = getattr(encoders.build_encoder(name, **options), "patch_size", None)
+    if patch and config.image_size % patch:
+        size = config.image_size
+        raise ConfigError("image_size", f"{size} is not a multiple of the patch size "
+                          f"{patch} of --encoder={name}; use e.g. "
+                          f"{max(patch, size - size % patch)} or 224.")
 
 
 def _check_training(config, strategy, source):

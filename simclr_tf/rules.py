@@ -11,11 +11,9 @@ import struct
 
 TRAIN_MODES = ("pretrain", "finetune")
 OPTIMIZERS = ("lars", "momentum", "adam", "adamw")
-# --encoder: the built-in names (simclr_tf.models.encoders.ENCODERS), and the prefix of
-# a keras-hub backbone.
-ENCODERS = ("resnet", "vit_s16", "vit_b16")
+# --encoder: the prefix of a keras-hub backbone (the other names are the keys of
+# simclr_tf.models.encoders.ENCODERS, checked in simclr_tf.preflight).
 HUB_ENCODER_PREFIX = "hub:"
-VIT_PATCH_SIZE = 16
 PROJ_HEAD_MODES = ("none", "linear", "nonlinear")
 # -1 trains everything; 0 freezes the stem; k in 1..3 also block groups 1..k; 4 the
 # whole encoder.

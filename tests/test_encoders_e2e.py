@@ -1,5 +1,6 @@
-"""A ViT encoder through every mode of run: pretrain, fine-tune with frozen stages
-from its checkpoint, export, embed, linear probe (issue "any encoder")."""
+"""A ViT and a keras-hub backbone through every mode of run: pretrain with online
+eval, fine-tune with frozen stages from its checkpoint, export (served), embed, linear
+probe (issue "any encoder")."""
 import json
 import os
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, rules
+from simclr_tf import checkpoints, experiment
 from simclr_tf.models import encoders, vit
 from helpers.run_fixtures import config
 
@@ -27,46 +28,65 @@ def _encoder_weights(cfg):
 
 @pytest.fixture
 def vit_tiny(monkeypatch):
-    monkeypatch.setattr(rules, "ENCODERS", rules.ENCODERS + ("vit_tiny",))
     monkeypatch.setitem(encoders.ENCODERS, "vit_tiny", lambda options, dtype: vit.ViT(
         **TINY_VIT, pool=options.get("vit_pool", "token"), dtype=dtype, name="vit"))
 
 
-def test_vit_pretrain_finetune_export_embed_probe(tmp_path, vit_tiny):
+# keras-hub's ResNet wants 64 filters in its first stack (and its stem to match).
+TINY_HUB_RESNET = dict(input_conv_filters=[64], input_conv_kernel_sizes=[3],
+                       stackwise_num_filters=[64, 16], stackwise_num_blocks=[1, 1],
+                       stackwise_num_strides=[1, 2], block_type="basic_block")
+CASES = {
+    # fine_tune_after_block=2: stage 0 (patch embedding, class token, position
+    # embedding) and block groups 1-2 (blocks 1-2) frozen; block 4 and the final
+    # norm train.
+    "vit": dict(flags=dict(encoder="vit_tiny"), block=2, width=TINY_VIT["hidden_dim"],
+                frozen=("/patch_embedding/", "/block1/", "/block2/"),
+                trained=("/block4/", "/final_norm/")),
+    # A keras-hub backbone is one stage: 4 freezes all of it.
+    "hub": dict(flags=dict(encoder="hub:ResNetBackbone",
+                           encoder_config=json.dumps(TINY_HUB_RESNET)),
+                block=4, width=16, frozen=("",), trained=()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pretrain_finetune_export_embed_probe(case, tmp_path, vit_tiny):
+    if case == "hub":
+        pytest.importorskip("keras_hub")
+    case = CASES[case]
+    flags = dict(VIT, **case["flags"])
     run = str(tmp_path / "pretrain")
-    result = experiment.run(config(**VIT, train_steps=2, model_dir=run,
+    result = experiment.run(config(**flags, train_steps=2, model_dir=run,
                                    mode="train_then_eval"))
     assert 0.0 <= result["eval/label_top_1_accuracy"] <= 1.0
     assert np.isfinite(result["train/contrast_loss"])
-    assert json.load(open(os.path.join(run, "flags.json")))["encoder"] == "vit_tiny"
+    assert json.load(open(os.path.join(run, "flags.json")))["encoder"] == flags["encoder"]
 
-    tuned = config(**dict(VIT, learning_rate=0.1), train_mode="finetune",
-                   fine_tune_after_block=2, train_steps=2, checkpoint=run,
+    tuned = config(**dict(flags, learning_rate=0.1), train_mode="finetune",
+                   fine_tune_after_block=case["block"], train_steps=2, checkpoint=run,
                    model_dir=str(tmp_path / "finetune"), mode="train", warmup_epochs=0)
     experiment.run(tuned)
-    before = _encoder_weights(config(**VIT, model_dir=run))
+    before = _encoder_weights(config(**flags, model_dir=run))
     after = _encoder_weights(tuned)
-    # Stage 0 (patch embedding, class token, position embedding) and block groups 1-2
-    # (blocks 1-2) are frozen; block group 4 (block 4, final norm) trains.
-    frozen = [p for p in after if "/patch_embedding/" in p or "/block1/" in p
-              or "/block2/" in p]
-    trained = [p for p in after if "/block4/" in p or "/final_norm/" in p]
-    assert len(frozen) > 3 and len(trained) > 3, sorted(after)[:5]
+    frozen = [p for p in after if any(part in p for part in case["frozen"])]
+    trained = [p for p in after if any(part in p for part in case["trained"])]
+    assert len(frozen) > 3 and len(trained) >= 3 * len(case["trained"]), sorted(after)[:5]
     for name in frozen:
         np.testing.assert_array_equal(after[name], before[name], err_msg=name)
-    assert any(np.abs(after[n] - before[n]).max() > 0 for n in trained)
+    if trained:
+        assert any(np.abs(after[n] - before[n]).max() > 0 for n in trained)
 
-    exported = experiment.run(config(**VIT, model_dir=run, mode="export"))
-    assert os.path.exists(os.path.join(exported["saved_model"], "saved_model.pb"))
-    served = tf.saved_model.load(exported["saved_model"])
-    outputs = served.signatures["serving_default"] if hasattr(served, "signatures") else None
-    assert outputs is not None
+    exported = experiment.run(config(**flags, model_dir=run, mode="export"))
+    served = tf.saved_model.load(exported["saved_model"]).signatures["serving_default"]
+    png = tf.io.encode_png(tf.zeros([40, 30, 3], tf.uint8))
+    assert served(image_bytes=tf.stack([png, png]))["embedding"].shape == (2, case["width"])
 
-    embedded = experiment.run(config(**VIT, model_dir=run, mode="embed",
+    embedded = experiment.run(config(**flags, model_dir=run, mode="embed",
                                      embed_projector_size=0))
     h = np.load(embedded["embed/output"])["h"]
-    assert h.shape == (embedded["embed/num_examples"], TINY_VIT["hidden_dim"])
+    assert h.shape == (embedded["embed/num_examples"], case["width"])
 
-    probe = experiment.run(config(**VIT, model_dir=run, mode="linear_probe"))
+    probe = experiment.run(config(**flags, model_dir=run, mode="linear_probe"))
     assert 0.0 <= probe["linear_probe/top_1_accuracy"] <= 1.0
     assert 0.0 <= probe["knn/top_1_accuracy"] <= 1.0

@@ -220,3 +220,25 @@ def test_a_mode_that_only_reads_model_dir_leaves_its_record(our_run, tmp_path):
     experiment.run(config(mode="eval", model_dir=str(run_dir), eval_split="test[:16]",
                           eval_batch_size=16))
     assert not (run_dir / "flags.json").exists()
+
+
+@pytest.mark.parametrize("overrides, flag, message", [
+    (dict(encoder="vit_l32"), "encoder", "must be one of resnet, vit_s16, vit_b16"),
+    (dict(encoder="vit_s16", image_size=40), "image_size",
+     "40 is not a multiple of the patch size 16"),
+])
+def test_the_encoder_is_checked_before_any_weights(overrides, flag, message, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        _check(config(model_dir=str(tmp_path / "run"), **overrides))
+    assert info.value.flag == flag and message in str(info.value)
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_an_encoder_added_to_the_table_is_known_to_the_flags(tmp_path, monkeypatch):
+    """One file: a builder in models/encoders.py's table is a valid --encoder."""
+    from simclr_tf.models import encoders, vit
+    monkeypatch.setitem(encoders.ENCODERS, "vit_t8", lambda options, dtype: vit.ViT(
+        patch_size=8, hidden_dim=16, depth=1, num_heads=1, mlp_dim=16, dtype=dtype))
+    _check(config(model_dir=str(tmp_path / "ok"), encoder="vit_t8", image_size=16))
+    with pytest.raises(ConfigError, match="patch size 8"):
+        _check(config(model_dir=str(tmp_path / "bad"), encoder="vit_t8", image_size=20))
