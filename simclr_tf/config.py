@@ -47,8 +47,8 @@ class ConfigError(ValueError):
 # The flags that decide a model's variables -> its `Config.model_kwargs()` key: what a
 # checkpoint must agree with (the projection head's only where it has one).
 ARCHITECTURE_FLAGS = dict(
-    encoder="encoder", resnet_depth="depth", width_multiplier="width_multiplier", sk_ratio="sk_ratio",
-    se_ratio="se_ratio", stem="stem", proj_head_mode="proj_head_mode",
+    encoder="encoder", resnet_depth="depth", width_multiplier="width_multiplier",
+    sk_ratio="sk_ratio", se_ratio="se_ratio", stem="stem", proj_head_mode="proj_head_mode",
     proj_out_dim="proj_out_dim", num_proj_layers="num_proj_layers")
 HEAD_FLAGS = ("proj_head_mode", "proj_out_dim", "num_proj_layers")
 RESNET_FLAGS = ("resnet_depth", "width_multiplier", "sk_ratio", "se_ratio", "stem")
