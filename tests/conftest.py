@@ -44,3 +44,86 @@ def _no_downloads(monkeypatch):
 
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", refuse)
     yield
+
+
+# --- Test tiers -------------------------------------------------------------------------
+# The default run (`python -m pytest`) is the fast tier: unit and structural tests and
+# one shared tiny training run. Tests marked `large` (about 5 s to a minute each) and
+# `extra_large` (over a minute, or several processes) run only when asked for; the full
+# suite is `python -m pytest --run_large --run_extra_large` (what CI runs). Which tier a
+# new test belongs in: docs/testing.md.
+
+TIERS = ("large", "extra_large")
+# An unmarked test slower than this is named at the end of the run: it probably belongs
+# in a marked tier (machines differ up to 3x, so this is a report, not a failure).
+UNMARKED_WARN_SECONDS = 10.0
+
+
+def pytest_addoption(parser):
+    for tier in TIERS:
+        parser.addoption(f"--run_{tier}", action="store_true", default=False,
+                         help=f"also run the tests marked {tier} (docs/testing.md)")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_UnmarkedDurations(), "unmarked-durations")
+
+
+def pytest_collection_modifyitems(config, items):
+    wanted = {tier for tier in TIERS if config.getoption(f"--run_{tier}")}
+    selected, deselected = [], []
+    for item in items:
+        tiers = {tier for tier in TIERS if item.get_closest_marker(tier)}
+        (selected if tiers <= wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
+
+
+class _UnmarkedDurations:
+    """Adds up each unmarked test's set-up, call and tear-down time and names, at the
+    end of the run, those over UNMARKED_WARN_SECONDS."""
+
+    def __init__(self):
+        self.unmarked = set()
+        self.seconds = {}
+
+    def pytest_collection_modifyitems(self, items):
+        self.unmarked = {item.nodeid for item in items
+                         if not any(item.get_closest_marker(tier) for tier in TIERS)}
+
+    def pytest_runtest_logreport(self, report):
+        if report.nodeid in self.unmarked:
+            self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_terminal_summary(self, terminalreporter):
+        slow = sorted(((s, n) for n, s in self.seconds.items() if s > UNMARKED_WARN_SECONDS),
+                      reverse=True)
+        if slow:
+            terminalreporter.write_sep(
+                "=", f"unmarked tests over {UNMARKED_WARN_SECONDS:.0f} s: mark them large "
+                "(docs/testing.md)", yellow=True)
+            for seconds, nodeid in slow:
+                terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")
+
+
+# --- The authors' released model --------------------------------------------------------
+RELEASED_R50_ENV = "SIMCLR_TF_RELEASED_R50"
+
+
+@pytest.fixture(scope="session")
+def released_r50():
+    """Folder of the authors' released R50 1x (SK0) SavedModel layout, with
+    `expected_outputs.npz` beside `variables/` (the model in ../shared/reference).
+
+    Tests that need the real released weights take this fixture; they skip, saying
+    how to run them, unless the environment variable names that folder.
+    """
+    path = os.environ.get(RELEASED_R50_ENV)
+    if not path:
+        pytest.skip(f"the authors' released R50 is not available: set {RELEASED_R50_ENV} "
+                    "to its folder (.ci/run uses ../shared/reference/official_r50_1x_sk0)")
+    if not os.path.isdir(os.path.join(path, "variables")):
+        pytest.fail(f"{RELEASED_R50_ENV}={path!r} has no variables/ folder: name the "
+                    "folder of the released model (it holds variables/variables.index)")
+    return path

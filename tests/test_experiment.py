@@ -24,7 +24,7 @@ def _encoder_weights(cfg, num_classes=10):
     return {v.path: v.numpy() for v in model.encoder.weights}
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_pretrain_resume_finetune_eval(tmp_path):
     pretrain_dir = str(tmp_path / "pretrain")
     first = experiment.run(config(train_steps=4, checkpoint_steps=2, model_dir=pretrain_dir,
@@ -102,7 +102,7 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     assert from_export["global_step"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.large
 @pytest.mark.parametrize("variant", [
     {},
     # Views drawn in the step, chunk by chunk in both passes of gradient caching.
@@ -241,7 +241,7 @@ def test_finetune_from_a_released_model_checks_its_architecture(tmp_path):
         experiment.run(cfg)
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_finetune_from_a_released_model(tmp_path):
     """The authors' R50 (shipped reference) fine-tuned on digits: its encoder loads
     exactly (checked on one BN statistic), then training runs and exports."""

@@ -47,7 +47,7 @@ def test_zero_init_logits_layer_zeroes_a_fitting_head_from_our_checkpoint(tmp_pa
     assert np.abs(_head_kernel(model)).max() < 0.5  # its own random init
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_zero_init_logits_layer_zeroes_the_released_models_head(tmp_path):
     """The 1%/10% fine-tuning path (both flagfiles set the flag): the released
     1000-class head was loaded over the zeros before (kernel max 0.208)."""

@@ -51,7 +51,7 @@ def _weights(network):
 
 
 @pytest.mark.parametrize("num_replicas,train_mode,grad_cache_chunk", [
-    (1, "pretrain", 0), pytest.param(2, "pretrain", 0, marks=pytest.mark.slow),
+    (1, "pretrain", 0), pytest.param(2, "pretrain", 0, marks=pytest.mark.large),
     (1, "pretrain", 2), (1, "finetune", 0)])
 def test_fit_equals_the_loop(num_replicas, train_mode, grad_cache_chunk):
     steps = 3

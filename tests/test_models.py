@@ -47,7 +47,7 @@ def fast_init(monkeypatch):
     monkeypatch.setattr(model_layers, "conv_initializer", lambda: "zeros")
 
 
-@pytest.mark.slow
+@pytest.mark.large
 @pytest.mark.parametrize("name", sorted(PARAM_COUNTS))
 def test_encoder_parameter_counts_equal_reference(name, fast_init):
     trainable, total = PARAM_COUNTS[name]

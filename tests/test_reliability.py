@@ -41,7 +41,7 @@ def _env():
 # ------------------------------------------------------------------ preemption
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     """scripts/soak_preemption.py with 3 kills: bit-exact final weights (--deterministic),
     a sound state file after every kill, every remaining checkpoint loads."""
@@ -59,7 +59,7 @@ def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     assert result.returncode == 0
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_143(tmp_path):
     model_dir = tmp_path / "run"
     command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=400",
@@ -140,7 +140,7 @@ def _digests(directory):
             for name in sorted(os.listdir(directory)) if name.startswith("ckpt-")}
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_exploding_learning_rate_stops_with_the_step_and_keeps_the_last_checkpoint(
         tmp_path):
     run_dir = tmp_path / "run"
@@ -279,7 +279,7 @@ def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder, caplo
         source.skipped_summary()
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_training_records_the_images_it_skipped(tmp_path, monkeypatch):
     """A body damaged behind a valid header passes the header scan; training drops
     it without stopping and result.json names it beside the scan's finds."""
@@ -510,7 +510,7 @@ def _recorded_step(model_dir):
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_path):
     """Worker 1 is SIGKILLed after the chief's first checkpoint; both are restarted and
     resume from the last checkpoint: the run ends at the same step with the weights

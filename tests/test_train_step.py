@@ -109,7 +109,7 @@ def _pretrain(num_replicas, weights, steps, *, model_fn=make_model, eeta=0.1):
     return logs, [w.numpy() for w in model.weights]
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_lars_steps_match_one_replica():
     reference = make_model(IMAGE_SIZE)
     weights = [w.numpy() for w in reference.weights]
@@ -131,7 +131,7 @@ def test_lars_steps_match_one_replica():
             np.testing.assert_allclose(w_k, w_1, atol=1e-5, rtol=1e-5, err_msg=variable.path)
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_real_model_two_replicas_match_one():
     models = pytest.importorskip("simclr_tf.models")
 
@@ -173,7 +173,7 @@ def _finetune(num_replicas, weights, steps, eval_set):
     return logs, [w.numpy() for w in model.weights], result
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_finetune_and_eval_match_one_replica():
     weights = [w.numpy() for w in make_model(IMAGE_SIZE).weights]
     steps = [random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=30 + s) for s in range(2)]

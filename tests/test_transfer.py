@@ -19,7 +19,7 @@ from simclr_tf.evaluation import features, transfer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.slow
+@pytest.mark.large
 def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
     """80 steps of the quick-start recipe (16 px, width 0.25, batch 256); the probes
     compare on 700 training examples to keep the L-BFGS fits short."""
