@@ -4,7 +4,9 @@ The CPU is split into four logical devices before TensorFlow runs any op, so tha
 MirroredStrategy tests can run 1, 2 and 4 replicas in one process. Code that uses the
 default strategy only ever touches /CPU:0.
 """
+import collections
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -82,19 +84,37 @@ def pytest_collection_modifyitems(config, items):
 
 class _UnmarkedDurations:
     """Adds up each unmarked test's set-up, call and tear-down time and names, at the
-    end of the run, those over UNMARKED_WARN_SECONDS."""
+    end of the run, those over UNMARKED_WARN_SECONDS. A module- or session-scoped
+    fixture's set-up is the fixture's, not the test's that happened to come first:
+    those are listed on their own."""
 
     def __init__(self):
         self.unmarked = set()
-        self.seconds = {}
+        self.seconds = collections.defaultdict(float)
+        self.shared = {}  # fixture name (scope) -> set-up seconds
+        self.current = None
 
     def pytest_collection_modifyitems(self, items):
         self.unmarked = {item.nodeid for item in items
                          if not any(item.get_closest_marker(tier) for tier in TIERS)}
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item):
+        self.current = item.nodeid
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef):
+        start = time.perf_counter()
+        yield
+        if fixturedef.scope != "function":
+            seconds = time.perf_counter() - start
+            self.shared[f"{fixturedef.argname} ({fixturedef.scope})"] = seconds
+            self.seconds[self.current] -= seconds
+
     def pytest_runtest_logreport(self, report):
         if report.nodeid in self.unmarked:
-            self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+            self.seconds[report.nodeid] += report.duration
 
     def pytest_terminal_summary(self, terminalreporter):
         slow = sorted(((s, n) for n, s in self.seconds.items() if s > UNMARKED_WARN_SECONDS),
@@ -105,6 +125,13 @@ class _UnmarkedDurations:
                 "(docs/testing.md)", yellow=True)
             for seconds, nodeid in slow:
                 terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")
+        shared = sorted(((s, n) for n, s in self.shared.items() if s > UNMARKED_WARN_SECONDS),
+                        reverse=True)
+        if shared:
+            terminalreporter.write_sep("-", "shared fixtures over "
+                                       f"{UNMARKED_WARN_SECONDS:.0f} s to set up (once each)")
+            for seconds, name in shared:
+                terminalreporter.write_line(f"{seconds:7.1f}s {name}")
 
 
 # --- The authors' released model --------------------------------------------------------
@@ -127,3 +154,25 @@ def released_r50():
         pytest.fail(f"{RELEASED_R50_ENV}={path!r} has no variables/ folder: name the "
                     "folder of the released model (it holds variables/variables.index)")
     return path
+
+
+# --- Shared runs ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The session's one tiny pretraining run (helpers.run_fixtures.TinyRun): the
+    eval, export, embed, probe and fine-tune tests start from it instead of training
+    their own. Read-only: copy it (`tiny_run.copy_to(tmp_path / "run")`) to write."""
+    from helpers.run_fixtures import TinyRun  # pylint: disable=import-outside-toplevel
+    return TinyRun(tmp_path_factory.mktemp("tiny_run") / "run")
+
+
+@pytest.fixture
+def skip_final_export(monkeypatch):
+    """Training runs in this test end without their SavedModel export, about a third
+    of a tiny run's time: for tests that never look at the export (the result's
+    `saved_model` is then None). `--mode=export` is stubbed too: tests of exporting
+    do not take this fixture."""
+    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(experiment, "_export", lambda model, config, step: None)

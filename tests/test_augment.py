@@ -351,6 +351,7 @@ def _sigma_from_profile(image):
     return math.sqrt(-1.0 / (2.0 * math.log(ratio)))
 
 
+@pytest.mark.large  # 11 s
 def test_batch_random_blur_rate_sigma_range_and_kernel():
     num_tensors, per_tensor, size = 100, 100, 11
     delta = np.zeros([per_tensor, size, size, 3], np.float32)

@@ -16,6 +16,7 @@ def bench():
     return module
 
 
+@pytest.mark.large  # 20 s
 def test_all_parts_run_on_the_smoke_preset(bench, tmp_path):
     path = tmp_path / "bench.json"
     results = bench.main(["all", "--preset=smoke", f"--json={path}"])
@@ -29,6 +30,7 @@ def test_all_parts_run_on_the_smoke_preset(bench, tmp_path):
     assert [r["batch_size"] for r in results["ntxent"]] == [16, 32]
 
 
+@pytest.mark.extra_large  # 67 s
 def test_memory_part_runs_each_step_in_a_fresh_process(bench, tmp_path):
     # Also the train step with device augmentation, gradient caching and bf16.
     results = bench.main(["memory", "--preset=smoke", "--augment_on=device",

@@ -32,7 +32,7 @@ def test_colabs_are_saved_with_outputs_and_use_the_public_interface(name):
     assert "shared/" not in source
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # 36-73 s each, a kernel process
 @pytest.mark.parametrize("name", NAMES)
 def test_colab_executes(name, monkeypatch):
     if os.path.isdir(RELEASED_MODEL):  # the released-model section runs too

@@ -68,6 +68,7 @@ def test_crop_box_distribution_equals_tf_sampler():
         assert abs(whole - ref_whole) < 5 * math.sqrt(max(ref_whole, 1e-3) / N)
 
 
+@pytest.mark.large  # 4 s
 def test_crops_stay_in_the_valid_region_and_end_to_end_geometry():
     # A 256 x 256 coordinate image padded to 300: crops never see the padding, and the
     # crop sizes measured from the output ramps follow the boxes.
@@ -158,6 +159,7 @@ def test_jitter_order_is_a_fresh_permutation_per_image(monkeypatch):
         assert abs(count - 100) < 5 * math.sqrt(100)
 
 
+@pytest.mark.large  # 5 s
 def test_view_fn_two_independent_views_in_a_compiled_step():
     rng = np.random.default_rng(2)
     raw = rng.integers(0, 256, size=(8, 50, 40, 3)).astype(np.uint8)

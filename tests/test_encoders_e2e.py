@@ -50,6 +50,7 @@ CASES = {
 }
 
 
+@pytest.mark.extra_large  # 71 s (vit)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_pretrain_finetune_export_embed_probe(case, tmp_path, vit_tiny):
     if case == "hub":

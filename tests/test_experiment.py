@@ -24,7 +24,7 @@ def _encoder_weights(cfg, num_classes=10):
     return {v.path: v.numpy() for v in model.encoder.weights}
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # 87 s
 def test_pretrain_resume_finetune_eval(tmp_path):
     pretrain_dir = str(tmp_path / "pretrain")
     first = experiment.run(config(train_steps=4, checkpoint_steps=2, model_dir=pretrain_dir,
@@ -102,13 +102,14 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     assert from_export["global_step"] == 1
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # 59 s and 144 s
 @pytest.mark.parametrize("variant", [
     {},
     # Views drawn in the step, chunk by chunk in both passes of gradient caching.
     dict(augment_on="device", use_blur=True, grad_cache_chunk=16)])
 def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
-                                                                     monkeypatch, variant):
+                                                                     monkeypatch, variant,
+                                                                     skip_final_export):
     """Model, optimizer slots, step and data position (order and augmentations) are
     all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
     again ends with the weights of a run that was never stopped."""
@@ -152,6 +153,7 @@ def _bytes(path):
         return f.read()
 
 
+@pytest.mark.large  # 34 s
 def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, monkeypatch):
     run_dir = str(tmp_path / "run")
     experiment.run(config(train_steps=1, model_dir=run_dir, mode="train"))
@@ -184,8 +186,9 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, mon
     assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")
 
 
+@pytest.mark.large  # 16 s
 def test_fine_tuning_without_a_checkpoint_says_so_and_records_it(tmp_path, capsys,
-                                                                recwarn):
+                                                                recwarn, skip_final_export):
     result = experiment.run(config(train_mode="finetune", train_steps=1, mode="train",
                                    model_dir=str(tmp_path / "run")))
     assert result["train/initialized_from"] == "random"
@@ -241,7 +244,7 @@ def test_finetune_from_a_released_model_checks_its_architecture(tmp_path):
         experiment.run(cfg)
 
 
-@pytest.mark.large
+@pytest.mark.large  # 40 s
 def test_finetune_from_a_released_model(tmp_path):
     """The authors' R50 (shipped reference) fine-tuned on digits: its encoder loads
     exactly (checked on one BN statistic), then training runs and exports."""
@@ -266,7 +269,9 @@ def test_odd_finetune_batch_on_onednn_cpu_fails_before_crashing(tmp_path):
         experiment.run(cfg)
 
 
-def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path):
+@pytest.mark.large  # 50 s
+def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path,
+                                                                    skip_final_export):
     """XLA compiles the per-replica step (not the loop reading the iterator): the
     first step's loss (same weights, same batch) equals the uncompiled one's."""
     xla = experiment.run(config(train_steps=1, jit_compile=True, mode="train",
@@ -278,7 +283,9 @@ def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path):
                                rtol=1e-4)
 
 
-def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path):
+@pytest.mark.large  # 24 s
+def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path,
+                                                                   skip_final_export):
     """The quick start's closing probe: features of every example of both splits (the
     distributed extractor), an L-BFGS probe for the trained and for a random encoder."""
     cfg = config(train_steps=2, mode="train", final_linear_probe=True,

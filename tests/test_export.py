@@ -113,6 +113,8 @@ def _preprocessed(images, crop=False):
                                                  crop=crop) for image in images])
 
 
+# The tests of this fixture are in the large tier: it exports and serves in a fresh
+# process (about 30 s). The default tier serves the shared tiny run (test_tiny_run.py).
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Exports once, serves in a fresh process; returns what both sides computed."""
@@ -188,6 +190,7 @@ def _assert_close(actual, expected, name):
     np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
+@pytest.mark.large
 def test_export_layout_and_retention(served):
     assert served["path"] == os.path.join(served["model_dir"], "saved_model", str(STEP))
     # The older export beyond keep_hub_module_max=1 and the stale scratch dir are gone.
@@ -196,10 +199,12 @@ def test_export_layout_and_retention(served):
     assert export.latest_export(served["model_dir"]) == served["path"]
 
 
+@pytest.mark.large
 def test_load_prints_no_custom_gradient_warning(served):
     assert "custom gradient" not in served["stderr"].lower(), served["stderr"][-3000:]
 
 
+@pytest.mark.large
 def test_signatures_and_variables(served):
     meta = served["meta"]
     assert meta["signatures"] == ["serving_default", "serving_images"]
@@ -212,6 +217,7 @@ def test_signatures_and_variables(served):
     assert len(flags) == served["num_trainable_variables"] and all(flags)
 
 
+@pytest.mark.large
 def test_reference_interface_equals_model(served):
     got, expected = served["got"], served["expected"]["hub"]
     keys = {k.split("/", 1)[1] for k in got if k.startswith("hub/")}
@@ -224,6 +230,7 @@ def test_reference_interface_equals_model(served):
     _assert_close(got["hub_no_kwarg/default"], expected["final_avg_pool"], "no kwarg")
 
 
+@pytest.mark.large
 def test_reference_interface_trainable_runs_batch_norm_in_training_mode(served):
     got, expected = served["got"], served["expected"]
     # Batch statistics of 4 images amplify float32 rounding (graph vs eager) through
@@ -235,6 +242,7 @@ def test_reference_interface_trainable_runs_batch_norm_in_training_mode(served):
                            got["hub/final_avg_pool"], atol=1e-3)
 
 
+@pytest.mark.large
 def test_gradients_through_loaded_model(served):
     got, meta, expected = served["got"], served["meta"], served["expected"]["grads"]
     assert meta["num_none_gradients"] == 0
@@ -245,6 +253,7 @@ def test_gradients_through_loaded_model(served):
                                    err_msg=f"variable {i}")
 
 
+@pytest.mark.large
 def test_serving_signatures_equal_model_on_preprocessed_images(served):
     got, expected = served["got"], served["expected"]
     for interface in ("images", "bytes"):
@@ -258,6 +267,7 @@ def test_serving_signatures_equal_model_on_preprocessed_images(served):
     _assert_close(got["tfsm/embedding"], got["bytes/embedding"], "TFSMLayer")
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("case, input_name, fragment", [
     ("bytes_too_large", "image_bytes", "could not decode image] [1] [of] [140051] "
      "[bytes:] [12000 x 12000 = 144000000 pixels (width x height), over the limit of "
@@ -279,12 +289,14 @@ def test_bad_serving_input_names_the_input(served, case, input_name, fragment):
     assert input_name in error["message"] and fragment in error["message"], error
 
 
+@pytest.mark.large
 def test_too_large_image_is_rejected_before_decoding(served):
     # Decoding it unchecked took 2.5 s and grew the peak memory by 3 GB here.
     cost = served["meta"]["too_large_cost"]
     assert cost["seconds"] < 1.5 and cost["peak_growth_mb"] < 300, cost
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("case, dtype", [
     ("bytes_float_dtype", "string"), ("images_uint8_dtype", "float"),
     ("images_string_dtype", "float")])
@@ -297,6 +309,7 @@ def test_bad_serving_dtype_is_rejected_before_the_graph(served, case, dtype):
     assert expected in error["message"], error
 
 
+@pytest.mark.large  # 18 s, and the served fixture
 def test_saved_model_cli_show_and_run(served):
     path, tmp = served["path"], served["tmp"]
     np.save(tmp / "images.npy", served["images_any"])
@@ -328,6 +341,7 @@ def test_saved_model_cli_show_and_run(served):
                           served["got"][f"{prefix}/{name}"], f"{signature} {name}")
 
 
+@pytest.mark.large  # 6 s
 def test_center_crop_follows_the_training_recipe():
     """Above 32 px the signatures centre-crop, as eval preprocessing does."""
     size = 40
@@ -484,6 +498,7 @@ def _decode_batch(images, max_pixels):
                                                          max_pixels))(tf.constant(images, tf.string))
 
 
+@pytest.mark.large  # 5 s
 def test_the_pixel_limit_names_the_first_image_over_it_in_any_format():
     images = [_encoded(fmt, width, height) for fmt, width, height in HEADER_CASES]
     assert _decode_batch(images, 40 * 30).shape == (4, 8, 8, 3)

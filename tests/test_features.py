@@ -5,6 +5,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 import pyarrow.parquet as pq
 import tensorflow as tf
 
@@ -27,6 +28,7 @@ def _model(cfg, strategy=None):
     return experiment.build_model(cfg, strategy or tf.distribute.get_strategy(), None)
 
 
+@pytest.mark.large  # 7 s
 def test_embeddings_deterministic_aligned_and_replica_independent():
     cfg = Config.from_dict(dict(TINY, dataset="digits"))
     source = registry.get_dataset("digits")
@@ -95,6 +97,7 @@ def _folder(tmp_path):
     return str(root), paths
 
 
+@pytest.mark.large  # 13 s
 def test_embed_mode_writes_parquet_npz_and_projector(tmp_path):
     root, paths = _folder(tmp_path)
     model_dir = str(tmp_path / "run")

@@ -23,6 +23,7 @@ def _head_kernel(model):
     return model.supervised_head.weights[0].numpy()
 
 
+@pytest.mark.large  # 8 s
 def test_zero_init_logits_layer_zeroes_a_fitting_head_from_our_checkpoint(tmp_path):
     """Without the flag a head that fits is loaded (the authors' TF2 code keeps the
     pretraining run's online head); with it the head starts at zero (TF1, the paper)."""
@@ -47,7 +48,7 @@ def test_zero_init_logits_layer_zeroes_a_fitting_head_from_our_checkpoint(tmp_pa
     assert np.abs(_head_kernel(model)).max() < 0.5  # its own random init
 
 
-@pytest.mark.large
+@pytest.mark.large  # 20 s
 def test_zero_init_logits_layer_zeroes_the_released_models_head(tmp_path):
     """The 1%/10% fine-tuning path (both flagfiles set the flag): the released
     1000-class head was loaded over the zeros before (kernel max 0.208)."""
@@ -96,8 +97,9 @@ def _plugins(log_dir):
     return names
 
 
+@pytest.mark.large  # 22 s
 def test_tensorboard_has_the_authors_names_as_interval_means(tmp_path, monkeypatch,
-                                                             capsys):
+                                                             capsys, skip_final_export):
     per_call = []
     original = train.Trainer.train_steps
 

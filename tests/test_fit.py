@@ -51,8 +51,10 @@ def _weights(network):
 
 
 @pytest.mark.parametrize("num_replicas,train_mode,grad_cache_chunk", [
-    (1, "pretrain", 0), pytest.param(2, "pretrain", 0, marks=pytest.mark.large),
-    (1, "pretrain", 2), (1, "finetune", 0)])
+    pytest.param(1, "pretrain", 0, marks=pytest.mark.large),  # 4 s
+    pytest.param(2, "pretrain", 0, marks=pytest.mark.large),  # 13 s
+    pytest.param(1, "pretrain", 2, marks=pytest.mark.large),  # 5 s
+    (1, "finetune", 0)])
 def test_fit_equals_the_loop(num_replicas, train_mode, grad_cache_chunk):
     steps = 3
     dataset = _dataset(train_mode, steps)
@@ -112,6 +114,7 @@ def _fit_two_epochs(backup_dir, callbacks=()):
     return model, history
 
 
+@pytest.mark.large  # 4 s
 def test_backup_and_restore_resumes_exactly(tmp_path):
     uninterrupted, _ = _fit_two_epochs(str(tmp_path / "a"))
 

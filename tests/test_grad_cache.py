@@ -89,6 +89,7 @@ def _iterator(steps=2):
         BATCH, drop_remainder=True))
 
 
+@pytest.mark.large  # 5 s each
 @pytest.mark.parametrize("optimizer_name", ["momentum", "lars"])
 def test_one_chunk_equals_the_plain_step_bn_included(optimizer_name):
     cached, model_a = _trainer(BATCH, optimizer_name)
@@ -130,6 +131,7 @@ def _one_tape_reference(chunk_views, labels, model_a, logs, weight_rtol=1e-5):
                                    err_msg=a.path)
 
 
+@pytest.mark.large  # 4 s
 def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
     cached, model_a = _trainer(CHUNK, "classic")
     logs = cached.train_steps(_iterator(1), 1)
@@ -138,6 +140,7 @@ def test_chunks_equal_the_per_chunk_bn_forward_under_one_tape():
     _one_tape_reference(lambda k: (v1[rows(k)], v2[rows(k)]), labels, model_a, logs)
 
 
+@pytest.mark.large  # 7 s
 def test_per_chunk_bn_differs_from_full_batch_bn():
     # The documented behaviour: with BN, several chunks are not the full-batch step.
     cached, _ = _trainer(2)
@@ -159,6 +162,7 @@ def test_bad_chunk_sizes():
                       train_mode="finetune", grad_cache_chunk=2)
 
 
+@pytest.mark.large  # 13 s
 def test_two_replicas_one_chunk_each_equal_one_replica():
     # Synchronised BN over 2 replicas x 1 chunk = the global batch's statistics, and the
     # BN state restore works on mirrored variables in a replica context.
@@ -180,6 +184,7 @@ def test_two_replicas_one_chunk_each_equal_one_replica():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=5e-5, err_msg=a.path)
 
 
+@pytest.mark.large  # 24 s
 def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     # --augment_on=device with gradient caching: each chunk's views are drawn from its
     # source images inside each pass (never the whole batch's views at once). If the

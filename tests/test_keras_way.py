@@ -2,6 +2,7 @@
 (issue 15 item 6)."""
 import keras
 import numpy as np
+import pytest
 
 from simclr_tf.models import SimCLRModel
 
@@ -21,6 +22,7 @@ def _cross_entropy(logits, labels):
     return -log_softmax[np.arange(len(labels)), labels].mean()
 
 
+@pytest.mark.large  # 9 s
 def test_compile_fit_evaluate_apply_to_the_supervised_logits():
     rng = np.random.RandomState(0)
     x = rng.rand(32, 16, 16, 3).astype("float32")

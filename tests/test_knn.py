@@ -72,6 +72,7 @@ def _tiny_model(strategy):
     return model
 
 
+@pytest.mark.large  # 9 s
 def test_knn_monitor_two_replicas_equal_one():
     source = registry.get_dataset("digits")
     results = {}

@@ -48,6 +48,7 @@ def float32_step():
     return initial, [w.numpy() for w in model.weights], logs
 
 
+@pytest.mark.large  # 8 s; 20 s with the float32 fixture
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
 def test_low_precision_step_tracks_float32(precision, float32_step):
     initial, after_fp32, logs_fp32 = float32_step

@@ -47,8 +47,15 @@ def fast_init(monkeypatch):
     monkeypatch.setattr(model_layers, "conv_initializer", lambda: "zeros")
 
 
-@pytest.mark.large
-@pytest.mark.parametrize("name", sorted(PARAM_COUNTS))
+# Measured over 3.5 s to build (up to 24 s): the large tier; the others run by default.
+_SLOW_TO_BUILD = {"r50_1x_sk1", "r50_2x_sk1", "r50_4x_sk0", "r101_1x_sk0", "r101_1x_sk1",
+                  "r101_2x_sk1", "r152_1x_sk0", "r152_1x_sk1", "r152_2x_sk0", "r152_2x_sk1",
+                  "r152_3x_sk1", "r200_1x_sk0"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.large) if name in _SLOW_TO_BUILD else name
+    for name in sorted(PARAM_COUNTS)])
 def test_encoder_parameter_counts_equal_reference(name, fast_init):
     trainable, total = PARAM_COUNTS[name]
     encoder = ResNet(**variants.parse_variant(name))
@@ -74,6 +81,7 @@ def _reference_shapes(path, prefix):
     return rows
 
 
+@pytest.mark.large  # 9 and 17 s
 @pytest.mark.parametrize("sk_ratio, tsv", [
     (0.0, "official_r50_1x_sk0/variables.tsv"),
     (0.0625, "official_r50_1x_sk1_variables.tsv"),
@@ -94,7 +102,8 @@ def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, tsv):
     assert sorted(head_shapes) == reference_heads
 
 
-@pytest.mark.parametrize("depth", [18, 34, 50, 101, 152, 200])
+@pytest.mark.parametrize("depth", [18, 34, 50] + [  # 5-10 s each
+    pytest.param(d, marks=pytest.mark.large) for d in (101, 152, 200)])
 def test_named_features_have_the_resnet_shapes(depth):
     width = 0.125
     encoder = ResNet(depth=depth, width_multiplier=width)
@@ -139,6 +148,7 @@ def test_fixed_padding_conv_matches_explicit_numpy_padding():
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.large  # 4 s
 def test_initialisation_follows_the_reference():
     model = SimCLRModel(depth=50, width_multiplier=1, num_classes=10)
     model.build((None, 32, 32, 3))
@@ -224,8 +234,9 @@ def test_zero_init_logits_layer():
 
 @pytest.mark.parametrize("kwargs", [
     dict(depth=18, width_multiplier=0.25, stem="cifar", num_classes=10),
-    dict(depth=50, width_multiplier=0.125, sk_ratio=0.0625, se_ratio=0.25,
-         proj_head_mode="linear", ft_proj_selector=-1, num_classes=7),
+    pytest.param(dict(depth=50, width_multiplier=0.125, sk_ratio=0.0625, se_ratio=0.25,
+                      proj_head_mode="linear", ft_proj_selector=-1, num_classes=7),
+                 marks=pytest.mark.large),  # 22 s
 ])
 def test_config_round_trip_and_keras_file_give_identical_outputs(kwargs, tmp_path):
     model = SimCLRModel(**kwargs)

@@ -28,7 +28,7 @@ def _load(path):
                 [data[f"final_{i}"] for i in range(count)], data["losses"])
 
 
-@pytest.mark.large
+@pytest.mark.large  # 16 s
 def test_two_workers_match_one_process(tmp_path):
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     env = dict(os.environ)

@@ -59,6 +59,7 @@ def test_reference_is_recognised_and_its_architecture_inferred():
     assert not info.ft_proj_selector_inferred  # h and hidden layers are both 2048-d
 
 
+@pytest.mark.large  # 5 s
 def test_outputs_equal_the_authors_on_the_shipped_model(reference_model):
     expected = np.load(os.path.join(REFERENCE, "expected_outputs.npz"))
     assert len(reference_model.weights) == 281  # BN moving statistics included
@@ -154,6 +155,7 @@ def small_official(tmp_path_factory):
     return str(directory), model
 
 
+@pytest.mark.large  # 12 s
 def test_num_classes_override_keeps_a_fresh_head_and_loads_the_rest(small_official):
     path, original = small_official
     model = official.load_official(path, num_classes=10, ft_proj_selector=1)
@@ -192,6 +194,7 @@ def test_unknown_variable_is_named(small_official, tmp_path):
         official.inspect_official(path)
 
 
+@pytest.mark.large  # 4 s
 def test_wrong_architecture_or_shape_fails_loudly(small_official, tmp_path):
     path, model = small_official
     wrong = SimCLRModel(depth=18, width_multiplier=0.25, se_ratio=0.25, num_classes=4)
@@ -214,6 +217,7 @@ def test_our_own_checkpoints_are_not_mistaken_for_official(small_official, tmp_p
     assert not official.is_official_savedmodel(tmp_path)
 
 
+@pytest.mark.large  # 28 s
 def test_conversion_script_writes_keras_file_and_checkpoint_dir(small_official, tmp_path):
     src, model = small_official
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")

@@ -307,6 +307,7 @@ def _reference_exclusions(model):
 
 # Both block types (basic: 18, 34; bottleneck: 50-200) and a deep one; 34, 152 and
 # 200 repeat the same blocks in longer groups (and cost up to 50 s each to build).
+@pytest.mark.large  # 7, 10 and 21 s
 @pytest.mark.parametrize("depth", [18, 50, 101])
 def test_structural_exclusions_are_the_references_for_every_resnet(depth):
     """ndim <= 1 + the encoder's declared + the head == BN + biases + the head, for

@@ -89,6 +89,7 @@ def test_label_subset_ids_restrict_the_examples(digits):
         digits.load_labels("train")[subset.example_ids].tolist())
 
 
+@pytest.mark.large  # 5 s
 def test_tfds_pretraining_pipeline_under_mock():
     with tfds.testing.mock_data(num_examples=10):
         source = registry.get_dataset("imagenet2012")

@@ -180,6 +180,7 @@ def test_the_same_architecture_passes(our_run, tmp_path):
     _check(config(model_dir=str(tmp_path / "c"), train_steps=1, resnet_depth=34))
 
 
+@pytest.mark.large  # 9 s
 def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
     """No record to compare before the build: loading names the flags to check."""
     bare = tmp_path / "bare"
@@ -204,6 +205,7 @@ def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
     checkpoints.load_into(right, str(bare), whole_model=True)
 
 
+@pytest.mark.large  # 6 s
 def test_a_mode_that_only_reads_model_dir_leaves_its_record(our_run, tmp_path):
     """flags.json says which model wrote model_dir's checkpoints: an evaluation with
     other (compatible) flags writes none over it, and none where there was none."""

@@ -41,7 +41,7 @@ def _env():
 # ------------------------------------------------------------------ preemption
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # 150 s
 def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     """scripts/soak_preemption.py with 3 kills: bit-exact final weights (--deterministic),
     a sound state file after every kill, every remaining checkpoint loads."""
@@ -59,7 +59,7 @@ def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     assert result.returncode == 0
 
 
-@pytest.mark.large
+@pytest.mark.large  # 24 s
 def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_143(tmp_path):
     model_dir = tmp_path / "run"
     command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=400",
@@ -140,9 +140,9 @@ def _digests(directory):
             for name in sorted(os.listdir(directory)) if name.startswith("ckpt-")}
 
 
-@pytest.mark.large
+@pytest.mark.large  # 29 s
 def test_exploding_learning_rate_stops_with_the_step_and_keeps_the_last_checkpoint(
-        tmp_path):
+        tmp_path, skip_final_export):
     run_dir = tmp_path / "run"
     common = dict(model_dir=str(run_dir), mode="train", checkpoint_steps=2,
                   train_split="train[:128]", optimizer="momentum")
@@ -162,6 +162,7 @@ def test_exploding_learning_rate_stops_with_the_step_and_keeps_the_last_checkpoi
     assert (run_dir / "checkpoint").read_text() == state_file
 
 
+@pytest.mark.large  # 21 s
 def test_run_py_reports_a_non_finite_loss_without_a_traceback(tmp_path):
     command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=2",
                "--checkpoint_steps=1", f"--model_dir={tmp_path / 'run'}", "--mode=train",
@@ -279,8 +280,8 @@ def test_a_file_damaged_after_the_scan_is_dropped_not_fatal(broken_folder, caplo
         source.skipped_summary()
 
 
-@pytest.mark.large
-def test_training_records_the_images_it_skipped(tmp_path, monkeypatch):
+@pytest.mark.large  # 16 s
+def test_training_records_the_images_it_skipped(tmp_path, skip_final_export):
     """A body damaged behind a valid header passes the header scan; training drops
     it without stopping and result.json names it beside the scan's finds."""
     from PIL import Image  # pylint: disable=import-outside-toplevel
@@ -295,7 +296,6 @@ def test_training_records_the_images_it_skipped(tmp_path, monkeypatch):
     data[start:start + 30] = bytes(30)
     (folder / "2.png").write_bytes(bytes(data))
     (folder / "5.png").write_bytes(b"")
-    monkeypatch.setattr(experiment.export, "export_for_step", lambda *a, **k: "")
     run_dir = tmp_path / "run"
     result = experiment.run(config(dataset=f"folder:{folder.parent}", mode="train",
                                    train_steps=1, checkpoint_steps=1, train_batch_size=4,
@@ -510,7 +510,7 @@ def _recorded_step(model_dir):
     return int(latest.rsplit("-", 1)[1]) if latest else 0
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # 157 s
 def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_path):
     """Worker 1 is SIGKILLed after the chief's first checkpoint; both are restarted and
     resume from the last checkpoint: the run ends at the same step with the weights

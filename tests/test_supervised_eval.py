@@ -48,6 +48,7 @@ def _check(result, expected):
     assert result["loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
 
+@pytest.mark.large  # 4 and 7 s
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_top_k_and_loss_equal_numpy_on_direct_logits(replicas):
     strategy = (tf.distribute.get_strategy() if replicas == 1
@@ -66,6 +67,7 @@ def test_top_k_and_loss_equal_numpy_on_direct_logits(replicas):
     _check(evaluator(dataset), expected)
 
 
+@pytest.mark.large  # 8 s
 def test_arguments_are_checked():
     strategy = tf.distribute.get_strategy()
     with pytest.raises(ValueError, match="Received: strategy="):

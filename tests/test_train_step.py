@@ -69,6 +69,7 @@ def initial_weights():
     return [w.numpy() for w in make_model(IMAGE_SIZE, with_head=False).weights]
 
 
+@pytest.mark.large  # 5 and 9 s
 @pytest.mark.parametrize("num_replicas", [2, 4])
 def test_loss_and_gradients_match_one_replica(num_replicas, initial_weights):
     view1, view2, _ = random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=1)
@@ -109,7 +110,7 @@ def _pretrain(num_replicas, weights, steps, *, model_fn=make_model, eeta=0.1):
     return logs, [w.numpy() for w in model.weights]
 
 
-@pytest.mark.large
+@pytest.mark.large  # 24 s
 def test_lars_steps_match_one_replica():
     reference = make_model(IMAGE_SIZE)
     weights = [w.numpy() for w in reference.weights]
@@ -131,7 +132,7 @@ def test_lars_steps_match_one_replica():
             np.testing.assert_allclose(w_k, w_1, atol=1e-5, rtol=1e-5, err_msg=variable.path)
 
 
-@pytest.mark.large
+@pytest.mark.large  # 56 s
 def test_real_model_two_replicas_match_one():
     models = pytest.importorskip("simclr_tf.models")
 
@@ -173,7 +174,7 @@ def _finetune(num_replicas, weights, steps, eval_set):
     return logs, [w.numpy() for w in model.weights], result
 
 
-@pytest.mark.large
+@pytest.mark.large  # 9 s
 def test_finetune_and_eval_match_one_replica():
     weights = [w.numpy() for w in make_model(IMAGE_SIZE).weights]
     steps = [random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=30 + s) for s in range(2)]
@@ -204,6 +205,7 @@ def _batches(count, seed=50, scale=1.0):
     return iter(dataset.batch(4))
 
 
+@pytest.mark.large  # 5 s
 def test_blur_fn_runs_on_both_views():
     # A stand-in "blur" that halves the images equals feeding halved images.
     blurred, model_a = _default_trainer(blur_fn=lambda views, seed: [v * 0.5 for v in views])
@@ -215,6 +217,7 @@ def test_blur_fn_runs_on_both_views():
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
 
 
+@pytest.mark.large  # 4 s
 def test_steps_per_loop_and_hooks():
     looped, model_a = _default_trainer(steps_per_loop=3)
     single, model_b = _default_trainer()
@@ -308,6 +311,7 @@ def test_collectives_are_identities_outside_replicas():
     assert distribute.num_replicas_in_sync() == 1
 
 
+@pytest.mark.large  # 4 s
 def test_head_learning_rate_leaves_the_encoder_bit_exact():
     """The online head reads stop_gradient(h): its own rate (LARS, 3 steps) changes
     the head's weights and nothing else, bit for bit."""

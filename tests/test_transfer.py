@@ -19,7 +19,7 @@ from simclr_tf.evaluation import features, transfer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # 195 s
 def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
     """80 steps of the quick-start recipe (16 px, width 0.25, batch 256); the probes
     compare on 700 training examples to keep the L-BFGS fits short."""
@@ -76,6 +76,7 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
     assert open(str(tmp_path / "table.csv")).read().startswith("dataset,train_split")
 
 
+@pytest.mark.large  # 10 s
 def test_linear_probe_mode_caches_features(tmp_path):
     model_dir = str(tmp_path / "run")
     cfg = Config.from_dict(dict(

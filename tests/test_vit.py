@@ -162,6 +162,7 @@ def test_block_groups_split_the_depth_evenly():
     assert len(encoders.frozen_layers(shallow, 4)) == 4  # embedding, 2 blocks, final norm
 
 
+@pytest.mark.large  # 5 s
 def test_freeze_for_finetuning_a_vit_s16_freezes_exactly_its_stages():
     model = SimCLRModel(encoder="vit_s16", num_classes=3)
     model.build((None, 32, 32, 3))
@@ -224,6 +225,7 @@ def test_no_decay_variables_are_the_class_token_and_position_embedding():
     assert [tuple(v.shape) for v in encoder.no_decay_variables()] == [(1, 1, 32), (1, 5, 32)]
 
 
+@pytest.mark.large  # 4 s
 def test_simclr_model_with_vit_s16_builds_and_round_trips_its_config():
     model = SimCLRModel(encoder="vit_s16", num_classes=10)
     outputs = model(images((2, 32, 32, 3)), training=False)
@@ -237,6 +239,7 @@ def test_simclr_model_with_vit_s16_builds_and_round_trips_its_config():
     assert clone.encoder.get_config() == model.encoder.get_config()
 
 
+@pytest.mark.large  # 4 s
 def test_keras_file_and_checkpoint_of_a_simclr_model_with_a_tiny_vit(tmp_path):
     model = SimCLRModel(encoder=tiny_vit(pool="mean"), num_classes=3)
     model.build((None, 32, 32, 3))

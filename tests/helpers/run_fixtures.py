@@ -29,3 +29,34 @@ def write_run(directory, *, flags_json=True, **overrides):
     if flags_json:
         experiment.write_json(f"{directory}/flags.json", cfg.to_dict())
     return cfg
+
+
+class TinyRun:
+    """A finished tiny pretraining run, trained once per test session (see the
+    `tiny_run` fixture): 4 steps, checkpoints ckpt-2 and ckpt-4, the SavedModel
+    export saved_model/4, flags.json and result.json.
+
+    Tests read it as it is, or take a copy (`copy_to`) before running a mode that
+    writes into its directory: the run is shared by every test of the session.
+    """
+
+    STEPS = 4
+    OVERRIDES = dict(train_steps=STEPS, checkpoint_steps=2, mode="train")
+
+    def __init__(self, directory):
+        from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+        self.directory = str(directory)
+        self.config = config(model_dir=self.directory, **self.OVERRIDES)
+        self.result = experiment.run(self.config)
+
+    @classmethod
+    def config_for(cls, model_dir, **overrides):
+        """The Config of a run like this one in `model_dir`, with `overrides`."""
+        return config(**dict(dict(cls.OVERRIDES, model_dir=str(model_dir)), **overrides))
+
+    def copy_to(self, directory, **overrides):
+        """Copies the run's directory to `directory` and returns the Config of the
+        run there with `overrides` applied (e.g. mode="eval")."""
+        import shutil  # pylint: disable=import-outside-toplevel
+        shutil.copytree(self.directory, str(directory))
+        return self.config_for(directory, **overrides)
