@@ -16,6 +16,10 @@ setuptools.setup(
         "tensorflow-cpu==2.21.0",
         "keras==3.15.1",
         "tensorflow-datasets==4.9.10",
+        # tensorflow-datasets 4.9.10 imports it in every catalog dataset's
+        # download_and_prepare (DatasetBuilder.code_path) without requiring it
+        # (tests/test_install.py).
+        "importlib_resources",
         "absl-py>=2.1",
         "tensorboard>=2.21,<2.22",
         "scikit-learn>=1.4",
