@@ -1,7 +1,18 @@
 """What a fresh install needs and a used machine hides: the modules that TFDS's download
-path imports. Nothing here downloads, builds a model or reads data.
+path imports, and the error of a keras-hub that is installed but does not import.
+Nothing here downloads, builds a model or reads data.
 """
+import builtins
 import importlib
+import pathlib
+import re
+
+import pytest
+
+from helpers.run_fixtures import config
+from simclr_tf import preflight
+from simclr_tf.config import ConfigError
+from simclr_tf.models import hub
 
 
 # The modules that `DatasetBuilder.download_and_prepare` of a catalog image dataset
@@ -50,3 +61,46 @@ def test_a_catalog_builder_finds_its_code_without_downloading():
     # builder's checksums, beside its code. Computes a path; reads nothing.
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
     assert tfds.builder_cls("cifar10").code_path.name == "cifar.py"
+
+
+def _failing_import(monkeypatch, error):
+    """`import keras_hub` raises `error` (whether or not keras-hub is installed)."""
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "keras_hub" or name.startswith("keras_hub."):
+            raise error
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+def test_preflight_names_the_module_keras_hub_lacks_and_the_install_line(monkeypatch, tmp_path):
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'regex'", name="regex"))
+    cfg = config(encoder="hub:ResNetBackbone", model_dir=str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        preflight._check_encoder(cfg)  # pylint: disable=protected-access
+    message = str(info.value)
+    assert info.value.flag == "encoder"
+    assert "keras-hub is installed but does not import: it needs the module 'regex'" in message
+    assert f"`{hub.INSTALL_COMMAND}`" in message
+    assert hub.INSTALL_COMMAND == "pip install --no-deps keras-hub==0.32.0 regex tokenizers"
+
+
+def test_the_hub_import_error_says_what_is_missing(monkeypatch):
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'keras_hub'",
+                                                     name="keras_hub"))
+    with pytest.raises(ImportError, match="keras-hub is not installed. Install it with "
+                       + re.escape(f"`{hub.INSTALL_COMMAND}`")):
+        hub.import_keras_hub()
+    # A module the install line does not cover is named as one to install besides.
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'foo.bar'",
+                                                     name="foo.bar"))
+    with pytest.raises(ImportError, match=r"needs the module 'foo\.bar'.*"
+                       r"does not install 'foo': install the package that provides it"):
+        hub.import_keras_hub()
+
+
+def test_ci_installs_keras_hub_with_the_install_line():
+    ci = (pathlib.Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert f"&& {hub.INSTALL_COMMAND} &&" in ci
