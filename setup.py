@@ -16,6 +16,10 @@ setuptools.setup(
         "tensorflow-cpu==2.21.0",
         "keras==3.15.1",
         "tensorflow-datasets==4.9.10",
+        # tensorflow-datasets 4.9.10 imports it in every catalog dataset's
+        # download_and_prepare (DatasetBuilder.code_path) without requiring it
+        # (tests/test_install.py).
+        "importlib_resources",
         "absl-py>=2.1",
         "tensorboard>=2.21,<2.22",
         "scikit-learn>=1.4",
@@ -29,12 +33,11 @@ setuptools.setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
         ],
-        # --encoder=hub:<spec> (simclr_tf.models.hub). keras-hub's own requirements
-        # add tensorflow and tensorflow-text beside tensorflow-cpu; the backbones need
-        # neither: `pip install --no-deps keras-hub==0.32.0 tokenizers` is the lean way.
-        "hub": [
-            "keras-hub==0.32.0",
-            "tokenizers",
-        ],
     },
+    # --encoder=hub:<spec> (simclr_tf.models.hub) needs keras-hub, installed after this
+    # package with one line (hub.INSTALL_COMMAND, where the choice is explained):
+    #     pip install --no-deps keras-hub==0.32.0 regex tokenizers
+    # No extra can say that: pip resolves the requirements of any keras-hub an extra
+    # names, even one already installed with --no-deps, and keras-hub's include
+    # tensorflow-text, which pulls `tensorflow` beside `tensorflow-cpu`.
 )

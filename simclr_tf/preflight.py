@@ -14,7 +14,7 @@ from absl import logging
 from simclr_tf import checkpoints, official, rules
 from simclr_tf.config import Config, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
-from simclr_tf.models import encoders
+from simclr_tf.models import encoders, hub
 
 def load_source(config):
     """The dataset of --dataset, checked to be readable (prepared, for TFDS)."""
@@ -76,10 +76,15 @@ def check(config, strategy, source):
 
 def _check_encoder(config):
     """--encoder names an encoder of the table (`models.encoders.ENCODERS`, the one
-    list of names) or a keras-hub backbone, and a patch-based one divides the image
-    size. The encoder object is made without weights: nothing is built."""
+    list of names) or a keras-hub backbone (keras-hub imports), and a patch-based one
+    divides the image size. The encoder object is made without weights: nothing is
+    built."""
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
+        try:
+            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel
+        except ImportError as error:
+            raise ConfigError("encoder", f"{name} {hub.import_error_message(error)}") from None
         return  # hub.build names a bad spec before any weights exist
     if name not in encoders.ENCODERS:
         raise ConfigError("encoder", f"must be one of {', '.join(encoders.ENCODERS)} or "

@@ -1,7 +1,9 @@
 """keras-hub image backbones as SimCLR encoders (`--encoder=hub:<spec>`).
 
-keras-hub is an optional extra (`pip install --no-deps keras-hub==0.32.0 tokenizers`):
-nothing else in the project imports it. `<spec>` is one of
+keras-hub is optional: `pip install --no-deps keras-hub==0.32.0 regex tokenizers`
+(`INSTALL_COMMAND`) installs it without its own requirements, which would add
+`tensorflow` and `tensorflow-text` beside `tensorflow-cpu`, plus the two of them that
+`import keras_hub` needs. Nothing else in the project imports it. `<spec>` is one of
 - a local preset directory (it holds a `config.json`, e.g. written by
   `backbone.save_to_preset(dir)`): the backbone with its weights, offline;
 - a backbone class of `keras_hub.models` ('ResNetBackbone', 'ViTBackbone',
@@ -31,7 +33,17 @@ from keras import ops
 from simclr_tf.models.layers import PACKAGE, TracedOutputShapeMixin, build_by_tracing
 from simclr_tf.models.outputs import H
 
-INSTALL_COMMAND = "pip install --no-deps keras-hub==0.32.0 tokenizers"
+# keras-hub 0.32.0's requirements (its METADATA) are keras, absl-py, numpy, packaging,
+# rich (all ours already, through keras and tensorflow-cpu), regex and tokenizers
+# (imported by `import keras_hub`), and kagglehub, kagglesdk, sentencepiece and
+# tensorflow-text (the last pulls `tensorflow` beside `tensorflow-cpu`), which keras-hub
+# imports only when used: a preset name downloads through kagglehub (keras-hub's
+# error then says `pip install kagglehub`; 'hf://' handles need huggingface_hub),
+# sentencepiece and tensorflow-text serve text tokenizers. Backbones by class name
+# and preset directories need none of them. One command, whatever installed simclr_tf.
+INSTALL_COMMAND = "pip install --no-deps keras-hub==0.32.0 regex tokenizers"
+# The top-level modules that INSTALL_COMMAND installs.
+INSTALLED_MODULES = ("keras_hub", "regex", "tokenizers")
 POOLS = ("token", "mean")
 PRESET_CONFIG_FILE = "config.json"
 IMAGE_CONVERTER_FILE = "image_converter.json"
@@ -44,15 +56,35 @@ _OUTPUT = "output"
 
 
 def import_keras_hub():
-    """The `keras_hub` module, or an ImportError that says how to install it."""
+    """The `keras_hub` module, or an ImportError that names the missing module and
+    says how to install keras-hub."""
     try:
         import keras_hub  # pylint: disable=import-outside-toplevel
     except ImportError as error:
-        raise ImportError(
-            "--encoder=hub:... needs keras-hub, an optional extra. Install it with "
-            f"`{INSTALL_COMMAND}` (its full dependency set would also pull tensorflow "
-            "and tensorflow-text beside tensorflow-cpu).") from error
+        raise ImportError(f"--encoder=hub:... {import_error_message(error)}") from error
     return keras_hub
+
+
+def import_error_message(error):
+    """What to do about `error`, the ImportError of `import keras_hub`: names the
+    missing module (`error.name`) and gives `INSTALL_COMMAND`."""
+    missing = getattr(error, "name", None)
+    top = (missing or "").split(".")[0]
+    if isinstance(error, ModuleNotFoundError) and missing == "keras_hub":
+        what = "keras-hub is not installed"
+    elif isinstance(error, ModuleNotFoundError) and missing:
+        what = (f"keras-hub is installed but does not import: it needs the module "
+                f"{missing!r}, which is not installed")
+    else:
+        what = f"keras-hub does not import ({type(error).__name__}: {error})"
+    message = (f"needs keras-hub, an optional extra, and {what}. "
+               f"Install it with `{INSTALL_COMMAND}` (keras-hub without its own "
+               "requirements, which would add tensorflow and tensorflow-text beside "
+               "tensorflow-cpu).")
+    if missing and top not in INSTALLED_MODULES:
+        message += (f" That command does not install {top!r}: install the package "
+                    "that provides it too.")
+    return message
 
 
 def build(spec, options, dtype):

@@ -1,0 +1,106 @@
+"""What a fresh install needs and a used machine hides: the modules that TFDS's download
+path imports, and the error of a keras-hub that is installed but does not import.
+Nothing here downloads, builds a model or reads data.
+"""
+import builtins
+import importlib
+import pathlib
+import re
+
+import pytest
+
+from helpers.run_fixtures import config
+from simclr_tf import preflight
+from simclr_tf.config import ConfigError
+from simclr_tf.models import hub
+
+
+# The modules that `DatasetBuilder.download_and_prepare` of a catalog image dataset
+# (cifar10: download, extract, generate, shuffle, write) runs through, as traced on a
+# fresh venv; several import their own dependencies lazily (`etils.epy.lazy_imports`),
+# so importing the module alone proves nothing.
+DOWNLOAD_PATH_MODULES = (
+    "tensorflow_datasets.core.dataset_builder",
+    "tensorflow_datasets.core.download.download_manager",
+    "tensorflow_datasets.core.download.downloader",
+    "tensorflow_datasets.core.download.extractor",
+    "tensorflow_datasets.core.download.resource",
+    "tensorflow_datasets.core.download.checksums",
+    "tensorflow_datasets.core.split_builder",
+    "tensorflow_datasets.core.writer",
+    "tensorflow_datasets.core.shuffle",
+    "tensorflow_datasets.core.hashing",
+    "tensorflow_datasets.core.reader",
+    "tensorflow_datasets.core.tf_compat",
+)
+# Lazy imports of those modules that such a download never resolves.
+NOT_ON_THE_DOWNLOAD_PATH = {
+    "apache_beam": "Beam datasets only",
+    # Named in type annotations only; tensorflow-datasets 4.9.10 has no such module.
+    "tensorflow_datasets.core.proto.dataset_info_pb2": "annotations only",
+}
+
+
+def _lazy_imports(module):
+    """The names of the modules that `module` imports lazily (etils' LazyModule)."""
+    return {value.module_name for value in vars(module).values()
+            if type(value).__name__ == "LazyModule"}
+
+
+def test_every_module_the_tfds_download_path_imports_is_installed():
+    lazy = set()
+    for name in DOWNLOAD_PATH_MODULES:
+        lazy |= _lazy_imports(importlib.import_module(name))
+    assert "importlib_resources" in lazy  # what a fresh venv lacked (setup.py)
+    for name in sorted(lazy - set(NOT_ON_THE_DOWNLOAD_PATH)):
+        importlib.import_module(name)  # ModuleNotFoundError: add it to install_requires
+
+
+def test_a_catalog_builder_finds_its_code_without_downloading():
+    # Where download_and_prepare first needs importlib_resources: the path of the
+    # builder's checksums, beside its code. Computes a path; reads nothing.
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    assert tfds.builder_cls("cifar10").code_path.name == "cifar.py"
+
+
+def _failing_import(monkeypatch, error):
+    """`import keras_hub` raises `error` (whether or not keras-hub is installed)."""
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "keras_hub" or name.startswith("keras_hub."):
+            raise error
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+def test_preflight_names_the_module_keras_hub_lacks_and_the_install_line(monkeypatch, tmp_path):
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'regex'", name="regex"))
+    cfg = config(encoder="hub:ResNetBackbone", model_dir=str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        preflight._check_encoder(cfg)  # pylint: disable=protected-access
+    message = str(info.value)
+    assert info.value.flag == "encoder"
+    assert "keras-hub is installed but does not import: it needs the module 'regex'" in message
+    assert f"`{hub.INSTALL_COMMAND}`" in message
+    assert hub.INSTALL_COMMAND == "pip install --no-deps keras-hub==0.32.0 regex tokenizers"
+
+
+def test_the_hub_import_error_says_what_is_missing(monkeypatch):
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'keras_hub'",
+                                                     name="keras_hub"))
+    with pytest.raises(ImportError, match="keras-hub is not installed. Install it with "
+                       + re.escape(f"`{hub.INSTALL_COMMAND}`")):
+        hub.import_keras_hub()
+    # A module the install line does not cover is named as one to install besides.
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'foo.bar'",
+                                                     name="foo.bar"))
+    with pytest.raises(ImportError, match=r"needs the module 'foo\.bar'.*"
+                       r"does not install 'foo': install the package that provides it"):
+        hub.import_keras_hub()
+
+
+def test_ci_installs_keras_hub_with_the_install_line():
+    ci = (pathlib.Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert f"&& {hub.INSTALL_COMMAND} &&" in ci
