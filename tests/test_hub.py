@@ -163,6 +163,7 @@ def test_fine_tune_after_block_4_freezes_the_whole_backbone():
         freeze_for_finetuning(hub_model("ResNetBackbone", TINY_RESNET), 2)
 
 
+@pytest.mark.large  # 12 s
 def test_lars_pretraining_step_changes_the_weights():
     strategy = tf.distribute.get_strategy()
     keras.utils.set_random_seed(0)
