@@ -41,6 +41,9 @@ NOT_ON_THE_DOWNLOAD_PATH = {
 }
 
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
 def _lazy_imports(module):
     """The names of the modules that `module` imports lazily (etils' LazyModule)."""
     return {value.module_name for value in vars(module).values()
@@ -101,6 +104,17 @@ def test_the_hub_import_error_says_what_is_missing(monkeypatch):
         hub.import_keras_hub()
 
 
-def test_ci_installs_keras_hub_with_the_install_line():
-    ci = (pathlib.Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
-    assert f"&& {hub.INSTALL_COMMAND} &&" in ci
+def _readme_commands():
+    """The README's shell lines that run the tests: command 2 and the full suite."""
+    readme = (ROOT / "README.md").read_text()
+    return [line.strip() for line in readme.splitlines()
+            if line.startswith("pip install -e '.[test]'") and "python -m pytest" in line]
+
+
+def test_ci_runs_the_readmes_full_suite_command_with_the_install_line():
+    fast, full = _readme_commands()
+    assert f"&& {hub.INSTALL_COMMAND} &&" in fast and fast.endswith("&& python -m pytest")
+    assert full == fast + " --run_large --run_extra_large"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert [line for line in ci if line.startswith(full + " ")] == [
+        full + " --durations=25 -rs"]
