@@ -68,3 +68,15 @@ def write_named(prefix, values):
     return tf.train.Checkpoint(model=holder).write(prefix)
 
 
+
+
+def write_r50_names_and_shapes(directory, variables=R50_SK0_VARIABLES):
+    """Writes a checkpoint with the variable names and shapes of the authors' released
+    R50 (a variable list from tests/data) and zero values, as `directory/variables/`.
+
+    What inspecting the released model reads (its architecture), without its weights
+    and without building a model. Returns the folder, as `load_official` takes it.
+    """
+    values = {name: np.zeros(shape, "float32") for name, shape in read_tsv(variables).items()}
+    write_named(os.path.join(os.fspath(directory), "variables", "variables"), values)
+    return os.fspath(directory)
