@@ -40,7 +40,7 @@ def write_small_official(directory, seed=0, **kwargs):
 
 
 def read_tsv(path):
-    """`{full name: shape}` from a `variables.tsv` of the shipped reference."""
+    """`{full name: shape}` from one of the authors' variable lists (tests/data)."""
     shapes = {}
     with open(path) as f:
         for line in f:
