@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, official, preflight
+from simclr_tf import checkpoints, experiment, loop, preflight
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features
 
+from helpers import official_fixtures
 from helpers.run_fixtures import config
 
 
@@ -233,33 +234,34 @@ def test_finetune_on_unlabelled_folder_fails_before_building(tmp_path):
         experiment.run(cfg)
 
 
-REFERENCE_MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "shared",
-                               "reference", "official_r50_1x_sk0")
-
-
 def test_finetune_from_a_released_model_checks_its_architecture(tmp_path):
-    cfg = config(train_mode="finetune", checkpoint=REFERENCE_MODEL, train_steps=1,
+    """The released R50's variable names and shapes (tests/data) against the tiny
+    model's flags: refused before any model is built, naming the flags it needs."""
+    released = official_fixtures.write_r50_names_and_shapes(tmp_path / "released")
+    cfg = config(train_mode="finetune", checkpoint=released, train_steps=1,
                  model_dir=str(tmp_path / "run"))
-    with pytest.raises(ConfigError, match="--resnet_depth=50"):
+    with pytest.raises(ConfigError, match="--resnet_depth=50") as info:
         experiment.run(cfg)
+    assert "--width_multiplier=1" in str(info.value)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.large  # 40 s
 def test_finetune_from_a_released_model(tmp_path):
-    """The authors' R50 (shipped reference) fine-tuned on digits: its encoder loads
-    exactly (checked on one BN statistic), then training runs and exports."""
-    cfg = config(train_mode="finetune", checkpoint=REFERENCE_MODEL, train_steps=1,
-                 resnet_depth=50, width_multiplier=1, num_proj_layers=3, proj_out_dim=128,
-                 stem="imagenet", image_size=32, train_batch_size=4, mode="train",
-                 fine_tune_after_block=4, model_dir=str(tmp_path / "run"))
+    """A model in the authors' released layout (a small R50 with random weights,
+    written by the test) fine-tuned on digits: its encoder loads exactly (checked on
+    one BN statistic), then training runs and exports."""
+    released, source = official_fixtures.write_small_official(tmp_path / "released")
+    cfg = config(train_mode="finetune", checkpoint=released, train_steps=1,
+                 image_size=32, train_batch_size=4, mode="train", fine_tune_after_block=4,
+                 model_dir=str(tmp_path / "run"), **official_fixtures.SMALL_R50_FLAGS)
     result = experiment.run(cfg)
     assert result["global_step"] == 1
     model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
-    reference = official.load_official(REFERENCE_MODEL)
     np.testing.assert_array_equal(
         model.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy(),
-        reference.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy())
+        source.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy())
 
 
 def test_odd_finetune_batch_on_onednn_cpu_fails_before_crashing(tmp_path):

@@ -1,17 +1,14 @@
 """The SimCLR model family against the reference's numbers and the Keras contract."""
-import os
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from helpers.model_fixtures import randomise as _randomise
+from helpers.official_fixtures import R50_SK0_VARIABLES, R50_SK1_VARIABLES
 from simclr_tf import variants
 from simclr_tf.models import (FEATURE_NAMES, ProjectionHead, ResNet, SimCLRModel,
                               freeze_for_finetuning, layers as model_layers)
-
-REFERENCE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference")
 
 # REFERENCE.md: encoder parameter counts of the authors' implementation (trainable, all
 # incl. BN moving statistics), ImageNet stem unless said.
@@ -81,23 +78,20 @@ def _reference_shapes(path, prefix):
     return rows
 
 
-@pytest.mark.large  # 9 and 17 s
-@pytest.mark.parametrize("sk_ratio, tsv", [
-    (0.0, "official_r50_1x_sk0/variables.tsv"),
-    (0.0625, "official_r50_1x_sk1_variables.tsv"),
-])
-def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, tsv):
+@pytest.mark.parametrize("sk_ratio, path", [
+    (0.0, R50_SK0_VARIABLES),
+    pytest.param(0.0625, R50_SK1_VARIABLES, marks=pytest.mark.large),
+], ids=["sk0", "sk1"])
+def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, path, fast_init):
     """Same trainable variables, same shapes, same creation order as the authors'
-    released R50 models (plain and with selective kernels + ResNet-D)."""
-    path = os.path.join(REFERENCE_DIR, tsv)
+    released R50 models (plain and with selective kernels + ResNet-D; their variable
+    lists in tests/data)."""
     reference = _reference_shapes(path, "resnet/")
-    encoder = ResNet(depth=50, sk_ratio=sk_ratio)
-    encoder.build((None, 64, 64, 3))
-    ours = [tuple(v.shape) for v in encoder.trainable_weights]
-    assert ours == [shape for _, shape in reference]
-    reference_heads = sorted(s for _, s in _reference_shapes(path, "projection_head/"))
     model = SimCLRModel(depth=50, sk_ratio=sk_ratio, num_classes=1000)
     model.build((None, 64, 64, 3))
+    ours = [tuple(v.shape) for v in model.encoder.trainable_weights]
+    assert ours == [shape for _, shape in reference]
+    reference_heads = sorted(s for _, s in _reference_shapes(path, "projection_head/"))
     head_shapes = [tuple(v.shape) for v in model.projection_head.trainable_weights]
     assert sorted(head_shapes) == reference_heads
 

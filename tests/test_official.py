@@ -1,5 +1,6 @@
-"""Import of the authors' released models: parity on the shipped reference, round
-trips through the authors' layout, strictness, and the conversion script."""
+"""Import of the authors' released models: parity with the authors' outputs on the
+released R50 (with $SIMCLR_TF_RELEASED_R50), the authors' variable lists (tests/data),
+round trips through the authors' layout, strictness, and the conversion script."""
 import json
 import os
 import subprocess
@@ -16,8 +17,6 @@ from simclr_tf import checkpoints, official
 from simclr_tf.models import SimCLRModel, layers as model_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REFERENCE_DIR = os.path.join(HERE, "..", "..", "shared", "reference")
-REFERENCE = os.path.join(REFERENCE_DIR, "official_r50_1x_sk0")
 SCRIPT = os.path.join(HERE, "..", "scripts", "convert_official_checkpoint.py")
 PARITY_OUTPUTS = ("initial_conv", "initial_max_pool", "block_group1", "block_group2",
                   "block_group3", "block_group4", "final_avg_pool", "proj_head_input",
@@ -43,14 +42,15 @@ def images(size=64, n=2, seed=0):
 
 
 @pytest.fixture(scope="module")
-def reference_model():
-    return official.load_official(REFERENCE)
+def reference_model(released_r50):
+    return official.load_official(released_r50)
 
 
-def test_reference_is_recognised_and_its_architecture_inferred():
-    assert official.is_official_savedmodel(REFERENCE)
-    assert official.is_official_savedmodel(os.path.join(REFERENCE, "variables"))
-    info = official.inspect_official(REFERENCE)
+def test_reference_is_recognised_and_its_architecture_inferred(released_r50):
+    """The file the authors' code wrote (not our writer's imitation of it)."""
+    assert official.is_official_savedmodel(released_r50)
+    assert official.is_official_savedmodel(os.path.join(released_r50, "variables"))
+    info = official.inspect_official(released_r50)
     assert info.num_variables == 281
     assert info.config == dict(depth=50, width_multiplier=1, sk_ratio=0.0, se_ratio=0.0,
                                stem="imagenet", proj_head_mode="nonlinear",
@@ -59,9 +59,9 @@ def test_reference_is_recognised_and_its_architecture_inferred():
     assert not info.ft_proj_selector_inferred  # h and hidden layers are both 2048-d
 
 
-@pytest.mark.large  # 5 s
-def test_outputs_equal_the_authors_on_the_shipped_model(reference_model):
-    expected = np.load(os.path.join(REFERENCE, "expected_outputs.npz"))
+@pytest.mark.large
+def test_outputs_equal_the_authors_on_the_shipped_model(reference_model, released_r50):
+    expected = np.load(os.path.join(released_r50, "expected_outputs.npz"))
     assert len(reference_model.weights) == 281  # BN moving statistics included
     outputs = reference_model(expected["images"], training=False)
     errors = {k: max_relative_error(outputs[k], expected[k]) for k in PARITY_OUTPUTS}
@@ -76,13 +76,13 @@ def fast_init(monkeypatch):
 
 
 @pytest.mark.parametrize("tsv, sk_ratio", [
-    ("official_r50_1x_sk0/variables.tsv", 0.0),
-    ("official_r50_1x_sk1_variables.tsv", 0.0625),
-])
+    (fx.R50_SK0_VARIABLES, 0.0),
+    pytest.param(fx.R50_SK1_VARIABLES, 0.0625, marks=pytest.mark.large),
+], ids=["sk0", "sk1"])
 def test_authors_variable_lists_map_onto_our_model(tsv, sk_ratio, fast_init):
     """Architecture inference from names and shapes alone, and our model written in
     the authors' layout gets exactly their names and shapes (selective kernels too)."""
-    shapes = fx.read_tsv(os.path.join(REFERENCE_DIR, tsv))
+    shapes = fx.read_tsv(tsv)
     config, _ = official.infer_official_config(shapes)
     assert (config["depth"], config["width_multiplier"], config["sk_ratio"]) == \
         (50, 1, sk_ratio)
@@ -92,15 +92,24 @@ def test_authors_variable_lists_map_onto_our_model(tsv, sk_ratio, fast_init):
     assert {names[k]: tuple(v.shape) for k, v in ours.items()} == shapes
 
 
-def test_reference_round_trips_through_the_authors_layout(reference_model, tmp_path):
-    prefix = official_layout.export_official_layout(reference_model, tmp_path / "export")
-    exported, original = fx.read_values(tmp_path / "export"), fx.read_values(REFERENCE)
+def _assert_round_trips(path, model, directory):
+    """`model` (loaded from `path`) written in the authors' layout again gives the
+    same names and values as `path`; a second write to the same folder is refused."""
+    prefix = official_layout.export_official_layout(model, directory)
+    exported, original = fx.read_values(directory), fx.read_values(path)
     assert set(exported) == set(original)
     for name, value in original.items():
         np.testing.assert_array_equal(exported[name], value, err_msg=name)
-    assert prefix == str(tmp_path / "export" / "variables" / "variables")
+    assert prefix == str(directory / "variables" / "variables")
     with pytest.raises(ValueError, match="already holds"):
-        official_layout.export_official_layout(reference_model, tmp_path / "export")
+        official_layout.export_official_layout(model, directory)
+
+
+@pytest.mark.large
+def test_reference_round_trips_through_the_authors_layout(reference_model, released_r50,
+                                                          tmp_path):
+    """The same on the file the authors' code wrote."""
+    _assert_round_trips(released_r50, reference_model, tmp_path / "export")
 
 
 ROUND_TRIPS = {
@@ -147,12 +156,9 @@ def test_round_trip_our_model_to_the_authors_layout_and_back(name, tmp_path):
 @pytest.fixture(scope="module")
 def small_official(tmp_path_factory):
     """A small model in the authors' layout and the model it came from."""
-    model = SimCLRModel(depth=18, width_multiplier=0.125, se_ratio=0.25, num_classes=4)
-    model.build((None, None, None, 3))
-    fx.randomise(model, seed=1)
-    directory = tmp_path_factory.mktemp("small_official")
-    official_layout.export_official_layout(model, directory)
-    return str(directory), model
+    return fx.write_small_official(tmp_path_factory.mktemp("small_official"), seed=1,
+                                   depth=18, width_multiplier=0.125, se_ratio=0.25,
+                                   num_classes=4)
 
 
 @pytest.mark.large  # 12 s
@@ -165,6 +171,13 @@ def test_num_classes_override_keeps_a_fresh_head_and_loads_the_rest(small_offici
         np.testing.assert_array_equal(model(x, training=False)[key],
                                       original(x, training=False)[key])
     assert official.load_official(path, num_classes=None).supervised_head is None
+
+
+def test_a_checkpoint_in_the_authors_layout_round_trips(small_official, tmp_path):
+    """load_official then the writer: every variable back under its name, exactly (a
+    small model in the authors' layout, BN moving statistics included)."""
+    path, _ = small_official
+    _assert_round_trips(path, official.load_official(path), tmp_path / "export")
 
 
 def _tampered(small_official, tmp_path, edit):
