@@ -15,9 +15,12 @@ Examples:
 # The only module that reads absl FLAGS: it builds one frozen, validated
 # `simclr_tf.config.Config` and hands it to `simclr_tf.experiment.run`. Invalid values
 # fail here, naming the flag and the fix, before TensorFlow is imported.
+import contextlib
 import dataclasses
 import os
+import re
 import sys
+import tempfile
 import typing
 
 # TensorFlow's start-up INFO lines (oneDNN, CPU features) bury our output.
@@ -143,8 +146,9 @@ def main(argv):
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
     # Imported late so that --help and flag errors never wait for TensorFlow.
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
-    from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
+    with _tensorflow_start_up_filtered():
+        from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+        from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
     try:
         results = experiment.run(config)
     except ConfigError as error:
@@ -157,6 +161,44 @@ def main(argv):
         # Stopped by SIGTERM after saving a checkpoint: not finished. 128 + SIGTERM, as
         # a shell reports a process killed by it, so schedulers retry the run.
         sys.exit(EXIT_INTERRUPTED)
+
+
+# What TensorFlow's C++ code writes to stderr before absl's log is initialised, whatever
+# TF_CPP_MIN_LOG_LEVEL says: the notice that the log is not initialised yet, and lines
+# of a severity (I, W, E, F) with their time, thread and source, e.g. on CPUs with
+# AVX512_VNNI, at import, twice: "I0000 00:00:1796.. 23717 port.cc:153] oneDNN custom
+# operations are on. ..."
+_PRE_INIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+_PRE_INIT_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
+
+
+@contextlib.contextmanager
+def _tensorflow_start_up_filtered():
+    """Applies TF_CPP_MIN_LOG_LEVEL to TensorFlow's start-up lines: stderr goes to a
+    temporary file while TensorFlow is imported, then every line comes back except the
+    pre-initialisation notice and the lines below the level (0: all come back)."""
+    level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") or 0)
+    if level <= 0:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(True):
+                match = _PRE_INIT_LINE.match(line)
+                if line.startswith(_PRE_INIT_NOTICE) or (
+                        match and "IWEF".index(match.group(1)) < level):
+                    continue
+                sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 # Exit status after a SIGTERM that saved a checkpoint (run the same command to resume).

@@ -42,3 +42,27 @@ def test_the_installed_command_takes_the_same_flags():
     bad = subprocess.run([command, "--temperature=0", "--model_dir=/tmp/x"],
                          capture_output=True, text=True, timeout=60, cwd="/")
     assert bad.returncode == 2 and "run.py: error: --temperature" in bad.stderr
+
+
+def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
+    """TensorFlow's C++ code logs before absl's log is initialised whatever
+    TF_CPP_MIN_LOG_LEVEL says (oneDNN's notice on CPUs with AVX512_VNNI): run.py
+    imports TensorFlow with those lines filtered by that level."""
+    script = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); import run\n"
+        "with run._tensorflow_start_up_filtered():\n"
+        "    os.write(2, b'WARNING: All log messages before absl::InitializeLog() is "
+        "called are written to STDERR\\n'\n"
+        "             b'I0000 00:00:1796120375.784154   23873 port.cc:153] oneDNN on\\n'\n"
+        "             b'W0000 00:00:1796120375.784154   23873 cpu_feature.cc:9] slow\\n'\n"
+        "             b'a line of our own\\n')\n")
+    seen = {}
+    for level in ("0", "1", "2"):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=level)
+        seen[level] = subprocess.run([sys.executable, "-c", script, REPO], env=env,
+                                     capture_output=True, text=True, check=True,
+                                     timeout=60).stderr.splitlines()
+    assert len(seen["0"]) == 4  # everything, as TensorFlow writes it
+    assert seen["1"] == ["W0000 00:00:1796120375.784154   23873 cpu_feature.cc:9] slow",
+                         "a line of our own"]
+    assert seen["2"] == ["a line of our own"]
