@@ -141,7 +141,7 @@ RELEASED_R50_ENV = "SIMCLR_TF_RELEASED_R50"
 @pytest.fixture(scope="session")
 def released_r50():
     """Folder of the authors' released R50 1x (SK0) SavedModel layout, with
-    `expected_outputs.npz` beside `variables/` (the model in ../shared/reference).
+    `expected_outputs.npz` beside `variables/`.
 
     Tests that need the real released weights take this fixture; they skip, saying
     how to run them, unless the environment variable names that folder.
@@ -149,7 +149,7 @@ def released_r50():
     path = os.environ.get(RELEASED_R50_ENV)
     if not path:
         pytest.skip(f"the authors' released R50 is not available: set {RELEASED_R50_ENV} "
-                    "to its folder (.ci/run uses ../shared/reference/official_r50_1x_sk0)")
+                    "to its folder (.ci/run sets it where the workplace provides the model)")
     if not os.path.isdir(os.path.join(path, "variables")):
         pytest.fail(f"{RELEASED_R50_ENV}={path!r} has no variables/ folder: name the "
                     "folder of the released model (it holds variables/variables.index)")
