@@ -120,6 +120,14 @@ def recorded_step(model_dir):
     return int(match.group(1)) if match else -1
 
 
+def checkpoint_files(model_dir):
+    """Names of the checkpoint files and folders in model_dir."""
+    try:
+        return {name for name in os.listdir(model_dir) if _CKPT.match(name)}
+    except OSError:
+        return set()
+
+
 def writes_in_progress(model_dir):
     """Names of checkpoint files that are not (yet) part of a recorded checkpoint."""
     try:
@@ -218,7 +226,10 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None
         elif mode == "checkpoint_write":
             target = rng.randint(1, 3)  # the n-th write seen in this attempt
             record["target_write"] = target
-            seen, previous = 0, set(writes_in_progress(model_dir))  # leftovers
+            # Every file there at the start is old, whatever the state file says: a
+            # run that sets a damaged state file aside makes complete checkpoints
+            # look unrecorded for a moment, and they are no write of this attempt.
+            seen, previous = 0, checkpoint_files(model_dir)
             while process.poll() is None:
                 if time.monotonic() - started > args.attempt_timeout:
                     break
@@ -229,7 +240,7 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None
                         kill(process)
                         record["partial_files_at_kill"] = sorted(partial)
                         break
-                previous = partial
+                previous |= partial
                 time.sleep(0.0005)
         else:
             delay = rng.uniform(0.5, args.max_random_delay)
@@ -373,7 +384,11 @@ def main(argv=None):
     saved_once = False
     command = run_command(args, soak_dir)
     soak_log = os.path.join(workdir, "preempted.log")
-    while len(kills) < args.kills:
+    # Until enough kills AND both damages of the state file (garbage, then deletion)
+    # have happened: a kill that leaves no state file cannot be followed by a damage,
+    # so the coverage is counted, not hoped for. Bounded: a few attempts beyond.
+    max_attempts = 3 * args.kills + 6
+    while (len(kills) < args.kills or len(damages) < 2) and attempts < max_attempts:
         attempts += 1
         draw = rng.random()
         mode = ("sigterm" if draw < args.sigterm_share else "checkpoint_write"

@@ -82,39 +82,44 @@ def pytest_collection_modifyitems(config, items):
         items[:] = selected
 
 
+_SHARED = "set-up seconds of the shared fixture "
+
+
 class _UnmarkedDurations:
     """Adds up each unmarked test's set-up, call and tear-down time and names, at the
     end of the run, those over UNMARKED_WARN_SECONDS. A module- or session-scoped
     fixture's set-up is the fixture's, not the test's that happened to come first:
-    those are listed on their own."""
+    those are listed on their own. Works in one process and under pytest-xdist (the
+    reports carry the markers and the fixtures' times to the controller)."""
 
     def __init__(self):
-        self.unmarked = set()
         self.seconds = collections.defaultdict(float)
         self.shared = {}  # fixture name (scope) -> set-up seconds
         self.current = None
 
-    def pytest_collection_modifyitems(self, items):
-        self.unmarked = {item.nodeid for item in items
-                         if not any(item.get_closest_marker(tier) for tier in TIERS)}
-
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item):
-        self.current = item.nodeid
+        self.current = item
         yield
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef):
         start = time.perf_counter()
         yield
-        if fixturedef.scope != "function":
-            seconds = time.perf_counter() - start
-            self.shared[f"{fixturedef.argname} ({fixturedef.scope})"] = seconds
-            self.seconds[self.current] -= seconds
+        if fixturedef.scope != "function" and self.current is not None:
+            self.current.user_properties.append(
+                (f"{_SHARED}{fixturedef.argname} ({fixturedef.scope})",
+                 time.perf_counter() - start))
 
     def pytest_runtest_logreport(self, report):
-        if report.nodeid in self.unmarked:
-            self.seconds[report.nodeid] += report.duration
+        if any(tier in report.keywords for tier in TIERS):
+            return
+        self.seconds[report.nodeid] += report.duration
+        if report.when == "setup":
+            for name, seconds in report.user_properties:
+                if name.startswith(_SHARED):
+                    self.shared[name[len(_SHARED):]] = seconds
+                    self.seconds[report.nodeid] -= seconds
 
     def pytest_terminal_summary(self, terminalreporter):
         slow = sorted(((s, n) for n, s in self.seconds.items() if s > UNMARKED_WARN_SECONDS),
