@@ -29,6 +29,8 @@ setuptools.setup(
     extras_require={
         "test": [
             "pytest>=8",
+            # The full suite runs on both cores (-n 2): docs/testing.md, measured there.
+            "pytest-xdist>=3.6",
             "nbclient>=0.10",
             "nbformat>=5.10",
             "ipykernel>=6.29",
