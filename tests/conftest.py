@@ -51,9 +51,9 @@ def _no_downloads(monkeypatch):
 # --- Test tiers -------------------------------------------------------------------------
 # The default run (`python -m pytest`) is the fast tier: unit and structural tests and
 # one shared tiny training run. Tests marked `large` (about 5 s to a minute each) and
-# `extra_large` (over a minute, or several processes) run only when asked for; the full
-# suite is `python -m pytest --run_large --run_extra_large` (what CI runs). Which tier a
-# new test belongs in: docs/testing.md.
+# `extra_large` (over a minute, or several processes) run only when asked for; the
+# full suite is `python -m pytest --run_large --run_extra_large -n 2` (what CI runs).
+# Which tier a new test belongs in: docs/testing.md.
 
 TIERS = ("large", "extra_large")
 # An unmarked test slower than this is named at the end of the run: it probably belongs
@@ -122,19 +122,18 @@ class _UnmarkedDurations:
                     self.seconds[report.nodeid] -= seconds
 
     def pytest_terminal_summary(self, terminalreporter):
-        slow = sorted(((s, n) for n, s in self.seconds.items() if s > UNMARKED_WARN_SECONDS),
-                      reverse=True)
+        limit = UNMARKED_WARN_SECONDS
+        slow = sorted(((s, n) for n, s in self.seconds.items() if s > limit), reverse=True)
         if slow:
             terminalreporter.write_sep(
                 "=", f"unmarked tests over {UNMARKED_WARN_SECONDS:.0f} s: mark them large "
                 "(docs/testing.md)", yellow=True)
             for seconds, nodeid in slow:
                 terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")
-        shared = sorted(((s, n) for n, s in self.shared.items() if s > UNMARKED_WARN_SECONDS),
-                        reverse=True)
+        shared = sorted(((s, n) for n, s in self.shared.items() if s > limit), reverse=True)
         if shared:
-            terminalreporter.write_sep("-", "shared fixtures over "
-                                       f"{UNMARKED_WARN_SECONDS:.0f} s to set up (once each)")
+            terminalreporter.write_sep(
+                "-", f"shared fixtures over {limit:.0f} s to set up (once each)")
             for seconds, name in shared:
                 terminalreporter.write_line(f"{seconds:7.1f}s {name}")
 
@@ -154,7 +153,8 @@ def released_r50():
     path = os.environ.get(RELEASED_R50_ENV)
     if not path:
         pytest.skip(f"the authors' released R50 is not available: set {RELEASED_R50_ENV} "
-                    "to its folder (.ci/run sets it where the workplace provides the model)")
+                    "to its folder (.ci/run sets it where the workplace provides the "
+                    "model)")
     if not os.path.isdir(os.path.join(path, "variables")):
         pytest.fail(f"{RELEASED_R50_ENV}={path!r} has no variables/ folder: name the "
                     "folder of the released model (it holds variables/variables.index)")

@@ -44,7 +44,8 @@ def test_the_run_records_its_steps_checkpoints_and_export(tiny_run):
     assert tf.train.latest_checkpoint(run_dir).endswith(f"ckpt-{TinyRun.STEPS}")
     assert os.path.exists(os.path.join(run_dir, "ckpt-2.index"))
     flags_json = json.load(open(os.path.join(run_dir, "flags.json")))
-    assert flags_json["train_steps"] == TinyRun.STEPS and flags_json["resolved_stem"] == "cifar"
+    assert flags_json["train_steps"] == TinyRun.STEPS
+    assert flags_json["resolved_stem"] == "cifar"
     assert json.load(open(os.path.join(run_dir, "result.json")))["global_step"] == 4
     assert result["saved_model"] == os.path.join(run_dir, "saved_model", "4")
 
@@ -123,7 +124,8 @@ def test_linear_probe_mode_on_the_run(tiny_run, tmp_path):
                            eval_split="test[:200]")
     result = experiment.run(cfg)
     assert result["linear_probe/checkpoint"].endswith("ckpt-4")
-    assert result["linear_probe/num_train"] == 600 and result["linear_probe/num_test"] == 200
+    assert result["linear_probe/num_train"] == 600
+    assert result["linear_probe/num_test"] == 200
     # Counts over the 200 test examples, far above chance (0.1) on digits (measured
     # 0.79 and 0.46 on the full splits: kNN with k=200 of 10 classes is the weaker).
     for name, least in (("linear_probe/top_1_accuracy", 0.5), ("knn/top_1_accuracy", 0.25)):
