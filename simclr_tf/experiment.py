@@ -442,6 +442,12 @@ def evaluate(config, strategy, context):
             write_scalars(tf.summary.create_file_writer(config.model_dir), step,
                           {k: v for k, v in results.items() if "accuracy" in k or "loss" in k})
             write_json(os.path.join(config.model_dir, f"result_{step}.json"), results)
+    if not results:
+        # Only a waiting evaluator gets here (preflight found nothing to load yet).
+        raise ConfigError("eval_wait_secs", f"no checkpoint appeared in "
+                          f"{config.model_dir!r} in {config.eval_wait_secs} s of waiting, "
+                          "so nothing was evaluated; start the training run with this "
+                          "--model_dir first, or wait longer (a larger --eval_wait_secs).")
     return results
 
 

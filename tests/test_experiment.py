@@ -300,3 +300,16 @@ def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path,
         assert round(results[name] * 200) == pytest.approx(results[name] * 200, abs=1e-6)
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved["linear_probe/pretrained"] == pytest.approx(results["linear_probe/pretrained"])
+
+
+def test_a_waiting_evaluator_that_sees_no_checkpoint_fails_and_says_so(tmp_path):
+    """--mode=eval --eval_wait_secs on a model_dir that never gets a checkpoint used to
+    exit 0 with no output and no result (issue 24 item 3)."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    with pytest.raises(ConfigError) as info:
+        experiment.run(config(mode="eval", model_dir=str(model_dir), eval_wait_secs=1))
+    assert info.value.flag == "eval_wait_secs"
+    assert "no checkpoint appeared" in str(info.value) and "nothing was evaluated" in \
+        str(info.value)
+    assert not (model_dir / "result.eval.json").exists()
