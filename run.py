@@ -177,7 +177,8 @@ def _tensorflow_start_up_filtered():
     """Applies TF_CPP_MIN_LOG_LEVEL to TensorFlow's start-up lines: stderr goes to a
     temporary file while TensorFlow is imported, then every line comes back except the
     pre-initialisation notice and the lines below the level (0: all come back)."""
-    level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") or 0)
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
+    level = int(level) if level.isdigit() else 0  # not a level: filter nothing
     if level <= 0:
         yield
         return

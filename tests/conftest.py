@@ -126,7 +126,7 @@ class _UnmarkedDurations:
         slow = sorted(((s, n) for n, s in self.seconds.items() if s > limit), reverse=True)
         if slow:
             terminalreporter.write_sep(
-                "=", f"unmarked tests over {UNMARKED_WARN_SECONDS:.0f} s: mark them large "
+                "=", f"unmarked tests over {limit:.0f} s: mark them large "
                 "(docs/testing.md)", yellow=True)
             for seconds, nodeid in slow:
                 terminalreporter.write_line(f"{seconds:7.1f}s {nodeid}")

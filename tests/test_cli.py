@@ -57,12 +57,13 @@ def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
         "             b'W0000 00:00:1796120375.784154   23873 cpu_feature.cc:9] slow\\n'\n"
         "             b'a line of our own\\n')\n")
     seen = {}
-    for level in ("0", "1", "2"):
+    for level in ("0", "1", "2", "x"):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=level)
         seen[level] = subprocess.run([sys.executable, "-c", script, REPO], env=env,
                                      capture_output=True, text=True, check=True,
                                      timeout=60).stderr.splitlines()
     assert len(seen["0"]) == 4  # everything, as TensorFlow writes it
+    assert seen["x"] == seen["0"]  # not a level: nothing filtered, no traceback
     assert seen["1"] == ["W0000 00:00:1796120375.784154   23873 cpu_feature.cc:9] slow",
                          "a line of our own"]
     assert seen["2"] == ["a line of our own"]

@@ -68,8 +68,6 @@ def write_named(prefix, values):
     return tf.train.Checkpoint(model=holder).write(prefix)
 
 
-
-
 def write_r50_names_and_shapes(directory, variables=R50_SK0_VARIABLES):
     """Writes a checkpoint with the variable names and shapes of the authors' released
     R50 (a variable list from tests/data) and zero values, as `directory/variables/`.

@@ -46,7 +46,7 @@ class TinyRun:
     def __init__(self, directory):
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
         self.directory = str(directory)
-        self.config = config(model_dir=self.directory, **self.OVERRIDES)
+        self.config = self.config_for(self.directory)
         self.result = experiment.run(self.config)
 
     @classmethod
