@@ -190,13 +190,13 @@ def _synthetic_batch(config, rng):
 def _make_trainer(overrides, prefetch=2):
     """(config, model, trainer, iterator) for `overrides`, on synthetic data."""
     import keras
-    from simclr_tf import experiment
+    from simclr_tf.modes import parts
     config = build_config(overrides)
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
     num_classes = 10 if config.lineareval_while_pretraining else None
-    model = experiment.build_model(config, strategy, num_classes)
-    trainer = experiment.build_trainer(config, strategy, model)
+    model = parts.build_model(config, strategy, num_classes)
+    trainer = parts.build_trainer(config, strategy, model)
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:

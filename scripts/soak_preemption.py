@@ -343,7 +343,8 @@ def check_remaining_checkpoints(model_dir, args):
     """Every recorded checkpoint loads into the model; lists unrecorded leftovers."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, REPO)
-    from simclr_tf import checkpoints, experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
     config = Config.from_dict(dict(TINY_FLAGS, train_steps=args.train_steps,
                                    model_dir=model_dir)).validate()
@@ -353,7 +354,7 @@ def check_remaining_checkpoints(model_dir, args):
         prefix = prefix if os.path.isabs(prefix) else os.path.join(model_dir, prefix)
         try:
             read_all_tensors(prefix)
-            model = experiment.build_model(config, tf.distribute.get_strategy(), 10)
+            model = parts.build_model(config, tf.distribute.get_strategy(), 10)
             checkpoints.restore_model(model, prefix)
             results[os.path.basename(prefix)] = "ok"
         except Exception as error:  # pylint: disable=broad-except

@@ -179,5 +179,5 @@ def skip_final_export(monkeypatch):
     of a tiny run's time: for tests that never look at the export (the result's
     `saved_model` is then None). `--mode=export` is stubbed too: tests of exporting
     do not take this fixture."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(experiment, "_export", lambda model, config, step: None)
+    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(parts, "export_model", lambda model, config, step: None)

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment
+from simclr_tf.modes import parts
 from simclr_tf.models import encoders, hub, vit
 from helpers.run_fixtures import config
 
@@ -22,7 +23,7 @@ VIT = dict(encoder="vit_tiny", image_size=32, train_batch_size=16, eval_batch_si
 
 def _encoder_weights(cfg):
     """The encoder's variables in the latest checkpoint of cfg.model_dir, by path."""
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
     return {v.path: v.numpy() for v in model.encoder.weights}
 

@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment, loop, preflight
+from simclr_tf.modes import parts
+from simclr_tf import export as simclr_export
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features
 
@@ -20,7 +22,7 @@ from helpers.run_fixtures import config
 
 def _encoder_weights(cfg, num_classes=10):
     """The encoder's variables in the latest checkpoint of cfg.model_dir, by path."""
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), num_classes)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), num_classes)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
     return {v.path: v.numpy() for v in model.encoder.weights}
 
@@ -66,13 +68,13 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     assert pretrained.keys() == finetuned.keys()
     for key, value in finetuned.items():  # BN moving statistics included
         np.testing.assert_array_equal(value, pretrained[key], err_msg=key)
-    fresh = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
+    fresh = parts.build_model(finetune, tf.distribute.get_strategy(), 10)
     assert any(not np.array_equal(v.numpy(), pretrained[v.path])
                for v in fresh.encoder.weights)  # the comparison is not vacuous
 
     # Serve the fine-tuned export in a fresh process: PNG bytes in, logits out, equal
     # to the in-memory fine-tuned model on the same images.
-    model = experiment.build_model(finetune, tf.distribute.get_strategy(), 10)
+    model = parts.build_model(finetune, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(finetune_dir))
     source = preflight.load_source(finetune)
     # The eval pipeline's preprocessing, as in the export's graph.
@@ -144,7 +146,7 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
 
 
 def _all_weights(cfg):
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
     return {v.path: v.numpy() for v in model.weights}
 
@@ -175,7 +177,7 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, mon
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(experiment.export, "export_for_step", full_disk)
+    monkeypatch.setattr(simclr_export, "export_for_step", full_disk)
     with pytest.raises(experiment.ExportError) as info:
         experiment.run(config(train_steps=1, model_dir=run_dir, mode="export"))
     assert "No space left on device" in str(info.value)
@@ -257,7 +259,7 @@ def test_finetune_from_a_released_model(tmp_path):
                  model_dir=str(tmp_path / "run"), **official_fixtures.SMALL_R50_FLAGS)
     result = experiment.run(cfg)
     assert result["global_step"] == 1
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
     np.testing.assert_array_equal(
         model.encoder.block_groups[3].blocks[2].bn3.bn.moving_variance.numpy(),

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment
+from simclr_tf.modes import parts
 from simclr_tf.evaluation import features
 from simclr_tf.config import Config
 from simclr_tf.data import augment, registry
@@ -25,7 +26,7 @@ def _preprocess(images):
 
 def _model(cfg, strategy=None):
     keras.utils.set_random_seed(5)
-    return experiment.build_model(cfg, strategy or tf.distribute.get_strategy(), None)
+    return parts.build_model(cfg, strategy or tf.distribute.get_strategy(), None)
 
 
 @pytest.mark.large  # 7 s

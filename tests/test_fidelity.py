@@ -7,6 +7,8 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import experiment, train
+from simclr_tf.modes import parts
+from simclr_tf.modes import train as modes_train
 
 from helpers.model_fixtures import randomise
 from helpers.official_layout import export_official_layout
@@ -26,7 +28,7 @@ def _head_kernel(model):
 def test_zero_init_logits_layer_zeroes_a_fitting_head_from_our_checkpoint(tmp_path):
     """Without the flag a head that fits is loaded (the authors' TF2 code keeps the
     pretraining run's online head); with it the head starts at zero (TF1, the paper)."""
-    source = experiment.build_model(config(model_dir=str(tmp_path)),
+    source = parts.build_model(config(model_dir=str(tmp_path)),
                                     tf.distribute.get_strategy(), 10)
     for weight in source.supervised_head.weights:
         weight.assign(tf.ones_like(weight))
@@ -34,16 +36,16 @@ def test_zero_init_logits_layer_zeroes_a_fitting_head_from_our_checkpoint(tmp_pa
     for zero_init, expected in ((False, 1.0), (True, 0.0)):
         cfg = config(model_dir=str(tmp_path / "ft"), train_mode="finetune",
                      checkpoint=prefix, zero_init_logits_layer=zero_init)
-        model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
-        assert experiment.initialize(cfg, model, _NoResume()) == prefix
+        model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+        assert modes_train.initialize(cfg, model, _NoResume()) == prefix
         np.testing.assert_array_equal(_head_kernel(model),
                                       np.full(_head_kernel(model).shape, expected))
         np.testing.assert_array_equal(  # the encoder loads either way
             model.encoder.weights[0].numpy(), source.encoder.weights[0].numpy())
     # Another number of classes: never loaded, whatever the flag.
     other = config(model_dir=str(tmp_path / "ft"), train_mode="finetune", checkpoint=prefix)
-    model = experiment.build_model(other, tf.distribute.get_strategy(), 7)
-    experiment.initialize(other, model, _NoResume())
+    model = parts.build_model(other, tf.distribute.get_strategy(), 7)
+    modes_train.initialize(other, model, _NoResume())
     assert np.abs(_head_kernel(model)).max() < 0.5  # its own random init
 
 
@@ -55,19 +57,19 @@ def test_zero_init_logits_layer_zeroes_the_head_of_a_model_in_the_released_layou
     common = dict(model_dir=str(tmp_path / "ft"), train_mode="finetune",
                   checkpoint=str(tmp_path / "released"))
     cfg = config(zero_init_logits_layer=False, **common)
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     randomise(model)
     export_official_layout(model, tmp_path / "released")
     head, stem = _head_kernel(model), model.encoder.weights[0].numpy()
     assert np.abs(head).max() > 0.1
     for weight in model.weights:  # what is loaded next is visibly loaded
         weight.assign(tf.zeros_like(weight))
-    experiment.initialize(cfg, model, _NoResume())
+    modes_train.initialize(cfg, model, _NoResume())
     np.testing.assert_array_equal(_head_kernel(model), head)
     np.testing.assert_array_equal(model.encoder.weights[0].numpy(), stem)
     cfg = config(zero_init_logits_layer=True, **common)
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
-    experiment.initialize(cfg, model, _NoResume())
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+    modes_train.initialize(cfg, model, _NoResume())
     assert not _head_kernel(model).any()
     np.testing.assert_array_equal(model.encoder.weights[0].numpy(), stem)
 

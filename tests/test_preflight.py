@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import experiment, preflight
+from simclr_tf.modes import parts
 from simclr_tf.config import Config, ConfigError
 
 from simclr_tf import checkpoints
@@ -192,7 +193,7 @@ def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
     _check(wrong)  # nothing to compare with
     strategy = tf.distribute.get_strategy()
     for overrides in (dict(resnet_depth=34), dict(width_multiplier=0.25)):
-        model = experiment.build_model(config(model_dir=str(tmp_path), **overrides),
+        model = parts.build_model(config(model_dir=str(tmp_path), **overrides),
                                        strategy, 10)
         for whole_model, flag in ((True, "model_dir"), (False, "checkpoint")):
             with pytest.raises(ConfigError) as info:
@@ -200,7 +201,7 @@ def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
             message = str(info.value)
             assert info.value.flag == flag and "does not fit the model" in message
             assert "--resnet_depth --width_multiplier" in message, message
-    right = experiment.build_model(config(model_dir=str(tmp_path)), strategy, 10)
+    right = parts.build_model(config(model_dir=str(tmp_path)), strategy, 10)
     checkpoints.load_into(right, str(bare), whole_model=True)
 
 

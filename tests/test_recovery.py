@@ -13,6 +13,8 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment, loop, run_lock
+from simclr_tf.modes import evaluate as modes_evaluate
+from simclr_tf.modes import parts
 from simclr_tf.config import ConfigError
 
 from helpers.run_fixtures import config  # noqa: F401
@@ -248,7 +250,7 @@ def test_run_refuses_a_locked_model_dir_before_building_and_eval_still_reads(
         built.append(1)
         raise RuntimeError("built")
 
-    monkeypatch.setattr(experiment, "build_model", never)
+    monkeypatch.setattr(parts, "build_model", never)
     model_dir = tmp_path / "run"
     model_dir.mkdir()
     with run_lock.acquire(str(model_dir), "train"):
@@ -269,6 +271,6 @@ def test_an_evaluator_following_a_run_copes_with_a_damaged_state_file(tmp_path):
     _saved(tmp_path, (1, 2))
     with open(tmp_path / "checkpoint", "ab") as f:
         f.write(b"\xff")
-    followed = list(experiment._checkpoints_to_evaluate(  # pylint: disable=protected-access
+    followed = list(modes_evaluate._checkpoints_to_evaluate(  # pylint: disable=protected-access
         config(mode="eval", model_dir=str(tmp_path), eval_wait_secs=1)))
     assert followed == [str(tmp_path / "ckpt-2")]

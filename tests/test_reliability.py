@@ -21,6 +21,7 @@ import tensorflow as tf
 from absl import flags
 
 from simclr_tf import checkpoints, experiment, preflight
+from simclr_tf.modes import parts
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import folders
 from simclr_tf.loop import NonFiniteLossError
@@ -467,8 +468,8 @@ def test_bad_flags_fail_before_the_model_is_built(extra, flag, bad_inputs, tmp_p
     def never(*args, **kwargs):
         raise AssertionError("the model was built before the flags were checked")
 
-    monkeypatch.setattr(experiment, "build_model", never)
-    monkeypatch.setattr(experiment, "Trainer", never)
+    monkeypatch.setattr(parts, "build_model", never)
+    monkeypatch.setattr(parts, "Trainer", never)
     argv = [f"--{k}={v}" for k, v in TINY.items()]
     argv += [f"--model_dir={tmp_path / 'run'}", "--train_steps=1", "--mode=train"]
     argv += [arg.format(**bad_inputs) for arg in extra]

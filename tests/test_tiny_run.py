@@ -11,13 +11,14 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment, preflight
+from simclr_tf.modes import parts
 from simclr_tf.evaluation import features
 
 from helpers.run_fixtures import TinyRun
 
 
 def _restored(cfg, prefix, num_classes=10):
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), num_classes)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), num_classes)
     checkpoints.restore_model(model, prefix)
     return model
 

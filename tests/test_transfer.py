@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import experiment
+from simclr_tf.modes import parts
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import registry
 from simclr_tf.evaluation import features, transfer
@@ -48,9 +49,9 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
     assert tags["knn/top_1_accuracy"] == [50, 80] and "knn/seconds" in tags
 
     source = registry.get_dataset("digits")
-    pretrained, _ = experiment.load_trained_encoder(cfg, tf.distribute.get_strategy(), {})
+    pretrained, _ = parts.load_trained_encoder(cfg, tf.distribute.get_strategy(), {})
     keras.utils.set_random_seed(cfg.seed + 1)
-    random_init = experiment.build_model(cfg, tf.distribute.get_strategy(), None)
+    random_init = parts.build_model(cfg, tf.distribute.get_strategy(), None)
     rows = {name: transfer.evaluate_protocols(model, source, image_size=16,
                                               train_split="train[:700]", c_grid=(0.1, 1.0))
             for name, model in (("pretrained", pretrained), ("random", random_init))}
@@ -84,7 +85,7 @@ def test_linear_probe_mode_caches_features(tmp_path):
         image_size=16, stem="cifar", resnet_depth=18, width_multiplier=0.125,
         num_proj_layers=2, proj_out_dim=16, eval_batch_size=128, model_dir=model_dir,
         mode="linear_probe", knn_k=10)).validate()
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), None)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), None)
     from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
     checkpoints.CheckpointState(model_dir, model).save(7)
     first = experiment.run(cfg)

@@ -21,13 +21,13 @@ def write_run(directory, *, flags_json=True, **overrides):
         The Config.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
     cfg = config(**dict(dict(model_dir=str(directory), train_steps=1), **overrides))
-    model = experiment.build_model(cfg, tf.distribute.get_strategy(), 10)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
                                max_to_keep=1).save(checkpoint_number=1)
     if flags_json:
-        experiment.write_json(f"{directory}/flags.json", cfg.to_dict())
+        parts.write_json(f"{directory}/flags.json", cfg.to_dict())
     return cfg
 
 

@@ -1,0 +1,1 @@
+"""The modes of `--mode`, one module each; `simclr_tf.experiment` dispatches them."""

@@ -1,0 +1,131 @@
+"""The parts every mode assembles from the Config: the model, the Trainer, the
+exported SavedModel, the encoder to evaluate, TensorBoard scalars and JSON records."""
+import functools
+import json
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from simclr_tf import checkpoints, export, optimizers, preflight, schedules
+from simclr_tf.config import ConfigError
+from simclr_tf.data import augment, device_augment
+from simclr_tf.models import SimCLRModel, freeze_for_finetuning
+from simclr_tf.train import Trainer
+
+POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def build_model(config, strategy, num_classes):
+    """Creates and builds the model under the strategy, frozen for fine-tuning."""
+    if config.stem == "auto":
+        logging.info("Stem: %s (--stem=auto: cifar when image_size <= 32)",
+                     config.resolved_stem)
+    with strategy.scope():
+        model = SimCLRModel(**config.model_kwargs(num_classes),
+                            dtype=POLICIES[config.mixed_precision])
+        model.build((None, config.image_size, config.image_size, 3))
+        if config.train_mode == "finetune":
+            freeze_for_finetuning(model, config.fine_tune_after_block)
+    return model
+
+
+def build_trainer(config, strategy, model, *, plan=None):
+    """The Trainer of `config` for a built `model`: learning-rate schedule, optimizer
+    and loss weight decay (resolved once), views and blur, under the strategy.
+
+    Args:
+        plan: the run's `schedules.StepPlan` (warmup + cosine over its steps); None
+            for a constant rate (benchmarks).
+    """
+    with strategy.scope():
+        learning_rate = config.learning_rate
+        if plan is not None:
+            learning_rate = schedules.WarmUpAndCosine(
+                config.learning_rate, batch_size=config.train_batch_size,
+                warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
+                scaling=config.learning_rate_scaling)
+        optimizer, decay = optimizers.build_optimization(
+            config.optimizer, learning_rate, model=model, momentum=config.momentum,
+            weight_decay=config.weight_decay,
+            loss_scaling=config.mixed_precision == "float16",
+            head_rate_multiplier=config.head_rate_multiplier())
+    if config.jit_compile and preflight.all_cpu(strategy):
+        logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
+                        "oneDNN kernels here (docs/performance.md); drop it on CPU.")
+    return Trainer(strategy, model, optimizer, train_mode=config.train_mode,
+                   temperature=config.temperature, hidden_norm=config.hidden_norm,
+                   weight_decay_loss=decay, blur_fn=blur_fn(config), seed=config.seed,
+                   jit_compile=config.jit_compile, view_fn=view_fn(config),
+                   grad_cache_chunk=config.grad_cache_chunk)
+
+
+def blur_fn(config):
+    """The train step's batched blur (None when off); the Trainer seeds it."""
+    if config.train_mode != "pretrain" or not config.use_blur:
+        return None
+    return functools.partial(augment.batch_random_blur, height=config.image_size,
+                             width=config.image_size)
+
+
+def view_fn(config):
+    """--augment_on=device: the views are drawn in the train step."""
+    if config.train_mode != "pretrain" or config.augment_on != "device":
+        return None
+    return device_augment.make_view_fn(config.image_size,
+                                       color_jitter_strength=config.color_jitter_strength)
+
+
+class ExportError(RuntimeError):
+    """Exporting the SavedModel failed; the checkpoints are intact."""
+
+
+def export_model(model, config, step):
+    """model_dir/saved_model/<step>; an I/O failure (a full disk) names what is safe
+    and how to retry."""
+    try:
+        return export.export_for_step(model, config.model_dir, step,
+                                      image_size=config.image_size,
+                                      keep_hub_module_max=config.keep_hub_module_max,
+                                      max_pixels=config.serving_max_pixels)
+    except (OSError, tf.errors.OpError) as error:
+        raise ExportError(
+            f"Exporting the SavedModel of step {step} to {config.model_dir}/saved_model "
+            f"failed: {str(error).strip().splitlines()[0][:300]}. The checkpoints are "
+            "saved and intact; free space (or fix the path) and run the same flags with "
+            "--mode=export.") from None
+
+
+def write_json(path, values):
+    """Writes JSON atomically (temporary file, then rename): a kill never leaves half."""
+    temporary = f"{path}.tmp{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write(json.dumps(values, indent=2, sort_keys=True, default=float))
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def is_chief(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver is None or resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def write_scalars(writer, step, values):
+    with writer.as_default(step=step):
+        for name, value in values.items():
+            tf.summary.scalar(name, float(value))
+    writer.flush()
+
+
+def load_trained_encoder(config, strategy, context):
+    """The encoder to evaluate (no supervised head): model_dir's latest checkpoint,
+    else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
+    model = build_model(config, strategy, None)
+    if checkpoints.latest(config.model_dir) is not None:
+        return model, checkpoints.load_into(model, config.model_dir, whole_model=True,
+                                            flag="model_dir").prefix
+    if config.checkpoint:
+        return model, checkpoints.load_into(model, config.checkpoint,
+                                            whole_model=False).prefix
+    raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
+                      "first or pass --checkpoint.")

@@ -1,0 +1,190 @@
+"""--mode=train: the training run (pretrain or fine-tune) from a Config: data,
+schedule, model, Trainer, checkpoints, hooks (summaries, progress, kNN monitor, the
+final export) and the loop."""
+import os
+
+import tensorflow as tf
+from absl import logging
+from tensorboard.plugins.hparams import api as hparams_api
+
+from simclr_tf import checkpoints, loop, preflight, schedules
+from simclr_tf.data import pipeline, subsets
+from simclr_tf.evaluation import knn
+from simclr_tf.modes import parts
+from simclr_tf.progress import TrainingProgress
+
+def train(config, strategy, context):
+    source = context["source"]
+    split, subset_ids = config.train_split, None
+    num_examples = context["num_train_examples"]
+    if config.train_mode == "finetune" and config.label_fraction < 1.0:
+        subset = subsets.make_label_subset(source, split, config.label_fraction,
+                                           seed=config.seed)
+        subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
+        source, split, subset_ids = subset.source, subset.split, subset.example_ids
+        num_examples = subset.num_examples
+        logging.info("Fine-tuning on %d labelled examples (%.3g of %s)", num_examples,
+                     config.label_fraction, config.train_split)
+    plan = schedules.compute_steps(
+        num_examples=num_examples, batch_size=config.train_batch_size,
+        train_epochs=config.train_epochs, train_steps=config.train_steps,
+        warmup_epochs=config.warmup_epochs, checkpoint_epochs=config.checkpoint_epochs,
+        checkpoint_steps=config.checkpoint_steps)
+    model = parts.build_model(config, strategy, context["num_classes"])
+    trainer = parts.build_trainer(config, strategy, model, plan=plan)
+    chief = parts.is_chief(strategy)
+    # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
+    scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
+    state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
+                                        max_to_keep=config.keep_checkpoint_max,
+                                        save_dir=scratch_dir)
+    initialized_from = initialize(config, model, state)
+    step = trainer.step
+    dataset = pipeline.build_distributed_dataset(
+        strategy, source, split, global_batch_size=config.train_batch_size,
+        is_training=True, train_mode=config.train_mode, image_size=config.image_size,
+        color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
+        seed=config.seed, label_subset_ids=subset_ids, start_step=step,
+        augment_on=config.augment_on if config.train_mode == "pretrain" else "host")
+    writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
+    if step == 0 and chief:
+        write_hparams(writer, config)
+        write_view_summary(config, source, split, writer)
+    steps_per_epoch = num_examples / config.train_batch_size
+    print(f"Training {plan.total_steps} steps ({plan.total_steps / steps_per_epoch:.3g} "
+          f"epochs of {num_examples} examples; {step} done), checkpoint every "
+          f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
+          f"{strategy.num_replicas_in_sync} replica(s).", flush=True)
+    progress = TrainingProgress(total_steps=plan.total_steps, start_step=step,
+                                steps_per_epoch=steps_per_epoch,
+                                style=config.progress if chief else "none")
+
+    def log(step, logs):
+        progress.log(step, logs)
+        return write_train_summaries(writer, step, logs, trainer.optimizer)
+
+    hooks = [loop.Every(config.log_every_steps or plan.checkpoint_steps, log)]
+    if config.knn_eval_split and config.train_mode == "pretrain":
+        monitor = make_knn_monitor(config, strategy, model, source)
+        hooks.append(loop.Every(config.knn_eval_every or plan.checkpoint_steps,
+                                lambda step, logs: run_knn_monitor(monitor, step, writer,
+                                                                   verbose=chief)))
+    if scratch_dir is not None:
+        hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
+    if chief:
+        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=parts.export_model(
+            model, config, step))))
+    results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
+                         total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
+                         hooks=hooks, verbose=chief, progress=progress)
+    if results["interrupted"]:
+        return results
+    del results["logs"], results["interrupted"]  # the summaries' train/* are in
+    return dict(results, **{"train/initialized_from": initialized_from})
+
+
+def initialize(config, model, state):
+    """The weights a training run starts from: model_dir's newest checkpoint that
+    loads (resume), else --checkpoint, else random. Returns what was used, for the
+    record ("resumed <prefix>", the prefix read, or "random")."""
+    resumed = state.recover()
+    if resumed:
+        print(f"Resumed from {resumed}.", flush=True)
+        initialized_from = f"resumed {resumed}"
+    elif config.checkpoint:
+        # A supervised head that fits is loaded, from any source (the authors' TF2
+        # behaviour), unless --zero_init_logits_layer keeps it at zero (their TF1
+        # protocol, the paper's).
+        weights = checkpoints.load_into(
+            model, config.checkpoint, whole_model=False,
+            supervised_head=not config.zero_init_logits_layer)
+        print(f"Initialised from {weights.prefix} ({weights.kind}).", flush=True)
+        initialized_from = weights.prefix
+    else:
+        initialized_from = "random"
+        if config.train_mode == "finetune":
+            print("Fine-tuning from randomly initialised weights: no --checkpoint was "
+                  "given and model_dir has none, so this is supervised training from "
+                  "scratch (recorded as train/initialized_from=random). Pass "
+                  "--checkpoint=<a pretraining run> to fine-tune a pretrained encoder.",
+                  flush=True)
+    return initialized_from
+
+
+def write_hparams(writer, config):
+    """The run's configuration in TensorBoard's hparams plugin (None values as '')."""
+    values = {name: ("" if value is None else value)
+              for name, value in config.to_dict().items()
+              if value is None or isinstance(value, (bool, int, float, str))}
+    with writer.as_default(step=0):
+        hparams_api.hparams(values)
+    writer.flush()
+
+
+def write_train_summaries(writer, step, logs, optimizer):
+    """TensorBoard scalars of a checkpoint interval under the authors' names, as
+    their means over the interval; `train/learning_rate` is the rate at `step`, as
+    theirs. Returns the values (for result.json)."""
+    values = {f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()
+              if k not in ("num_examples",)}
+    values["train/learning_rate"] = float(optimizer.learning_rate)
+    parts.write_scalars(writer, step, values)
+    return values
+
+
+def _remove_scratch(writer, scratch_dir):
+    writer.close()
+    tf.io.gfile.rmtree(scratch_dir)
+
+
+def _worker_scratch_dir(model_dir, strategy):
+    resolver = strategy.cluster_resolver
+    return os.path.join(model_dir, f".scratch_{resolver.task_type}_{resolver.task_id}")
+
+
+# Trainer log names -> the authors' TensorBoard / result.json names (train/total_loss,
+# train/contrast_loss, train/contrast_acc, train/contrast_entropy,
+# train/supervised_loss, train/supervised_acc, train/weight_decay,
+# train/learning_rate); our extras (grad_norm, examples_per_sec) keep their names.
+SUMMARY_NAMES = dict(loss="total_loss", sup_loss="supervised_loss",
+                     label_acc="supervised_acc")
+
+
+def write_view_summary(config, source, split, writer, num_images=8):
+    """An image summary of pretraining views (or fine-tuning crops) as the model sees
+    them, from a separate small pipeline so the training stream is untouched."""
+    data = pipeline.build_input_fn(
+        source, split, global_batch_size=num_images, is_training=True,
+        train_mode=config.train_mode, image_size=config.image_size,
+        color_jitter_strength=config.color_jitter_strength,
+        shuffle_buffer_size=num_images)(None)
+    images, _ = next(iter(data))
+    if config.train_mode == "pretrain":
+        images = tf.concat(images, axis=2)  # view 1 | view 2, side by side
+    with writer.as_default(step=0):
+        tf.summary.image("train/views", images, max_outputs=num_images)
+    writer.flush()
+
+
+def make_knn_monitor(config, strategy, model, source):
+    """The kNN monitor of a pretraining run (see `simclr_tf.evaluation.knn.KnnMonitor`)."""
+    return knn.KnnMonitor(
+        strategy, model, source, bank_split=preflight.knn_bank_split(config),
+        query_split=config.knn_eval_split, image_size=config.image_size,
+        batch_size=config.eval_batch_size, k=config.knn_k,
+        temperature=config.knn_temperature, max_bank=config.knn_max_bank,
+        max_queries=config.knn_max_queries, seed=config.seed)
+
+
+def run_knn_monitor(monitor, step, writer, verbose=True):
+    """Evaluates, logs to TensorBoard (knn/...) and prints; returns result entries."""
+    result = monitor.evaluate()
+    values = {"knn/top_1_accuracy": result["top_1_accuracy"],
+              "knn/seconds": result["seconds"]}
+    parts.write_scalars(writer, step, values)
+    if verbose:
+        print(f"kNN at step {step}: top-1 {result['top_1_accuracy']:.4f} on "
+              f"{monitor.query_split} ({result['num_queries']} queries, bank of "
+              f"{result['bank_size']} from {monitor.bank_split}, k={monitor.k}, "
+              f"T={monitor.temperature:g}) in {result['seconds']:.1f} s", flush=True)
+    return dict(values, **{"knn/global_step": step})
