@@ -11,7 +11,7 @@ import json
 import math
 from typing import Optional
 
-from simclr_tf import rules, variants
+from simclr_tf import modes, rules, variants
 
 AUTHORS_FLAGS = (
     "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
@@ -148,13 +148,7 @@ class Config:
     dataset: str = _field("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
                           "image folder, or 'digits' (offline, ships with scikit-learn).")
     cache_dataset: bool = _field(False, "Whether to cache the entire dataset in memory.")
-    mode: str = _field("train", "What to run: train; eval (the supervised head of "
-                       "model_dir's latest checkpoint on --eval_split); train_then_eval; "
-                       "export (a SavedModel of the latest checkpoint); linear_probe "
-                       "(kNN and the L-BFGS probe on frozen h); embed (h of a split to "
-                       ".npz/.parquet).",
-                       ("train", "eval", "train_then_eval", "export", "linear_probe",
-                        "embed"))
+    mode: str = _field("train", modes.help_text(), tuple(modes.MODES))
     train_mode: str = _field("pretrain", "pretrain: the contrastive objective (and the "
                              "online linear head on stop_gradient(h)); finetune: the "
                              "supervised loss on labels.", rules.TRAIN_MODES)
@@ -373,7 +367,8 @@ class Config:
         """
         for name in self.choice_fields():
             value = getattr(self, name)
-            choices = self.field_choices(name)
+            # --mode: the table now (a mode registered after import is a choice too).
+            choices = tuple(modes.MODES) if name == "mode" else self.field_choices(name)
             if value not in choices:
                 raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
         for name in self.float_fields():
@@ -417,9 +412,10 @@ class Config:
 
     def _check_combinations(self):
         """Rules between flags."""
-        if self.mode in ("train", "train_then_eval"):
+        mode = modes.get(self.mode)
+        if mode.trains:
             self._check_training()
-        if self.train_steps == 0 and self.train_epochs == 0 and self.mode != "eval":
+        if self.train_steps == 0 and self.train_epochs == 0 and mode.trains:
             raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
                               "them to say how long to train.")
         if self.checkpoint_steps == 0 and self.checkpoint_epochs == 0:
@@ -437,11 +433,10 @@ class Config:
         if self.label_fraction < 1.0 and self.train_mode != "finetune":
             raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                               "(pretraining uses no labels); drop it or fine-tune.")
-        _read_only_modes = ("eval", "linear_probe", "embed")
-        if self.mode not in _read_only_modes and self.model_dir in (None, ""):
+        if mode.needs_model_dir and self.model_dir in (None, ""):
             raise ConfigError("model_dir", "is required: the directory for checkpoints, "
                               "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
-        if self.mode in _read_only_modes and self.model_dir in (None, "") \
+        if not mode.needs_model_dir and self.model_dir in (None, "") \
                 and not self.checkpoint:
             raise ConfigError("model_dir", f"or --checkpoint is required with "
                               f"--mode={self.mode}: the run to evaluate.")

@@ -1,8 +1,8 @@
 """One run of `run.py`: dispatches `--mode` and assembles the parts from the Config.
 
 `run(config)`: seeds, strategy, `preflight` (every check before a model exists, no
-side effects), model_dir and flags.json, then the mode's parts (`MODES`, one module
-each in `simclr_tf.modes`), then optionally the final linear probe, and result.json.
+side effects), model_dir and flags.json, then the functions of the mode's row in
+`simclr_tf.modes.MODES` (one module each), then optionally the final linear probe, and result.json.
 The modes assemble their parts (`simclr_tf.modes.parts`: the model, the Trainer);
 checkpoints (`simclr_tf.checkpoints`), the loop (`simclr_tf.loop`) and the evaluators
 (`simclr_tf.evaluation`) do the work.
@@ -15,10 +15,10 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import distribute, preflight
+from simclr_tf import distribute, modes, preflight
 from simclr_tf import run_lock
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import embed, evaluate, export, linear_probe, parts, train
+from simclr_tf.modes import linear_probe, parts
 from simclr_tf.modes.parts import ExportError, write_json  # noqa: F401  (run.py's errors)
 
 
@@ -28,6 +28,7 @@ def run(config):
     A SIGTERM during training saves a checkpoint at the current step and returns
     early with `results["interrupted"] = True` (nothing is evaluated or exported).
     """
+    mode = modes.get(config.mode)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         # Process-wide and irreversible; seeds and the data position are already
@@ -43,11 +44,11 @@ def run(config):
         if writes:
             _start_record(config)
         results = {}
-        for part in MODES[config.mode]:
+        for part in mode.functions():
             results.update(part(config, strategy, context))
             if results.get("interrupted"):
                 return results
-        if config.final_linear_probe and config.mode in _TRAINING_MODES:
+        if config.final_linear_probe and mode.trains:
             results.update(linear_probe.final_linear_probe(config, context))
         results.update(skipped_images_record(source))
         if results and writes:
@@ -55,25 +56,16 @@ def run(config):
     return results
 
 
-# --mode -> the file names of its record in model_dir. Training keeps flags.json /
-# result.json (what `open_encoder` and users read); the other modes never overwrite
-# them and write flags.<mode>.json / result.<mode>.json.
-_TRAINING_MODES = ("train", "train_then_eval")
-
-
 def record_path(config, kind):
-    """model_dir/<kind>.json for training, model_dir/<kind>.<mode>.json otherwise."""
-    name = f"{kind}.json" if config.mode in _TRAINING_MODES else f"{kind}.{config.mode}.json"
+    """model_dir/<kind>.json for a mode that trains, model_dir/<kind>.<mode>.json
+    otherwise (see `modes.Mode.trains`)."""
+    trains = modes.get(config.mode).trains
+    name = f"{kind}.json" if trains else f"{kind}.{config.mode}.json"
     return os.path.join(config.model_dir, name)
 
 
-# Modes that only read model_dir's checkpoints (and write their own result files), so
-# they may follow a running job: no lock.
-READER_MODES = ("eval",)
-
-
 def _lock(config, writes):
-    if not writes or config.mode in READER_MODES:
+    if not writes or not modes.get(config.mode).takes_lock:
         return contextlib.nullcontext()
     return run_lock.acquire(config.model_dir, config.mode, force=config.break_lock)
 
@@ -82,7 +74,7 @@ def _start_record(config):
     """The run's flags, written once preflight has passed and the lock is held; the
     mode's previous result is removed so that a run that fails leaves none."""
     flags_path = record_path(config, "flags")
-    if config.mode in _TRAINING_MODES and tf.io.gfile.exists(flags_path):
+    if modes.get(config.mode).trains and tf.io.gfile.exists(flags_path):
         _log_changed_flags(flags_path, config)
     write_json(flags_path, config.to_dict())
     result_path = record_path(config, "result")
@@ -138,16 +130,3 @@ def _create_model_dir(config):
     except (OSError, tf.errors.OpError) as error:
         raise ConfigError("model_dir", f"{config.model_dir!r} cannot be created "
                           f"({error}); choose another directory.") from None
-
-
-# --mode -> what it runs, in order (a SIGTERM during training stops the rest). A new
-# mode is a function `(config, strategy, context) -> results` in `simclr_tf.modes`,
-# its name in this table and in the flag's choices (`config.Config.mode`).
-MODES = {
-    "train": (train.train,),
-    "eval": (evaluate.evaluate,),
-    "train_then_eval": (train.train, evaluate.evaluate),
-    "export": (export.export_latest,),
-    "linear_probe": (linear_probe.linear_probe_mode,),
-    "embed": (embed.embed_mode,),
-}

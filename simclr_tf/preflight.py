@@ -11,7 +11,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, official, rules
+from simclr_tf import checkpoints, modes, official, rules
 from simclr_tf.config import Config, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
 from simclr_tf.models import encoders, hub
@@ -55,14 +55,14 @@ def check(config, strategy, source):
     Nothing is created or written: `experiment` makes model_dir and writes the run's
     record only once every check has passed.
     """
-    training = config.mode in ("train", "train_then_eval")
+    mode = modes.get(config.mode)
     _check_encoder(config)
     context = dict(source=source, num_classes=source.num_classes or None)
-    if training:
+    if mode.trains:
         context["num_train_examples"] = _check_training(config, strategy, source)
-    if config.mode in ("eval", "train_then_eval") or config.final_linear_probe:
-        _check_evaluating(config, source)
-    _check_evaluation_splits(config, source, training)
+    if mode.evaluates_head or (mode.trains and config.final_linear_probe):
+        _check_evaluating(config, source, mode)
+    _check_evaluation_splits(config, source, mode)
     if config.checkpoint:
         _check_checkpoint(config)
     if config.model_dir:
@@ -70,7 +70,7 @@ def check(config, strategy, source):
         latest = checkpoints.latest(config.model_dir)
         if latest:  # what every mode loads first (training resumes it)
             _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
-    _check_something_to_load(config)
+    _check_something_to_load(config, mode)
     return context
 
 
@@ -127,14 +127,14 @@ def _check_training(config, strategy, source):
     return num_examples
 
 
-def _check_evaluating(config, source):
+def _check_evaluating(config, source, mode):
     """The eval split has labels, and the run has a classifier to evaluate."""
     _check_split(source, "eval_split", config.eval_split)
     if not source.has_labels(config.eval_split):
         raise ConfigError("eval_split", f"split {config.eval_split!r} of "
                           f"{source.name!r} has no labels to evaluate against.")
     if config.train_mode == "pretrain" and not config.lineareval_while_pretraining \
-            and config.mode != "train":
+            and mode.evaluates_head:
         raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
                           "run has no classifier to evaluate; turn it on or use "
                           "--final_linear_probe.")
@@ -179,19 +179,26 @@ def _check_model_dir(model_dir):
                           f"({error}); choose another directory.") from None
 
 
-def _check_something_to_load(config):
-    """--mode=eval / export need a checkpoint now (unless eval waits for one)."""
-    if config.mode not in ("eval", "export") or (config.mode == "eval"
-                                                  and config.eval_wait_secs > 0):
+def _check_something_to_load(config, mode):
+    """A mode that reads weights finds some now: model_dir's, or --checkpoint's where
+    the mode may read it instead; a mode that follows a running job (no lock) may
+    wait for them with --eval_wait_secs."""
+    if not mode.needs_checkpoint or (not mode.takes_lock and config.eval_wait_secs > 0):
         return
-    if checkpoints.latest(config.model_dir):
+    if config.model_dir and checkpoints.latest(config.model_dir):
         return
-    if config.mode == "eval" and config.checkpoint:
+    if not mode.needs_model_dir and config.checkpoint:
         return
+    alternatives = []
+    if not mode.needs_model_dir:
+        alternatives.append("pass --checkpoint")
+    if not mode.takes_lock:
+        alternatives.append("wait for one with --eval_wait_secs")
+    if alternatives:
+        alternatives[-1] = "or " + alternatives[-1]
     raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
                       f"{config.model_dir!r}; train first"
-                      + (", pass --checkpoint, or wait for one with --eval_wait_secs."
-                         if config.mode == "eval" else "."))
+                      + "".join(f", {text}" for text in alternatives) + ".")
 
 
 def _check_labelled_split(source, flag, split):
@@ -201,15 +208,14 @@ def _check_labelled_split(source, flag, split):
                           "kNN and linear-probe protocols need a labelled split.")
 
 
-def _check_evaluation_splits(config, source, training):
-    """Splits of the kNN monitor, --mode=linear_probe and --mode=embed."""
+def _check_evaluation_splits(config, source, mode):
+    """Splits of the kNN monitor, of the mode's protocols and of --mode=embed."""
     bank_flag = "knn_bank_split" if config.knn_bank_split else "train_split"
-    if training and config.knn_eval_split and config.train_mode == "pretrain":
+    if mode.trains and config.knn_eval_split and config.train_mode == "pretrain":
         _check_labelled_split(source, "knn_eval_split", config.knn_eval_split)
         _check_labelled_split(source, bank_flag, knn_bank_split(config))
-    if config.mode == "linear_probe":
-        _check_labelled_split(source, "train_split", config.train_split)
-        _check_labelled_split(source, "eval_split", config.eval_split)
+    for flag in mode.labelled_splits:
+        _check_labelled_split(source, flag, getattr(config, flag))
     if config.mode == "embed":
         _check_split(source, "embed_split", config.embed_split or config.eval_split)
 

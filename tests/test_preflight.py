@@ -55,8 +55,11 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
     _check(cfg)  # one replica holds all 32
 
 
-def test_every_mode_flag_has_a_part_in_experiment():
-    assert set(experiment.MODES) == set(Config.field_choices("mode"))
+def test_every_mode_of_the_table_is_a_flag_choice_and_its_functions_import():
+    from simclr_tf import modes  # pylint: disable=import-outside-toplevel
+    assert set(modes.MODES) == set(Config.field_choices("mode"))
+    for mode in modes.MODES.values():
+        assert all(callable(part) for part in mode.functions()), mode.name
 
 
 @pytest.mark.parametrize("overrides, flag", [
@@ -244,3 +247,17 @@ def test_an_encoder_added_to_the_table_is_known_to_the_flags(tmp_path, monkeypat
     _check(config(model_dir=str(tmp_path / "ok"), encoder="vit_t8", image_size=16))
     with pytest.raises(ConfigError, match="patch size 8"):
         _check(config(model_dir=str(tmp_path / "bad"), encoder="vit_t8", image_size=20))
+
+
+@pytest.mark.parametrize("mode, alternatives", [
+    ("export", "."), ("embed", ", or pass --checkpoint."),
+    ("linear_probe", ", or pass --checkpoint."),
+    ("eval", ", pass --checkpoint, or wait for one with --eval_wait_secs.")])
+def test_a_mode_that_reads_weights_needs_some_before_anything_is_built(
+        tmp_path, mode, alternatives):
+    # The mode table says which modes read weights (`modes.Mode.needs_checkpoint`)
+    # and what else they may read them from.
+    with pytest.raises(ConfigError) as info:
+        _check(config(model_dir=str(tmp_path), mode=mode, eval_wait_secs=0))
+    assert str(info.value) == (f"--model_dir: has no checkpoint to {mode} in "
+                               f"{str(tmp_path)!r}; train first{alternatives}")

@@ -17,7 +17,7 @@ from simclr_tf.modes import evaluate as modes_evaluate
 from simclr_tf.modes import parts
 from simclr_tf.config import ConfigError
 
-from helpers.run_fixtures import config  # noqa: F401
+from helpers.run_fixtures import config, write_run  # noqa: F401
 
 
 class _Model(tf.Module):
@@ -250,6 +250,8 @@ def test_run_refuses_a_locked_model_dir_before_building_and_eval_still_reads(
         built.append(1)
         raise RuntimeError("built")
 
+    weights = tmp_path / "weights"  # embed and linear_probe need some (preflight)
+    write_run(weights)
     monkeypatch.setattr(parts, "build_model", never)
     model_dir = tmp_path / "run"
     model_dir.mkdir()
@@ -257,7 +259,8 @@ def test_run_refuses_a_locked_model_dir_before_building_and_eval_still_reads(
         for mode in ("train", "embed", "linear_probe"):
             with pytest.raises(ConfigError, match="is in use by"):
                 experiment.run(config(model_dir=str(model_dir), mode=mode,
-                                      train_steps=1, eval_wait_secs=0))
+                                      train_steps=1, eval_wait_secs=0,
+                                      checkpoint=str(weights)))
         assert not built and not (model_dir / "flags.json").exists()
         with pytest.raises(RuntimeError, match="built"):  # a reader: no lock needed
             experiment.run(config(model_dir=str(model_dir), mode="eval",
