@@ -70,35 +70,8 @@ def _define_flags():
             flags.DEFINE_string(name, default, help_text)
 
 
-# --help, by topic. Every Config field is in exactly one group (tests/test_config.py).
-HELP_GROUPS = (
-    ("Run", ("mode", "train_mode", "model_dir", "checkpoint", "seed", "deterministic",
-             "progress", "log_every_steps", "break_lock")),
-    ("Data", ("dataset", "data_dir", "tfds_download", "train_split", "eval_split",
-              "image_size", "cache_dataset", "skip_corrupt_images", "label_fraction")),
-    ("Model", ("encoder", "encoder_config", "vit_pool", "variant", "resnet_depth", "width_multiplier", "sk_ratio", "se_ratio",
-               "stem", "proj_head_mode", "proj_out_dim", "num_proj_layers",
-               "ft_proj_selector", "global_bn", "batch_norm_decay")),
-    ("Contrastive objective and augmentation", (
-        "temperature", "hidden_norm", "color_jitter_strength", "use_blur", "augment_on",
-        "lineareval_while_pretraining")),
-    ("Optimisation and schedule", (
-        "optimizer", "learning_rate", "learning_rate_scaling", "momentum", "weight_decay",
-        "warmup_epochs", "train_batch_size", "train_epochs", "train_steps",
-        "head_learning_rate", "grad_cache_chunk")),
-    ("Checkpoints and export", (
-        "checkpoint_epochs", "checkpoint_steps", "keep_checkpoint_max",
-        "keep_hub_module_max", "serving_max_pixels")),
-    ("Fine-tuning", ("fine_tune_after_block", "zero_init_logits_layer")),
-    ("Evaluation", (
-        "eval_batch_size", "eval_steps", "eval_wait_secs", "final_linear_probe",
-        "knn_eval_split", "knn_bank_split", "knn_eval_every", "knn_k", "knn_temperature",
-        "knn_max_bank", "knn_max_queries", "embed_split", "embed_output",
-        "embed_projection", "embed_projector_size", "eval_name")),
-    ("Hardware and distribution", (
-        "strategy", "use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master",
-        "mixed_precision", "jit_compile")),
-)
+# --help, by topic: each Config field names its topic (`config._field`).
+HELP_GROUPS = Config.help_groups()
 
 
 def grouped_help(width=88):

@@ -7,6 +7,7 @@ one `Config`, validates it and passes it down; library modules take plain keywor
 arguments (`Config.model_kwargs()` for the model), never the flags.
 """
 import dataclasses
+import functools
 import json
 import math
 from typing import Optional
@@ -113,11 +114,38 @@ def check_variant_flags(variant, given):
                               "also given; drop one.")
 
 
-def _field(default, help, choices=None):  # pylint: disable=redefined-builtin
-    metadata = {"help": help}
+# --help's topics, in order. A field is declared by its topic's function (`_run`,
+# `_data`, ...): a new flag is one field, its help group included.
+HELP_GROUPS = (
+    "Run",
+    "Data",
+    "Model",
+    "Contrastive objective and augmentation",
+    "Optimisation and schedule",
+    "Checkpoints and export",
+    "Fine-tuning",
+    "Evaluation",
+    "Hardware and distribution",
+)
+
+
+def _field(group, default, help, choices=None):  # pylint: disable=redefined-builtin
+    """A Config field: its --help topic (one of HELP_GROUPS), default, help, choices."""
+    metadata = {"help": help, "group": group}
     if choices is not None:
         metadata["choices"] = tuple(choices)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+_run = functools.partial(_field, HELP_GROUPS[0])  # Run
+_data = functools.partial(_field, HELP_GROUPS[1])  # Data
+_model = functools.partial(_field, HELP_GROUPS[2])  # Model
+_aug = functools.partial(_field, HELP_GROUPS[3])  # Contrastive objective and augmentation
+_optim = functools.partial(_field, HELP_GROUPS[4])  # Optimisation and schedule
+_ckpt = functools.partial(_field, HELP_GROUPS[5])  # Checkpoints and export
+_tune = functools.partial(_field, HELP_GROUPS[6])  # Fine-tuning
+_eval = functools.partial(_field, HELP_GROUPS[7])  # Evaluation
+_hw = functools.partial(_field, HELP_GROUPS[8])  # Hardware and distribution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,199 +153,199 @@ class Config:
     """Every setting of a run. Field metadata carries each flag's help and choices."""
 
     # --- The authors' flags (same names, meanings and defaults) ---
-    learning_rate: float = _field(0.3, "Initial learning rate per batch size of 256.")
-    learning_rate_scaling: str = _field(
+    learning_rate: float = _optim(0.3, "Initial learning rate per batch size of 256.")
+    learning_rate_scaling: str = _optim(
         "linear", "How to scale the learning rate as a function of batch size: "
         "lr * batch / 256 (linear) or lr * sqrt(batch) (sqrt).",
         rules.LEARNING_RATE_SCALINGS)
-    warmup_epochs: float = _field(10.0, "Number of epochs of linear warmup.")
-    weight_decay: float = _field(1e-6, "Amount of weight decay to use.")
-    batch_norm_decay: float = _field(0.9, "Batch norm moving-average decay (momentum).")
-    train_batch_size: int = _field(512, "Global batch size for training (all replicas).")
-    train_split: str = _field("train", "Split for training (TFDS slicing allowed, "
-                              "e.g. 'train[:10%]').")
-    train_epochs: int = _field(100, "Number of epochs to train for.")
-    train_steps: int = _field(0, "Number of steps to train for. If > 0, overrides "
+    warmup_epochs: float = _optim(10.0, "Number of epochs of linear warmup.")
+    weight_decay: float = _optim(1e-6, "Amount of weight decay to use.")
+    batch_norm_decay: float = _model(0.9, "Batch norm moving-average decay (momentum).")
+    train_batch_size: int = _optim(512, "Global batch size for training (all replicas).")
+    train_split: str = _data("train", "Split for training (TFDS slicing allowed, "
+                             "e.g. 'train[:10%]').")
+    train_epochs: int = _optim(100, "Number of epochs to train for.")
+    train_steps: int = _optim(0, "Number of steps to train for. If > 0, overrides "
                               "train_epochs.")
-    eval_steps: int = _field(0, "Number of steps to eval for. 0 = the whole split.")
-    eval_batch_size: int = _field(256, "Global batch size for evaluation.")
-    checkpoint_epochs: int = _field(1, "Number of epochs between checkpoints/summaries.")
-    checkpoint_steps: int = _field(0, "Number of steps between checkpoints/summaries. "
-                                   "If > 0, overrides checkpoint_epochs.")
-    eval_split: str = _field("validation", "Split for evaluation.")
-    dataset: str = _field("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
-                          "image folder, or 'digits' (offline, ships with scikit-learn).")
-    cache_dataset: bool = _field(False, "Whether to cache the entire dataset in memory.")
-    mode: str = _field("train", modes.help_text(), tuple(modes.MODES))
-    train_mode: str = _field("pretrain", "pretrain: the contrastive objective (and the "
-                             "online linear head on stop_gradient(h)); finetune: the "
-                             "supervised loss on labels.", rules.TRAIN_MODES)
-    lineareval_while_pretraining: bool = _field(
+    eval_steps: int = _eval(0, "Number of steps to eval for. 0 = the whole split.")
+    eval_batch_size: int = _eval(256, "Global batch size for evaluation.")
+    checkpoint_epochs: int = _ckpt(1, "Number of epochs between checkpoints/summaries.")
+    checkpoint_steps: int = _ckpt(0, "Number of steps between checkpoints/summaries. "
+                                  "If > 0, overrides checkpoint_epochs.")
+    eval_split: str = _data("validation", "Split for evaluation.")
+    dataset: str = _data("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
+                         "image folder, or 'digits' (offline, ships with scikit-learn).")
+    cache_dataset: bool = _data(False, "Whether to cache the entire dataset in memory.")
+    mode: str = _run("train", modes.help_text(), tuple(modes.MODES))
+    train_mode: str = _run("pretrain", "pretrain: the contrastive objective (and the "
+                           "online linear head on stop_gradient(h)); finetune: the "
+                           "supervised loss on labels.", rules.TRAIN_MODES)
+    lineareval_while_pretraining: bool = _aug(
         True, "Whether to finetune a linear head on stop_gradient(h) while pretraining.")
-    checkpoint: Optional[str] = _field(
+    checkpoint: Optional[str] = _run(
         None, "Weights to start from when model_dir has no checkpoint: a checkpoint "
         "prefix, a directory of checkpoints, or a SavedModel directory.")
-    zero_init_logits_layer: bool = _field(
+    zero_init_logits_layer: bool = _tune(
         False, "If True, zero initialize the layer after the supervised head input.")
-    fine_tune_after_block: int = _field(
+    fine_tune_after_block: int = _tune(
         -1, "The layers after which block that we will fine-tune. -1 means fine-tuning "
         "everything. 0 means fine-tuning after the stem block. 4 means fine-tuning just "
         "the linear head.")
-    master: Optional[str] = _field(None, "Address/name of the TensorFlow master to use.")
-    model_dir: Optional[str] = _field(None, "The run's directory: checkpoints, "
-                                      "summaries, exports and its records.")
-    break_lock: bool = _field(
+    master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.")
+    model_dir: Optional[str] = _run(None, "The run's directory: checkpoints, "
+                                    "summaries, exports and its records.")
+    break_lock: bool = _run(
         False, "Take over model_dir's lock even if another run seems to hold it. One "
         "run writes a model_dir at a time; a lock whose process ended on this host, or "
         "whose heartbeat stopped 10 minutes ago, is taken over without this flag. For "
         "shared filesystems, when you know that the other run is dead.")
-    data_dir: Optional[str] = _field(None, "Directory where dataset is stored.")
-    tfds_download: bool = _field(
+    data_dir: Optional[str] = _data(None, "Directory where dataset is stored.")
+    tfds_download: bool = _data(
         True, "Download and prepare a TFDS dataset missing from --data_dir before "
         "anything is built (the authors' code does too). Turn off for shared or "
         "read-only data_dirs; multi-worker runs need the data prepared beforehand.")
-    use_tpu: bool = _field(False, "Whether to run on TPU (the authors' default is True; "
-                           "ours is False so GPU and CPU users need no flag).")
-    tpu_name: Optional[str] = _field(None, "The Cloud TPU to use for training.")
-    tpu_zone: Optional[str] = _field(None, "GCE zone where the Cloud TPU is located.")
-    gcp_project: Optional[str] = _field(None, "Project name for the Cloud TPU.")
-    optimizer: str = _field(
+    use_tpu: bool = _hw(False, "Whether to run on TPU (the authors' default is True; "
+                        "ours is False so GPU and CPU users need no flag).")
+    tpu_name: Optional[str] = _hw(None, "The Cloud TPU to use for training.")
+    tpu_zone: Optional[str] = _hw(None, "GCE zone where the Cloud TPU is located.")
+    gcp_project: Optional[str] = _hw(None, "Project name for the Cloud TPU.")
+    optimizer: str = _optim(
         "lars", "Optimizer to use. adamw (ours, for ViT recipes): Adam with decoupled "
         "weight decay of all but norms, biases and the encoder's declared variables "
         "(a ViT's class token and position embedding).", rules.OPTIMIZERS)
-    momentum: float = _field(0.9, "Momentum parameter.")
-    eval_name: Optional[str] = _field(None, "Accepted so that the authors' command "
-                                      "lines run; unused.")
-    keep_checkpoint_max: int = _field(5, "Maximum number of checkpoints to keep.")
-    keep_hub_module_max: int = _field(1, "Maximum number of exported SavedModels to keep.")
-    temperature: float = _field(0.1, "Temperature parameter for contrastive loss.")
-    hidden_norm: bool = _field(True, "L2-normalise z before the dot products of the "
-                               "contrastive loss (cosine similarity).")
-    proj_head_mode: str = _field("nonlinear", "How the head projection is done.",
+    momentum: float = _optim(0.9, "Momentum parameter.")
+    eval_name: Optional[str] = _eval(None, "Accepted so that the authors' command "
+                                     "lines run; unused.")
+    keep_checkpoint_max: int = _ckpt(5, "Maximum number of checkpoints to keep.")
+    keep_hub_module_max: int = _ckpt(1, "Maximum number of exported SavedModels to keep.")
+    temperature: float = _aug(0.1, "Temperature parameter for contrastive loss.")
+    hidden_norm: bool = _aug(True, "L2-normalise z before the dot products of the "
+                             "contrastive loss (cosine similarity).")
+    proj_head_mode: str = _model("nonlinear", "How the head projection is done.",
                                  rules.PROJ_HEAD_MODES)
-    proj_out_dim: int = _field(128, "Number of head projection dimension.")
-    num_proj_layers: int = _field(3, "Number of non-linear head layers.")
-    ft_proj_selector: int = _field(
+    proj_out_dim: int = _model(128, "Number of head projection dimension.")
+    num_proj_layers: int = _model(3, "Number of non-linear head layers.")
+    ft_proj_selector: int = _model(
         0, "Which layer of the projection head to use during fine-tuning. 0 means no "
         "projection head, and -1 means the final layer.")
-    global_bn: bool = _field(True, "Whether to aggregate BN statistics across "
+    global_bn: bool = _model(True, "Whether to aggregate BN statistics across "
                              "distributed cores.")
-    width_multiplier: float = _field(1, "Multiplier to change width of network.")
-    resnet_depth: int = _field(50, "Depth of ResNet.")
-    sk_ratio: float = _field(0.0, "If it is bigger than 0, it will enable SK. "
+    width_multiplier: float = _model(1, "Multiplier to change width of network.")
+    resnet_depth: int = _model(50, "Depth of ResNet.")
+    sk_ratio: float = _model(0.0, "If it is bigger than 0, it will enable SK. "
                              "Recommendation: 0.0625.")
-    se_ratio: float = _field(0.0, "If it is bigger than 0, it will enable SE.")
-    image_size: int = _field(224, "Input image size.")
-    color_jitter_strength: float = _field(1.0, "The strength of color jittering.")
-    use_blur: bool = _field(True, "Whether or not to use Gaussian blur for augmentation "
-                            "during pretraining.")
+    se_ratio: float = _model(0.0, "If it is bigger than 0, it will enable SE.")
+    image_size: int = _data(224, "Input image size.")
+    color_jitter_strength: float = _aug(1.0, "The strength of color jittering.")
+    use_blur: bool = _aug(True, "Whether or not to use Gaussian blur for augmentation "
+                          "during pretraining.")
 
     # --- Ours ---
-    encoder: str = _field(
+    encoder: str = _model(
         "resnet", "The encoder f: 'resnet' (ResNet v1: --resnet_depth, "
         "--width_multiplier, --sk_ratio, --se_ratio, --stem, or --variant), 'vit_s16' "
         "or 'vit_b16' (ViT-S/16, ViT-B/16; h per --vit_pool; image_size a multiple of "
         "16), or 'hub:<name>' (a keras-hub image backbone; README).")
-    encoder_config: Optional[str] = _field(
+    encoder_config: Optional[str] = _model(
         None, "--encoder=hub:<BackboneClass>: the class's arguments as JSON, e.g. "
         "'{\"stackwise_num_filters\": [64, 128], ...}' (random init); not needed for "
         "hub:<preset directory>.")
-    vit_pool: str = _field(
+    vit_pool: str = _model(
         "token", "ViT encoders: h is the class token ('token', as DINO and MoCo v3) or "
         "the mean of the patch tokens ('mean'), after the final LayerNorm.",
         ("token", "mean"))
-    variant: Optional[str] = _field(
+    variant: Optional[str] = _model(
         None, "Model variant name such as r50_1x_sk0 or r152_3x_sk1; sets resnet_depth, "
         "width_multiplier and sk_ratio (which must then not contradict it).")
-    stem: str = _field(
+    stem: str = _model(
         "auto", "Encoder stem: 'imagenet' (7x7/2 conv + max-pool), 'cifar' (3x3/1 conv, "
         "no pool) or 'auto' = cifar when image_size <= 32 (the authors' rule), logged.",
         ("auto", "imagenet", "cifar"))
-    strategy: str = _field(
+    strategy: str = _hw(
         "auto", "Distribution: 'auto' (tpu with --use_tpu, else mirrored over all GPUs "
         "if more than one, else default), 'default', 'mirrored', 'multiworker' "
         "(TF_CONFIG), 'tpu'.", ("auto", "default", "mirrored", "multiworker", "tpu"))
-    mixed_precision: str = _field(
+    mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",
         ("none", "bfloat16", "float16"))
-    jit_compile: bool = _field(
+    jit_compile: bool = _hw(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
         "and it fails under MirroredStrategy on CPU.")
-    augment_on: str = _field(
+    augment_on: str = _aug(
         "host", "Where pretraining augmentations run: 'host' (tf.data, per image) or "
         "'device' (crop, flip, colour jitter, grayscale batched in the train step; "
         "the host only decodes and resizes). Blur always runs on the device.",
         ("host", "device"))
-    head_learning_rate: Optional[float] = _field(
+    head_learning_rate: Optional[float] = _optim(
         None, "Pretraining: the online linear head's own base learning rate, scaled "
         "by batch size, warmed up and decayed as --learning_rate (the head is outside "
         "LARS' trust scaling, so this is its actual rate). The head reads "
         "stop_gradient(h): the encoder trains exactly as without it. None = "
         "--learning_rate, as the authors' code (e.g. 0.1, the paper's linear-eval "
         "rate, keeps the quick start's online head from diverging; README).")
-    grad_cache_chunk: int = _field(
+    grad_cache_chunk: int = _optim(
         0, "Gradient caching: 0 = off, else process each replica's batch in chunks of "
         "this many images (embeddings first without gradients, then each chunk again "
         "with them): memory of one chunk, loss over the whole batch, BN statistics "
         "per chunk, ~1.33x compute. Must divide the per-replica batch.")
-    log_every_steps: int = _field(
+    log_every_steps: int = _run(
         100, "Steps between TensorBoard scalars (the authors' train/* names, as means "
         "over the interval) and progress lines; one is also written at the last step. "
         "0 = at checkpoints only, as the authors' code.")
-    progress: str = _field(
+    progress: str = _run(
         "auto", "What training shows: 'bar' (one bar for the whole run, redrawn in "
         "place), 'lines' (one plain line per --log_every_steps, for logs and "
         "schedulers), 'none', or 'auto' = bar on a terminal, lines otherwise.",
         ("auto", "bar", "lines", "none"))
-    eval_wait_secs: int = _field(
+    eval_wait_secs: int = _eval(
         0, "With --mode=eval: 0 evaluates the latest checkpoint once; > 0 keeps "
         "evaluating each new checkpoint until none appears for this many seconds.")
-    seed: int = _field(0, "Seed of weights, data order and augmentations.")
-    label_fraction: float = _field(
+    seed: int = _run(0, "Seed of weights, data order and augmentations.")
+    label_fraction: float = _data(
         1.0, "Use a deterministic stratified subset of this fraction of the labelled "
         "training split (e.g. 0.01 or 0.1) for fine-tuning; ids written to model_dir.")
-    final_linear_probe: bool = _field(
+    final_linear_probe: bool = _eval(
         False, "After training, fit an L-BFGS logistic-regression probe on frozen h "
         "(train split) and report its eval-split accuracy next to the same probe on a "
         "randomly initialised encoder.")
-    knn_eval_split: Optional[str] = _field(
+    knn_eval_split: Optional[str] = _eval(
         None, "kNN monitor while pretraining: a labelled split classified by weighted "
         "kNN on h every --knn_eval_every steps (None = off).")
-    knn_bank_split: Optional[str] = _field(
+    knn_bank_split: Optional[str] = _eval(
         None, "Labelled split whose h forms the kNN monitor's bank, eval-preprocessed "
         "(None = --train_split).")
-    knn_eval_every: int = _field(
+    knn_eval_every: int = _eval(
         0, "Steps between kNN evaluations (0 = at every checkpoint).")
-    knn_k: int = _field(200, "Neighbours of the weighted kNN classifier.")
-    knn_temperature: float = _field(
+    knn_k: int = _eval(200, "Neighbours of the weighted kNN classifier.")
+    knn_temperature: float = _eval(
         0.07, "kNN votes are exp(cosine similarity / knn_temperature).")
-    knn_max_bank: int = _field(
+    knn_max_bank: int = _eval(
         10000, "At most this many bank examples (a fixed stratified subset; 0 = all): "
         "bounds the kNN monitor's cost.")
-    knn_max_queries: int = _field(
+    knn_max_queries: int = _eval(
         10000, "At most this many query examples (a fixed stratified subset; 0 = all).")
-    embed_split: Optional[str] = _field(
+    embed_split: Optional[str] = _eval(
         None, "--mode=embed: the split to embed (None = --eval_split); unlabelled "
         "splits and folders work.")
-    embed_output: Optional[str] = _field(
+    embed_output: Optional[str] = _eval(
         None, "--mode=embed: output file, .npz or .parquet (None = "
         "model_dir/embeddings/<split>.npz).")
-    embed_projection: bool = _field(
+    embed_projection: bool = _eval(
         False, "--mode=embed: also write z (the projection head output).")
-    embed_projector_size: int = _field(
+    embed_projector_size: int = _eval(
         1000, "--mode=embed: examples in the TensorBoard projector view with image "
         "sprites, written to model_dir/projector (0 = none).")
-    deterministic: bool = _field(
+    deterministic: bool = _run(
         False, "Bit-exact reproducible training: TensorFlow op determinism "
         "(tf.config.experimental.enable_op_determinism) on top of the fixed seeds and "
         "the restored data position, so a resumed run ends with exactly the weights of "
         "an uninterrupted one. Can be slower.")
-    serving_max_pixels: int = _field(
+    serving_max_pixels: int = _ckpt(
         rules.SERVING_MAX_PIXELS, "Exports: the most pixels (width x height, read from "
         "the header before decoding) of one image sent to serving_default; a larger "
         "one fails with InvalidArgument naming its index in the batch and the limit. "
         "0 = no limit.")
-    skip_corrupt_images: bool = _field(
+    skip_corrupt_images: bool = _data(
         True, "Folder datasets: skip (and count) files that are empty, truncated, "
         "corrupt, not images, or too large to decode, named in a summary line and in "
         "result.json (a body damaged behind a valid header is found while reading, and "
@@ -568,6 +596,13 @@ class Config:
         """The fields of type float (or Optional[float])."""
         return [f.name for f in dataclasses.fields(cls)
                 if f.type is float or f.type == Optional[float]]
+
+    @classmethod
+    def help_groups(cls):
+        """((topic, field names in declaration order), ...) in HELP_GROUPS' order."""
+        fields = dataclasses.fields(cls)
+        return tuple((title, tuple(f.name for f in fields if f.metadata["group"] == title))
+                     for title in HELP_GROUPS)
 
     @classmethod
     def choice_fields(cls):
