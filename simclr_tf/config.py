@@ -9,10 +9,14 @@ arguments (`Config.model_kwargs()` for the model), never the flags.
 import dataclasses
 import functools
 import json
-import math
 from typing import Optional
 
-from simclr_tf import modes, rules, variants
+from simclr_tf import modes, rules, validation, variants
+# Re-exported: callers import these from here.
+from simclr_tf.architecture import (  # noqa: F401
+    ARCHITECTURE_FLAGS, HEAD_FLAGS, RESNET_FLAGS, VARIANT_FLAGS, architecture_mismatches,
+    check_variant_flags)
+from simclr_tf.errors import ConfigError  # noqa: F401
 
 AUTHORS_FLAGS = (
     "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
@@ -27,91 +31,6 @@ AUTHORS_FLAGS = (
     "width_multiplier", "resnet_depth", "sk_ratio", "se_ratio", "image_size",
     "color_jitter_strength", "use_blur",
 )
-
-
-class ConfigError(ValueError):
-    """An invalid flag value or combination; names the flag and the fix."""
-
-    def __init__(self, flag, message):
-        self.flag = flag
-        super().__init__(f"--{flag}: {message}")
-
-    @classmethod
-    def from_rule(cls, flag, error):
-        """The error of a `simclr_tf.rules` check on the value of `--flag`."""
-        message = str(error)
-        if message.startswith(f"{flag} "):
-            message = message[len(flag) + 1:]
-        return cls(flag, message)
-
-
-# The flags that decide a model's variables -> its `Config.model_kwargs()` key: what a
-# checkpoint must agree with (the projection head's only where it has one).
-ARCHITECTURE_FLAGS = dict(
-    encoder="encoder", resnet_depth="depth", width_multiplier="width_multiplier",
-    sk_ratio="sk_ratio", se_ratio="se_ratio", stem="stem", proj_head_mode="proj_head_mode",
-    proj_out_dim="proj_out_dim", num_proj_layers="num_proj_layers")
-HEAD_FLAGS = ("proj_head_mode", "proj_out_dim", "num_proj_layers")
-RESNET_FLAGS = ("resnet_depth", "width_multiplier", "sk_ratio", "se_ratio", "stem")
-
-
-def architecture_mismatches(config, recorded, *, headless_ok=False):
-    """The flags of `config` whose model differs from the `recorded` one.
-
-    Args:
-        config: a Config.
-        recorded: `SimCLRModel` keyword arguments of the model that wrote the weights
-            (`Config.model_kwargs()` of its run, or a released model's inferred ones).
-        headless_ok: a model without projection head (--proj_head_mode=none) may take
-            the weights (the head's are simply not read).
-
-    Returns:
-        `['--resnet_depth=50', ...]`: each differing flag with the recorded value.
-    """
-    ours = config.model_kwargs()
-    flags = dict(ARCHITECTURE_FLAGS)
-    ours.setdefault("encoder", "resnet")
-    recorded = dict(recorded)
-    recorded.setdefault("encoder", "resnet")  # records from before --encoder
-    if ours["encoder"] != "resnet" and recorded["encoder"] == ours["encoder"]:
-        flags = {flag: key for flag, key in flags.items() if flag not in RESNET_FLAGS}
-    if recorded.get("proj_head_mode") != "nonlinear":
-        del flags["num_proj_layers"]  # only a nonlinear head has hidden layers
-    if recorded.get("proj_head_mode") == "none":
-        del flags["proj_out_dim"]
-    if headless_ok and ours["proj_head_mode"] == "none":
-        flags = {flag: key for flag, key in flags.items() if flag not in HEAD_FLAGS}
-    return [f"--{flag}={recorded[key]}" for flag, key in flags.items()
-            if key in recorded and not _same(ours[key], recorded[key])]
-
-
-def _same(a, b):
-    if isinstance(a, str) or isinstance(b, str):
-        return a == b
-    return float(a) == float(b)
-
-
-# The flags a --variant sets -> its `variants.parse_variant` key.
-VARIANT_FLAGS = dict(resnet_depth="depth", width_multiplier="width_multiplier",
-                     sk_ratio="sk_ratio")
-
-
-def check_variant_flags(variant, given):
-    """Raises ConfigError unless `variant` parses and agrees with `given`.
-
-    Args:
-        variant: a --variant name such as 'r50_1x_sk1'.
-        given: {flag: value} of the VARIANT_FLAGS also set (e.g. {'sk_ratio': 0.0}).
-    """
-    try:
-        parsed = variants.parse_variant(variant)
-    except ValueError as error:
-        raise ConfigError("variant", str(error)) from None
-    for flag, value in given.items():
-        if value != parsed[VARIANT_FLAGS[flag]]:
-            raise ConfigError("variant", f"{variant} means --{flag}="
-                              f"{parsed[VARIANT_FLAGS[flag]]}, but --{flag}={value} was "
-                              "also given; drop one.")
 
 
 # --help's topics, in order. A field is declared by its topic's function (`_run`,
@@ -387,141 +306,9 @@ class Config:
 
     # ----------------------------------------------------------- validation
     def validate(self):
-        """Checks every value and combination; returns self or raises ConfigError.
-
-        Only what the flags alone decide is checked here; checks that need the
-        dataset or the strategy (split names, labels, replica count) run in
-        `simclr_tf.preflight` before any model is built.
-        """
-        for name in self.choice_fields():
-            value = getattr(self, name)
-            # --mode: the table now (a mode registered after import is a choice too).
-            choices = tuple(modes.MODES) if name == "mode" else self.field_choices(name)
-            if value not in choices:
-                raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
-        for name in self.float_fields():
-            if getattr(self, name) is None:
-                continue
-            try:
-                rules.check_float32(name, getattr(self, name))
-            except ValueError as error:
-                raise ConfigError.from_rule(name, error) from None
-        _positive = (
-            ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
-            ("train_batch_size", "e.g. 512 or 4096"),
-            ("eval_batch_size", "e.g. 256"),
-            ("image_size", "e.g. 224 (ImageNet) or 32 (CIFAR)"),
-            ("keep_checkpoint_max", "e.g. 5"),
-            ("keep_hub_module_max", "e.g. 1"),
-        )
-        for name, example in _positive:
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
-        _non_negative = ("eval_wait_secs", "warmup_epochs", "train_steps", "eval_steps",
-                         "checkpoint_steps", "train_epochs", "checkpoint_epochs",
-                         "log_every_steps")
-        for name in _non_negative:
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(name, f"must be >= 0; got {value!r}.")
-        if not 0.0 < self.batch_norm_decay < 1.0:
-            raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
-                              f"{self.batch_norm_decay!r}.")
-        self._check_rules()
-        if self.variant is not None:
-            self._check_variant()
-        for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
-                     "embed_projector_size"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0; got {getattr(self, name)!r}.")
-        self._check_combinations()
-        return self
-
-    def _check_combinations(self):
-        """Rules between flags."""
-        mode = modes.get(self.mode)
-        if mode.trains:
-            self._check_training()
-        if self.train_steps == 0 and self.train_epochs == 0 and mode.trains:
-            raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
-                              "them to say how long to train.")
-        if self.checkpoint_steps == 0 and self.checkpoint_epochs == 0:
-            raise ConfigError("checkpoint_epochs", "and --checkpoint_steps are both 0: set "
-                              "one of them (e.g. --checkpoint_epochs=1).")
-        if self.fine_tune_after_block > -1 and self.train_mode == "pretrain":
-            raise ConfigError("fine_tune_after_block", f"is {self.fine_tune_after_block}: "
-                              "freezing layers while pretraining is not supported (the "
-                              "authors' code raises too); drop it (-1) or use "
-                              "--train_mode=finetune.")
-        if self.head_learning_rate is not None:
-            self._check_head_learning_rate()
-        if self.encoder != "resnet" or self.encoder_config is not None:
-            self._check_encoder()
-        if self.label_fraction < 1.0 and self.train_mode != "finetune":
-            raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
-                              "(pretraining uses no labels); drop it or fine-tune.")
-        if mode.needs_model_dir and self.model_dir in (None, ""):
-            raise ConfigError("model_dir", "is required: the directory for checkpoints, "
-                              "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
-        if not mode.needs_model_dir and self.model_dir in (None, "") \
-                and not self.checkpoint:
-            raise ConfigError("model_dir", f"or --checkpoint is required with "
-                              f"--mode={self.mode}: the run to evaluate.")
-        if self.mode == "embed" and self.embed_output and not self.embed_output.endswith(
-                (".npz", ".parquet")):
-            raise ConfigError("embed_output", "must end with .npz or .parquet; got "
-                              f"{self.embed_output!r}.")
-        if self.use_tpu and self.strategy not in ("auto", "tpu"):
-            raise ConfigError("strategy", f"--use_tpu conflicts with --strategy={self.strategy}; "
-                              "drop one of them.")
-        if self.mixed_precision == "float16" and (self.use_tpu or self.strategy == "tpu"):
-            raise ConfigError("mixed_precision", "TPUs do not support float16; use "
-                              "--mixed_precision=bfloat16.")
-        if self.grad_cache_chunk and self.train_mode != "pretrain":
-            raise ConfigError("grad_cache_chunk", "applies to --train_mode=pretrain only "
-                              "(the supervised loss needs no whole-batch coupling).")
-        if self.jit_compile and self.strategy == "mirrored":
-            raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
-                              "TensorFlow 2.21 (XLA cannot reach the other replicas' "
-                              "variables); drop --jit_compile.")
-
-    def _check_encoder(self):
-        name = self.encoder
-        if not name or name == rules.HUB_ENCODER_PREFIX:
-            raise ConfigError("encoder", f"is empty: name an encoder, e.g. resnet, vit_s16 "
-                              f"or {rules.HUB_ENCODER_PREFIX}ResNetBackbone; got {name!r}.")
-        for flag in ("variant", "sk_ratio", "se_ratio"):
-            if name != "resnet" and getattr(self, flag):
-                raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
-                                  f"--encoder={name}.")
-        if self.encoder_config is not None:
-            if not name.startswith(rules.HUB_ENCODER_PREFIX):
-                raise ConfigError("encoder_config", f"applies to --encoder=hub:<class> "
-                                  f"only; drop it with --encoder={name}.")
-            try:
-                parsed = json.loads(self.encoder_config)
-            except ValueError as error:
-                raise ConfigError("encoder_config", f"is not valid JSON ({error}); "
-                                  "pass the backbone's arguments as a JSON object.") from None
-            if not isinstance(parsed, dict):
-                raise ConfigError("encoder_config", "must be a JSON object of the "
-                                  f"backbone's arguments; got {self.encoder_config!r}.")
-        if name.startswith(rules.HUB_ENCODER_PREFIX) and self.fine_tune_after_block not in (
-                -1, rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]):
-            raise ConfigError("fine_tune_after_block", f"{self.fine_tune_after_block}: a "
-                              "keras-hub backbone is one stage: -1 trains it, "
-                              f"{rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]} freezes it.")
-
-    def _check_head_learning_rate(self):
-        if not self.head_learning_rate > 0:
-            raise ConfigError("head_learning_rate", "must be > 0 (e.g. 0.1), or left "
-                              f"unset to use --learning_rate; got {self.head_learning_rate!r}.")
-        if self.train_mode != "pretrain" or not self.lineareval_while_pretraining:
-            raise ConfigError("head_learning_rate", "is the rate of the online linear "
-                              "head of pretraining: it needs --train_mode=pretrain and "
-                              "--lineareval_while_pretraining; drop it (fine-tuning "
-                              "trains everything at --learning_rate).")
+        """Checks every value and combination (`simclr_tf.validation`); returns self
+        or raises ConfigError."""
+        return validation.validate(self)
 
     def head_rate_multiplier(self):
         """--head_learning_rate / --learning_rate (1.0 when unset): both go through
@@ -529,66 +316,6 @@ class Config:
         if self.head_learning_rate is None:
             return 1.0
         return self.head_learning_rate / self.learning_rate
-
-    def _check_training(self):
-        """What only a training run uses: the contrastive batch, the scaled rate."""
-        if self.train_mode == "pretrain":
-            try:
-                rules.check_contrastive_batch_size(self.train_batch_size)
-            except ValueError as error:
-                raise ConfigError.from_rule("train_batch_size", error) from None
-        peak = rules.scaled_learning_rate(self.learning_rate, self.train_batch_size,
-                                          self.learning_rate_scaling)
-        try:
-            rules.check_float32("learning_rate", peak)
-        except ValueError:
-            raise ConfigError("learning_rate", f"{self.learning_rate!r} scaled by "
-                              f"--learning_rate_scaling={self.learning_rate_scaling} for "
-                              f"--train_batch_size={self.train_batch_size} is {peak!r}, "
-                              "beyond float32's range; use a smaller --learning_rate, "
-                              "e.g. 0.3 (linear) or 0.075 (sqrt).") from None
-
-    def _check_rules(self):
-        """The rules the library also applies to its arguments (`simclr_tf.rules`);
-        the per-replica part of grad_cache_chunk's runs in `simclr_tf.preflight`."""
-        checks = (
-            ("resnet_depth", variants.check_depth, (self.resnet_depth,)),
-            ("temperature", rules.check_temperature, (self.temperature,)),
-            ("weight_decay", rules.check_weight_decay, (self.weight_decay,)),
-            ("fine_tune_after_block", rules.check_fine_tune_after_block,
-             (self.fine_tune_after_block,)),
-            ("num_proj_layers", rules.check_num_proj_layers,
-             (self.proj_head_mode, self.num_proj_layers)),
-            ("ft_proj_selector", rules.check_ft_proj_selector,
-             (self.proj_head_mode, self.num_proj_layers, self.ft_proj_selector)),
-            ("grad_cache_chunk", rules.check_grad_cache_chunk, (self.grad_cache_chunk,)),
-            ("momentum", rules.check_momentum, (self.momentum,)),
-            ("width_multiplier", rules.check_width_multiplier, (self.width_multiplier,)),
-            ("sk_ratio", rules.check_ratio, ("sk_ratio", self.sk_ratio)),
-            ("se_ratio", rules.check_ratio, ("se_ratio", self.se_ratio)),
-            ("proj_out_dim", rules.check_proj_out_dim, (self.proj_out_dim,)),
-            ("label_fraction", rules.check_label_fraction, (self.label_fraction,)),
-            ("knn_k", rules.check_knn_k, (self.knn_k,)),
-            ("knn_temperature", rules.check_knn_temperature, (self.knn_temperature,)),
-            ("color_jitter_strength", rules.check_color_jitter_strength,
-             (self.color_jitter_strength,)),
-            ("serving_max_pixels", rules.check_serving_max_pixels,
-             (self.serving_max_pixels,)),
-            ("image_size", rules.check_image_size, (self.image_size, self.resolved_stem)),
-        )
-        for flag, check, arguments in checks:
-            try:
-                check(*arguments)
-            except ValueError as error:
-                raise ConfigError.from_rule(flag, error) from None
-
-    def _check_variant(self):
-        # A default value cannot be told from one given explicitly here; run.py checks
-        # the flags that were given (`check_variant_flags`).
-        defaults = Config()
-        check_variant_flags(self.variant, {
-            flag: getattr(self, flag) for flag in VARIANT_FLAGS
-            if getattr(self, flag) != getattr(defaults, flag)})
 
     # -------------------------------------------------------- construction
     @classmethod
@@ -625,7 +352,7 @@ class Config:
             raise ConfigError(unknown[0], "is not a known setting.")
         config = cls(**values)
         if config.variant is not None:
-            config._check_variant()
+            validation.check_variant(config)
             parsed = variants.parse_variant(config.variant)
             config = dataclasses.replace(
                 config, resnet_depth=parsed["depth"],

@@ -1,0 +1,213 @@
+"""The checks of a Config that the flags alone decide (`Config.validate` runs them):
+each value, then the rules between flags. Checks that need the dataset or the strategy
+(split names, labels, replica count) run in `simclr_tf.preflight`."""
+import json
+import math
+
+from simclr_tf import modes, rules, variants
+from simclr_tf.architecture import VARIANT_FLAGS, check_variant_flags
+from simclr_tf.errors import ConfigError
+
+
+def validate(config):
+    """Checks every value and combination; returns config or raises ConfigError.
+
+    Only what the flags alone decide is checked here; checks that need the
+    dataset or the strategy (split names, labels, replica count) run in
+    `simclr_tf.preflight` before any model is built.
+    """
+    for name in config.choice_fields():
+        value = getattr(config, name)
+        # --mode: the table now (a mode registered after import is a choice too).
+        choices = tuple(modes.MODES) if name == "mode" else config.field_choices(name)
+        if value not in choices:
+            raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
+    for name in config.float_fields():
+        if getattr(config, name) is None:
+            continue
+        try:
+            rules.check_float32(name, getattr(config, name))
+        except ValueError as error:
+            raise ConfigError.from_rule(name, error) from None
+    _positive = (
+        ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
+        ("train_batch_size", "e.g. 512 or 4096"),
+        ("eval_batch_size", "e.g. 256"),
+        ("image_size", "e.g. 224 (ImageNet) or 32 (CIFAR)"),
+        ("keep_checkpoint_max", "e.g. 5"),
+        ("keep_hub_module_max", "e.g. 1"),
+    )
+    for name, example in _positive:
+        value = getattr(config, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
+    _non_negative = ("eval_wait_secs", "warmup_epochs", "train_steps", "eval_steps",
+                     "checkpoint_steps", "train_epochs", "checkpoint_epochs",
+                     "log_every_steps")
+    for name in _non_negative:
+        value = getattr(config, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(name, f"must be >= 0; got {value!r}.")
+    if not 0.0 < config.batch_norm_decay < 1.0:
+        raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
+                          f"{config.batch_norm_decay!r}.")
+    _check_rules(config)
+    if config.variant is not None:
+        check_variant(config)
+    for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
+                 "embed_projector_size"):
+        if getattr(config, name) < 0:
+            raise ConfigError(name, f"must be >= 0; got {getattr(config, name)!r}.")
+    _check_combinations(config)
+    return config
+
+
+def _check_combinations(config):
+    """Rules between flags."""
+    mode = modes.get(config.mode)
+    if mode.trains:
+        _check_training(config)
+    if config.train_steps == 0 and config.train_epochs == 0 and mode.trains:
+        raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
+                          "them to say how long to train.")
+    if config.checkpoint_steps == 0 and config.checkpoint_epochs == 0:
+        raise ConfigError("checkpoint_epochs", "and --checkpoint_steps are both 0: set "
+                          "one of them (e.g. --checkpoint_epochs=1).")
+    if config.fine_tune_after_block > -1 and config.train_mode == "pretrain":
+        raise ConfigError("fine_tune_after_block", f"is {config.fine_tune_after_block}: "
+                          "freezing layers while pretraining is not supported (the "
+                          "authors' code raises too); drop it (-1) or use "
+                          "--train_mode=finetune.")
+    if config.head_learning_rate is not None:
+        _check_head_learning_rate(config)
+    if config.encoder != "resnet" or config.encoder_config is not None:
+        _check_encoder(config)
+    if config.label_fraction < 1.0 and config.train_mode != "finetune":
+        raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
+                          "(pretraining uses no labels); drop it or fine-tune.")
+    if mode.needs_model_dir and config.model_dir in (None, ""):
+        raise ConfigError("model_dir", "is required: the directory for checkpoints, "
+                          "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
+    if not mode.needs_model_dir and config.model_dir in (None, "") \
+            and not config.checkpoint:
+        raise ConfigError("model_dir", f"or --checkpoint is required with "
+                          f"--mode={config.mode}: the run to evaluate.")
+    if config.mode == "embed" and config.embed_output and not config.embed_output.endswith(
+            (".npz", ".parquet")):
+        raise ConfigError("embed_output", "must end with .npz or .parquet; got "
+                          f"{config.embed_output!r}.")
+    if config.use_tpu and config.strategy not in ("auto", "tpu"):
+        raise ConfigError("strategy", f"--use_tpu conflicts with --strategy={config.strategy}; "
+                          "drop one of them.")
+    if config.mixed_precision == "float16" and (config.use_tpu or config.strategy == "tpu"):
+        raise ConfigError("mixed_precision", "TPUs do not support float16; use "
+                          "--mixed_precision=bfloat16.")
+    if config.grad_cache_chunk and config.train_mode != "pretrain":
+        raise ConfigError("grad_cache_chunk", "applies to --train_mode=pretrain only "
+                          "(the supervised loss needs no whole-batch coupling).")
+    if config.jit_compile and config.strategy == "mirrored":
+        raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
+                          "TensorFlow 2.21 (XLA cannot reach the other replicas' "
+                          "variables); drop --jit_compile.")
+
+
+def _check_encoder(config):
+    name = config.encoder
+    if not name or name == rules.HUB_ENCODER_PREFIX:
+        raise ConfigError("encoder", f"is empty: name an encoder, e.g. resnet, vit_s16 "
+                          f"or {rules.HUB_ENCODER_PREFIX}ResNetBackbone; got {name!r}.")
+    for flag in ("variant", "sk_ratio", "se_ratio"):
+        if name != "resnet" and getattr(config, flag):
+            raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
+                              f"--encoder={name}.")
+    if config.encoder_config is not None:
+        if not name.startswith(rules.HUB_ENCODER_PREFIX):
+            raise ConfigError("encoder_config", f"applies to --encoder=hub:<class> "
+                              f"only; drop it with --encoder={name}.")
+        try:
+            parsed = json.loads(config.encoder_config)
+        except ValueError as error:
+            raise ConfigError("encoder_config", f"is not valid JSON ({error}); "
+                              "pass the backbone's arguments as a JSON object.") from None
+        if not isinstance(parsed, dict):
+            raise ConfigError("encoder_config", "must be a JSON object of the "
+                              f"backbone's arguments; got {config.encoder_config!r}.")
+    if name.startswith(rules.HUB_ENCODER_PREFIX) and config.fine_tune_after_block not in (
+            -1, rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]):
+        raise ConfigError("fine_tune_after_block", f"{config.fine_tune_after_block}: a "
+                          "keras-hub backbone is one stage: -1 trains it, "
+                          f"{rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]} freezes it.")
+
+
+def _check_head_learning_rate(config):
+    if not config.head_learning_rate > 0:
+        raise ConfigError("head_learning_rate", "must be > 0 (e.g. 0.1), or left "
+                          f"unset to use --learning_rate; got {config.head_learning_rate!r}.")
+    if config.train_mode != "pretrain" or not config.lineareval_while_pretraining:
+        raise ConfigError("head_learning_rate", "is the rate of the online linear "
+                          "head of pretraining: it needs --train_mode=pretrain and "
+                          "--lineareval_while_pretraining; drop it (fine-tuning "
+                          "trains everything at --learning_rate).")
+
+
+def _check_training(config):
+    """What only a training run uses: the contrastive batch, the scaled rate."""
+    if config.train_mode == "pretrain":
+        try:
+            rules.check_contrastive_batch_size(config.train_batch_size)
+        except ValueError as error:
+            raise ConfigError.from_rule("train_batch_size", error) from None
+    peak = rules.scaled_learning_rate(config.learning_rate, config.train_batch_size,
+                                      config.learning_rate_scaling)
+    try:
+        rules.check_float32("learning_rate", peak)
+    except ValueError:
+        raise ConfigError("learning_rate", f"{config.learning_rate!r} scaled by "
+                          f"--learning_rate_scaling={config.learning_rate_scaling} for "
+                          f"--train_batch_size={config.train_batch_size} is {peak!r}, "
+                          "beyond float32's range; use a smaller --learning_rate, "
+                          "e.g. 0.3 (linear) or 0.075 (sqrt).") from None
+
+
+def _check_rules(config):
+    """The rules the library also applies to its arguments (`simclr_tf.rules`);
+    the per-replica part of grad_cache_chunk's runs in `simclr_tf.preflight`."""
+    checks = (
+        ("resnet_depth", variants.check_depth, (config.resnet_depth,)),
+        ("temperature", rules.check_temperature, (config.temperature,)),
+        ("weight_decay", rules.check_weight_decay, (config.weight_decay,)),
+        ("fine_tune_after_block", rules.check_fine_tune_after_block,
+         (config.fine_tune_after_block,)),
+        ("num_proj_layers", rules.check_num_proj_layers,
+         (config.proj_head_mode, config.num_proj_layers)),
+        ("ft_proj_selector", rules.check_ft_proj_selector,
+         (config.proj_head_mode, config.num_proj_layers, config.ft_proj_selector)),
+        ("grad_cache_chunk", rules.check_grad_cache_chunk, (config.grad_cache_chunk,)),
+        ("momentum", rules.check_momentum, (config.momentum,)),
+        ("width_multiplier", rules.check_width_multiplier, (config.width_multiplier,)),
+        ("sk_ratio", rules.check_ratio, ("sk_ratio", config.sk_ratio)),
+        ("se_ratio", rules.check_ratio, ("se_ratio", config.se_ratio)),
+        ("proj_out_dim", rules.check_proj_out_dim, (config.proj_out_dim,)),
+        ("label_fraction", rules.check_label_fraction, (config.label_fraction,)),
+        ("knn_k", rules.check_knn_k, (config.knn_k,)),
+        ("knn_temperature", rules.check_knn_temperature, (config.knn_temperature,)),
+        ("color_jitter_strength", rules.check_color_jitter_strength,
+         (config.color_jitter_strength,)),
+        ("serving_max_pixels", rules.check_serving_max_pixels,
+         (config.serving_max_pixels,)),
+        ("image_size", rules.check_image_size, (config.image_size, config.resolved_stem)),
+    )
+    for flag, check, arguments in checks:
+        try:
+            check(*arguments)
+        except ValueError as error:
+            raise ConfigError.from_rule(flag, error) from None
+
+
+def check_variant(config):
+    # A default value cannot be told from one given explicitly here; run.py checks
+    # the flags that were given (`check_variant_flags`).
+    defaults = type(config)()
+    check_variant_flags(config.variant, {
+        flag: getattr(config, flag) for flag in VARIANT_FLAGS
+        if getattr(config, flag) != getattr(defaults, flag)})
