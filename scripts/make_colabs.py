@@ -197,7 +197,8 @@ from simclr_tf.models import SimCLRModel
 strategy = tf.distribute.get_strategy()  # or tf.distribute.MirroredStrategy()
 steps_per_epoch, epochs, batch = 10, 2, 64
 with strategy.scope():
-    network = SimCLRModel(depth=18, width_multiplier=0.25, stem="cifar", num_classes=10)
+    network = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.25, stem="cifar"),
+                          num_classes=10)
     network.build((None, 32, 32, 3))
     schedule = schedules.WarmUpAndCosine(1.0, batch_size=batch, warmup_steps=4,
                                          total_steps=steps_per_epoch * epochs)

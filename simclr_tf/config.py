@@ -11,11 +11,10 @@ import functools
 import json
 from typing import Optional
 
-from simclr_tf import modes, rules, validation, variants
+from simclr_tf import architecture, modes, rules, validation, variants
 # Re-exported: callers import these from here.
 from simclr_tf.architecture import (  # noqa: F401
-    ARCHITECTURE_FLAGS, HEAD_FLAGS, RESNET_FLAGS, VARIANT_FLAGS, architecture_mismatches,
-    check_variant_flags)
+    ARCHITECTURE_FLAGS, VARIANT_FLAGS, architecture_mismatches, check_variant_flags)
 from simclr_tf.errors import ConfigError  # noqa: F401
 
 AUTHORS_FLAGS = (
@@ -278,31 +277,37 @@ class Config:
         return rules.resolve_stem(self.stem, self.image_size)
 
     def model_kwargs(self, num_classes=None):
-        """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run.
+        """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run: the
+        encoder's options are the flags its row of `architecture.ENCODERS` names.
 
         Args:
             num_classes: classes of the supervised head, or None for none.
         """
         has_head = num_classes is not None and (
             self.train_mode == "finetune" or self.lineareval_while_pretraining)
-        width = self.width_multiplier
-        extra = {}
-        if self.encoder != "resnet":
-            options = dict(vit_pool=self.vit_pool)
-            if self.encoder.startswith(rules.HUB_ENCODER_PREFIX):
-                options["hub_config"] = json.loads(self.encoder_config or "{}")
-            extra = dict(encoder=self.encoder, encoder_options=options)
+        spec = architecture.encoder_spec(self.encoder)
+        options = {option: self.encoder_option(flag)
+                   for flag, option in (spec.flags.items() if spec else ())}
         return dict(
-            **extra,
-            depth=self.resnet_depth,
-            width_multiplier=int(width) if float(width).is_integer() else width,
-            sk_ratio=self.sk_ratio, se_ratio=self.se_ratio, stem=self.resolved_stem,
+            encoder=self.encoder, encoder_options=options,
             proj_head_mode=self.proj_head_mode, num_proj_layers=self.num_proj_layers,
             proj_out_dim=self.proj_out_dim, ft_proj_selector=self.ft_proj_selector,
             num_classes=num_classes if has_head else None,
             supervised_head_stop_gradient=self.train_mode == "pretrain",
             zero_init_logits_layer=self.zero_init_logits_layer,
             batch_norm_decay=self.batch_norm_decay, global_bn=self.global_bn)
+
+    def encoder_option(self, flag):
+        """The value an encoder receives for `flag`: --stem resolved, a whole
+        --width_multiplier as an int (the reference's type), --encoder_config parsed."""
+        if flag == "stem":
+            return self.resolved_stem
+        if flag == "width_multiplier":
+            width = self.width_multiplier
+            return int(width) if float(width).is_integer() else width
+        if flag == "encoder_config":
+            return json.loads(self.encoder_config or "{}")
+        return getattr(self, flag)
 
     # ----------------------------------------------------------- validation
     def validate(self):

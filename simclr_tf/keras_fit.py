@@ -38,7 +38,8 @@ class SimCLR(keras.Model):
 
     Example:
         with strategy.scope():
-            network = SimCLRModel(depth=18, stem="cifar", num_classes=10)
+            network = SimCLRModel(encoder_options=dict(depth=18, stem="cifar"),
+                                  num_classes=10)
             network.build((None, 32, 32, 3))
             optimizer, decay = optimizers.build_optimization(
                 "lars", schedule, weight_decay=1e-6, model=network)

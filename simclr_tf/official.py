@@ -255,8 +255,9 @@ def infer_official_config(shapes):
 
     expansion = 4 if kind == "bottleneck" else 1
     h_dim = group_widths[3] * expansion
-    config = dict(depth=depth, width_multiplier=width, sk_ratio=sk_ratio,
-                  se_ratio=se_ratio, stem=stem, proj_head_mode=facts["head_mode"],
+    config = dict(encoder="resnet", encoder_options=dict(
+                      depth=depth, width_multiplier=width, sk_ratio=sk_ratio,
+                      se_ratio=se_ratio, stem=stem), proj_head_mode=facts["head_mode"],
                   num_proj_layers=facts["head_layers"] or 3, proj_out_dim=128,
                   ft_proj_selector=0, num_classes=None)
     if facts["head_layers"]:

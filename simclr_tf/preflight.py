@@ -11,7 +11,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, modes, official, rules
+from simclr_tf import architecture, checkpoints, modes, official, rules
 from simclr_tf.config import Config, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
 from simclr_tf.models import encoders, hub
@@ -89,7 +89,7 @@ def _check_encoder(config):
     if name not in encoders.ENCODERS:
         raise ConfigError("encoder", f"must be one of {', '.join(encoders.ENCODERS)} or "
                           f"{rules.HUB_ENCODER_PREFIX}<backbone>; got {name!r}.")
-    options = config.model_kwargs().get("encoder_options", {})
+    options = config.model_kwargs()["encoder_options"]
     patch = getattr(encoders.build_encoder(name, **options), "patch_size", None)
     if patch and config.image_size % patch:
         size = config.image_size
@@ -113,7 +113,9 @@ def _check_training(config, strategy, source):
         raise ConfigError.from_rule("grad_cache_chunk", f"{error} (--train_batch_size="
                                     f"{config.train_batch_size} over {replicas} replicas)"
                                     ) from None
-    if (config.train_mode == "finetune" and per_replica % 2 and config.sk_ratio == 0
+    spec = architecture.encoder_spec(config.encoder)
+    if (config.train_mode == "finetune" and per_replica % 2 and spec is not None
+            and spec.odd_batch_onednn_crash(config.model_kwargs()["encoder_options"])
             and _onednn_cpu_training(strategy)):
         raise ConfigError(
             "train_batch_size", f"gives {per_replica} images per replica; an odd "

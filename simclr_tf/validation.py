@@ -4,7 +4,7 @@ each value, then the rules between flags. Checks that need the dataset or the st
 import json
 import math
 
-from simclr_tf import modes, rules, variants
+from simclr_tf import architecture, modes, rules, variants
 from simclr_tf.architecture import VARIANT_FLAGS, check_variant_flags
 from simclr_tf.errors import ConfigError
 
@@ -80,8 +80,7 @@ def _check_combinations(config):
                           "--train_mode=finetune.")
     if config.head_learning_rate is not None:
         _check_head_learning_rate(config)
-    if config.encoder != "resnet" or config.encoder_config is not None:
-        _check_encoder(config)
+    _check_encoder(config)
     if config.label_fraction < 1.0 and config.train_mode != "finetune":
         raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                           "(pretraining uses no labels); drop it or fine-tune.")
@@ -112,18 +111,20 @@ def _check_combinations(config):
 
 
 def _check_encoder(config):
+    """--encoder is named, the flags exclusive to other encoders are not given, and
+    its rules hold (all from `architecture.ENCODERS`: no branch on names here)."""
     name = config.encoder
     if not name or name == rules.HUB_ENCODER_PREFIX:
         raise ConfigError("encoder", f"is empty: name an encoder, e.g. resnet, vit_s16 "
                           f"or {rules.HUB_ENCODER_PREFIX}ResNetBackbone; got {name!r}.")
-    for flag in ("variant", "sk_ratio", "se_ratio"):
-        if name != "resnet" and getattr(config, flag):
-            raise ConfigError(flag, f"applies to --encoder=resnet only; drop it with "
-                              f"--encoder={name}.")
+    spec = architecture.encoder_spec(name)
+    defaults = type(config)()
+    for flag, owners in architecture.exclusive_owners().items():
+        if (spec is None or flag not in spec.exclusive_flags) \
+                and getattr(config, flag) != getattr(defaults, flag):
+            raise ConfigError(flag, f"applies to --encoder={' / '.join(owners)} only; "
+                              f"drop it with --encoder={name}.")
     if config.encoder_config is not None:
-        if not name.startswith(rules.HUB_ENCODER_PREFIX):
-            raise ConfigError("encoder_config", f"applies to --encoder=hub:<class> "
-                              f"only; drop it with --encoder={name}.")
         try:
             parsed = json.loads(config.encoder_config)
         except ValueError as error:
@@ -132,11 +133,10 @@ def _check_encoder(config):
         if not isinstance(parsed, dict):
             raise ConfigError("encoder_config", "must be a JSON object of the "
                               f"backbone's arguments; got {config.encoder_config!r}.")
-    if name.startswith(rules.HUB_ENCODER_PREFIX) and config.fine_tune_after_block not in (
-            -1, rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]):
-        raise ConfigError("fine_tune_after_block", f"{config.fine_tune_after_block}: a "
-                          "keras-hub backbone is one stage: -1 trains it, "
-                          f"{rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]} freezes it.")
+    if spec is not None and spec.fine_tune_after_block is not None \
+            and config.fine_tune_after_block not in spec.fine_tune_after_block:
+        raise ConfigError("fine_tune_after_block", f"{config.fine_tune_after_block}: "
+                          f"{spec.fine_tune_reason}.")
 
 
 def _check_head_learning_rate(config):

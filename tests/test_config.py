@@ -174,11 +174,15 @@ def test_json_round_trip_and_resolved_values():
 
 
 def test_encoder_reaches_the_model_kwargs():
-    assert "encoder" not in Config().model_kwargs()  # ResNet: the arguments of before
+    # Each encoder receives exactly the flags its row of architecture.ENCODERS names.
+    resnet = Config(image_size=32, width_multiplier=2.0, vit_pool="mean").model_kwargs()
+    assert resnet["encoder"] == "resnet" and resnet["encoder_options"] == dict(
+        depth=50, width_multiplier=2, sk_ratio=0.0, se_ratio=0.0, stem="cifar")
+    assert type(resnet["encoder_options"]["width_multiplier"]) is int
     vit = Config(encoder="vit_s16", vit_pool="mean").model_kwargs()
-    assert vit["encoder"] == "vit_s16" and vit["encoder_options"]["vit_pool"] == "mean"
+    assert vit["encoder"] == "vit_s16" and vit["encoder_options"] == dict(vit_pool="mean")
     hub = Config(encoder="hub:ResNetBackbone", encoder_config='{"a": [1, 2]}').model_kwargs()
-    assert hub["encoder_options"]["hub_config"] == {"a": [1, 2]}
+    assert hub["encoder_options"] == dict(hub_config={"a": [1, 2]}, vit_pool="token")
 
 
 def test_head_rate_multiplier():
@@ -188,7 +192,7 @@ def test_head_rate_multiplier():
 
 def test_model_kwargs_follow_the_train_mode():
     pretrain = Config(image_size=32).model_kwargs(num_classes=10)
-    assert pretrain["stem"] == "cifar" and pretrain["supervised_head_stop_gradient"]
+    assert pretrain["encoder_options"]["stem"] == "cifar" and pretrain["supervised_head_stop_gradient"]
     assert pretrain["num_classes"] == 10
     assert Config(lineareval_while_pretraining=False).model_kwargs(10)["num_classes"] is None
     finetune = Config(train_mode="finetune").model_kwargs(num_classes=5)

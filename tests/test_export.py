@@ -36,7 +36,8 @@ RTOL = 1e-5
 
 def _small_model():
     keras.utils.set_random_seed(0)
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=10)
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                        num_classes=10)
     model.build((None, IMAGE_SIZE, IMAGE_SIZE, 3))
     # Fresh BN layers are the identity in inference (and half of them start with
     # gamma = 0): random statistics make the inference / training modes differ.
@@ -346,7 +347,7 @@ def test_center_crop_follows_the_training_recipe():
     """Above 32 px the signatures centre-crop, as eval preprocessing does."""
     size = 40
     assert augment.eval_center_crop_enabled(size)
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar",
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
                         num_classes=None)
     module, signatures = export.create_serving_module(model, image_size=size)
     images = np.random.default_rng(2).uniform(size=(2, 56, 64, 3)).astype(np.float32)

@@ -9,8 +9,8 @@ from simclr_tf.models import SimCLRModel
 
 def _model():
     keras.utils.set_random_seed(3)
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=10,
-                        num_proj_layers=2, proj_out_dim=16,
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                        num_classes=10, num_proj_layers=2, proj_out_dim=16,
                         supervised_head_stop_gradient=False)
     model.build((None, 16, 16, 3))
     return model

@@ -66,7 +66,7 @@ def test_knn_config_flags_are_validated():
 def _tiny_model(strategy):
     keras.utils.set_random_seed(3)
     with strategy.scope():
-        model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar",
+        model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
                             num_proj_layers=2, proj_out_dim=16)
         model.build((None, 16, 16, 3))
     return model

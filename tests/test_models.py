@@ -87,7 +87,8 @@ def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, path,
     released R50 models (plain and with selective kernels + ResNet-D; their variable
     lists in tests/data)."""
     reference = _reference_shapes(path, "resnet/")
-    model = SimCLRModel(depth=50, sk_ratio=sk_ratio, num_classes=1000)
+    model = SimCLRModel(encoder_options=dict(depth=50, sk_ratio=sk_ratio),
+                        num_classes=1000)
     model.build((None, 64, 64, 3))
     ours = [tuple(v.shape) for v in model.encoder.trainable_weights]
     assert ours == [shape for _, shape in reference]
@@ -144,7 +145,8 @@ def test_fixed_padding_conv_matches_explicit_numpy_padding():
 
 @pytest.mark.large  # 4 s
 def test_initialisation_follows_the_reference():
-    model = SimCLRModel(depth=50, width_multiplier=1, num_classes=10)
+    model = SimCLRModel(encoder_options=dict(depth=50, width_multiplier=1),
+                        num_classes=10)
     model.build((None, 32, 32, 3))
     block = model.encoder.block_groups[2].blocks[1]
     kernel = block.conv2.conv.kernel.numpy()  # 3x3x256x256, fan-in 2304
@@ -204,8 +206,8 @@ def test_projection_head_rejects_out_of_range_selector():
 def test_supervised_head_sees_stop_gradient_h_while_pretraining():
     x = np.random.default_rng(0).uniform(size=(4, 32, 32, 3)).astype("float32")
     for stop, expect_encoder_grads in ((True, False), (False, True)):
-        model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=5,
-                            supervised_head_stop_gradient=stop)
+        model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                            num_classes=5, supervised_head_stop_gradient=stop)
         model.build((None, 32, 32, 3))
         _randomise(model)
         with tf.GradientTape() as tape:
@@ -220,15 +222,16 @@ def test_supervised_head_sees_stop_gradient_h_while_pretraining():
 
 
 def test_zero_init_logits_layer():
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=3,
-                        zero_init_logits_layer=True)
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                        num_classes=3, zero_init_logits_layer=True)
     out = model(np.ones((2, 32, 32, 3), "float32"))
     np.testing.assert_array_equal(out["logits_sup"], 0)
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(depth=18, width_multiplier=0.25, stem="cifar", num_classes=10),
-    pytest.param(dict(depth=50, width_multiplier=0.125, sk_ratio=0.0625, se_ratio=0.25,
+    dict(encoder_options=dict(depth=18, width_multiplier=0.25, stem="cifar"), num_classes=10),
+    pytest.param(dict(encoder_options=dict(depth=50, width_multiplier=0.125, sk_ratio=0.0625,
+                                           se_ratio=0.25),
                       proj_head_mode="linear", ft_proj_selector=-1, num_classes=7),
                  marks=pytest.mark.large),  # 22 s
 ])
@@ -253,8 +256,8 @@ def test_config_round_trip_and_keras_file_give_identical_outputs(kwargs, tmp_pat
 
 @pytest.mark.parametrize("after_block, frozen_groups", [(-1, 0), (0, 0), (2, 2), (4, 4)])
 def test_freeze_for_finetuning_freezes_weights_and_bn_statistics(after_block, frozen_groups):
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=3,
-                        supervised_head_stop_gradient=False)
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                        num_classes=3, supervised_head_stop_gradient=False)
     model.build((None, 32, 32, 3))
     _randomise(model)
     frozen = freeze_for_finetuning(model, after_block)
@@ -280,7 +283,7 @@ def test_freeze_for_finetuning_freezes_weights_and_bn_statistics(after_block, fr
 
 
 def test_freeze_rejects_unknown_block():
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar")
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"))
     with pytest.raises(ValueError, match="fine_tune_after_block"):
         freeze_for_finetuning(model, 5)
 
@@ -308,11 +311,40 @@ def test_resnet_rejects_bad_arguments(kwargs, match):
 
 
 def test_mixed_precision_keeps_outputs_float32():
-    model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar", num_classes=3,
-                        dtype="mixed_bfloat16")
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                        num_classes=3, dtype="mixed_bfloat16")
     out = model(np.ones((2, 32, 32, 3), "float32"), training=True)
     assert out["block_group4"].dtype == tf.bfloat16
     for key in ("final_avg_pool", "proj_head_output", "logits_sup"):
         assert out[key].dtype == tf.float32
     bn = model.encoder.block_groups[0].blocks[0].bn1.bn
     assert bn.moving_mean.dtype == "float32"
+
+
+def test_model_takes_encoder_options_only_and_old_configs_still_load():
+    with pytest.raises(ValueError, match=r"depth, stem: options of the ResNet encoder, "
+                       r"given in encoder_options .*Received: depth=18, stem='cifar'"):
+        SimCLRModel(depth=18, stem="cifar")
+    with pytest.raises(ValueError, match="encoder_options of 'resnet' take depth, se_ratio, "
+                       "sk_ratio, stem, width_multiplier. Received: dpth=18"):
+        SimCLRModel(encoder_options=dict(dpth=18))
+    # A config saved before encoder_options (ResNet's arguments at the top, no
+    # 'encoder'), and a ViT one of then (the ResNet arguments it ignored).
+    old = dict(name="simclr", depth=18, width_multiplier=0.125, sk_ratio=0.0, se_ratio=0.0,
+               stem="cifar", proj_head_mode="nonlinear", num_proj_layers=2,
+               proj_out_dim=16, ft_proj_selector=0, num_classes=3,
+               supervised_head_stop_gradient=True, zero_init_logits_layer=False,
+               batch_norm_decay=0.9, global_bn=True)
+    model = SimCLRModel.from_config(old)
+    assert model.get_config()["encoder_options"] == dict(
+        depth=18, width_multiplier=0.125, sk_ratio=0.0, se_ratio=0.0, stem="cifar")
+    assert model.encoder.get_config()["depth"] == 18 and model.encoder.stem.stem == "cifar"
+    vit_model = SimCLRModel.from_config(dict(old, encoder="vit_s16",
+                                             encoder_options=dict(vit_pool="mean")))
+    assert vit_model.get_config()["encoder_options"] == dict(vit_pool="mean")
+
+
+def test_the_flags_encoder_table_names_the_models_encoders():
+    from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import encoders  # pylint: disable=import-outside-toplevel
+    assert set(architecture.ENCODERS) == set(encoders.ENCODERS)

@@ -1,6 +1,7 @@
 """Import of the authors' released models: parity with the authors' outputs on the
 released R50 (with $SIMCLR_TF_RELEASED_R50), the authors' variable lists (tests/data),
 round trips through the authors' layout, strictness, and the conversion script."""
+import inspect
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import tensorflow as tf
 from helpers import official_fixtures as fx
 from helpers import official_layout
 from simclr_tf import checkpoints, official
-from simclr_tf.models import SimCLRModel, layers as model_layers
+from simclr_tf.models import ResNet, SimCLRModel, layers as model_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "scripts", "convert_official_checkpoint.py")
@@ -52,8 +53,9 @@ def test_reference_is_recognised_and_its_architecture_inferred(released_r50):
     assert official.is_official_savedmodel(os.path.join(released_r50, "variables"))
     info = official.inspect_official(released_r50)
     assert info.num_variables == 281
-    assert info.config == dict(depth=50, width_multiplier=1, sk_ratio=0.0, se_ratio=0.0,
-                               stem="imagenet", proj_head_mode="nonlinear",
+    assert info.config == dict(encoder="resnet", encoder_options=dict(
+                                   depth=50, width_multiplier=1, sk_ratio=0.0,
+                                   se_ratio=0.0, stem="imagenet"), proj_head_mode="nonlinear",
                                num_proj_layers=3, proj_out_dim=128, ft_proj_selector=0,
                                num_classes=1000)
     assert not info.ft_proj_selector_inferred  # h and hidden layers are both 2048-d
@@ -84,7 +86,8 @@ def test_authors_variable_lists_map_onto_our_model(tsv, sk_ratio, fast_init):
     the authors' layout gets exactly their names and shapes (selective kernels too)."""
     shapes = fx.read_tsv(tsv)
     config, _ = official.infer_official_config(shapes)
-    assert (config["depth"], config["width_multiplier"], config["sk_ratio"]) == \
+    options = config["encoder_options"]
+    assert (options["depth"], options["width_multiplier"], options["sk_ratio"]) == \
         (50, 1, sk_ratio)
     model = SimCLRModel(**config)
     model.build((None, None, None, 3))
@@ -113,13 +116,16 @@ def test_reference_round_trips_through_the_authors_layout(reference_model, relea
 
 
 ROUND_TRIPS = {
-    "sk_se": dict(depth=50, width_multiplier=0.25, sk_ratio=0.0625, se_ratio=0.25,
-                  num_classes=10),
-    "se_linear_head": dict(depth=18, width_multiplier=0.25, se_ratio=0.25,
+    "sk_se": dict(encoder_options=dict(depth=50, width_multiplier=0.25, sk_ratio=0.0625,
+                                       se_ratio=0.25), num_classes=10),
+    "se_linear_head": dict(encoder_options=dict(depth=18, width_multiplier=0.25,
+                                                se_ratio=0.25),
                            proj_head_mode="linear", proj_out_dim=32, ft_proj_selector=-1,
                            num_classes=5),
-    "wide_no_heads": dict(depth=18, width_multiplier=2, proj_head_mode="none"),
-    "v1_head_cifar_stem": dict(depth=18, width_multiplier=0.5, stem="cifar",
+    "wide_no_heads": dict(encoder_options=dict(depth=18, width_multiplier=2),
+                          proj_head_mode="none"),
+    "v1_head_cifar_stem": dict(encoder_options=dict(depth=18, width_multiplier=0.5,
+                                                    stem="cifar"),
                                num_proj_layers=2, proj_out_dim=64, num_classes=3),
 }
 
@@ -150,6 +156,12 @@ def test_round_trip_our_model_to_the_authors_layout_and_back(name, tmp_path):
     assert official.is_official_savedmodel(tmp_path)
     info = official.inspect_official(tmp_path)
     expected_config = dict(SimCLRModel(**kwargs).get_config())
+    # ResNet's defaults for the options the model was not given.
+    defaults = {name: parameter.default for name, parameter in
+                inspect.signature(ResNet).parameters.items()}
+    expected_config["encoder_options"] = {
+        option: kwargs["encoder_options"].get(option, defaults[option])
+        for option in info.config["encoder_options"]}
     for key, value in info.config.items():
         if key == "num_proj_layers" and kwargs.get("proj_head_mode") in ("none", "linear"):
             continue  # meaningless for these heads
@@ -163,7 +175,8 @@ def test_round_trip_our_model_to_the_authors_layout_and_back(name, tmp_path):
 def small_official(tmp_path_factory):
     """A small model in the authors' layout and the model it came from."""
     return fx.write_small_official(tmp_path_factory.mktemp("small_official"), seed=1,
-                                   depth=18, width_multiplier=0.125, se_ratio=0.25,
+                                   encoder_options=dict(depth=18, width_multiplier=0.125,
+                                                        se_ratio=0.25),
                                    num_classes=4)
 
 
@@ -216,11 +229,13 @@ def test_unknown_variable_is_named(small_official, tmp_path):
 @pytest.mark.large  # 4 s
 def test_wrong_architecture_or_shape_fails_loudly(small_official, tmp_path):
     path, model = small_official
-    wrong = SimCLRModel(depth=18, width_multiplier=0.25, se_ratio=0.25, num_classes=4)
+    wrong = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.25, se_ratio=0.25),
+                        num_classes=4)
     wrong.build((None, None, None, 3))
     with pytest.raises(ValueError, match="shape mismatches"):
         official.load_official_weights(wrong, path)
-    no_se = SimCLRModel(depth=18, width_multiplier=0.125, num_classes=4)
+    no_se = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125),
+                        num_classes=4)
     no_se.build((None, None, None, 3))
     with pytest.raises(ValueError, match="left over"):
         official.load_official_weights(no_se, path)

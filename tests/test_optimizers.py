@@ -319,7 +319,8 @@ def test_structural_exclusions_are_the_references_for_every_resnet(depth):
         cases += [dict(num_classes=None), dict(proj_head_mode="linear", num_classes=10),
                   dict(proj_head_mode="none", num_classes=10)]
     for kwargs in cases:
-        model = SimCLRModel(depth=depth, width_multiplier=0.25, stem="cifar", **kwargs)
+        model = SimCLRModel(encoder_options=dict(depth=depth, width_multiplier=0.25, stem="cifar"),
+                            **kwargs)
         model.build((None, 8, 8, 3))
         got = {id(v) for v in optimizers.no_decay_variables(model)}
         assert got == _reference_exclusions(model), (depth, kwargs)

@@ -16,7 +16,7 @@ SPLIT = "test[:50]"  # batches of 8 leave a last batch of 2; of 7, uneven replic
 def _model(strategy, num_classes=10):
     keras.utils.set_random_seed(4)
     with strategy.scope():
-        model = SimCLRModel(depth=18, width_multiplier=0.125, stem="cifar",
+        model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
                             num_proj_layers=2, proj_out_dim=16, num_classes=num_classes)
         model.build((None, 16, 16, 3))
     if num_classes:

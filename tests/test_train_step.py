@@ -137,7 +137,7 @@ def test_real_model_two_replicas_match_one():
     models = pytest.importorskip("simclr_tf.models")
 
     def model_fn():
-        model = models.SimCLRModel(depth=18, width_multiplier=0.25, stem="cifar",
+        model = models.SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.25, stem="cifar"),
                                    num_proj_layers=2, proj_out_dim=16, num_classes=5)
         model(tf.zeros([2, 16, 16, 3]))
         return model

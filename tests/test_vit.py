@@ -51,11 +51,14 @@ def test_preset_parameter_counts_equal_the_closed_form(name, expected):
     assert encoder.output_dim == preset["hidden_dim"]
 
 
-def test_builders_ignore_resnet_options_and_read_vit_pool():
-    encoder = encoders.build_encoder("vit_b16", depth=50, width_multiplier=2, stem="cifar")
+def test_builders_read_their_own_options_and_name_the_others():
+    encoder = encoders.build_encoder("vit_b16", batch_norm_decay=0.99, global_bn=False)
     assert (encoder.depth, encoder.hidden_dim, encoder.num_heads, encoder.pool) == (
         12, 768, 12, "token")
     assert encoders.build_encoder("vit_s16", vit_pool="mean").pool == "mean"
+    with pytest.raises(ValueError, match=r"encoder_options of 'vit_b16' take vit_pool\. "
+                       r"Received: depth=50, stem='cifar'"):
+        encoders.build_encoder("vit_b16", depth=50, stem="cifar")
 
 
 @pytest.mark.parametrize("pool", ["token", "mean"])

@@ -20,50 +20,67 @@ An encoder is a `keras.layers.Layer` that
 `build_encoder(name, **options)` makes one from the table below; `SimCLRModel`
 calls it for `encoder='resnet'` etc. and also takes an encoder layer directly.
 """
-from simclr_tf import rules
+from simclr_tf import architecture, rules
 from simclr_tf.models import vit
 from simclr_tf.models.resnet import ResNet
 
-# Options every builder receives (each takes what it needs).
-RESNET_OPTIONS = ("depth", "width_multiplier", "sk_ratio", "se_ratio", "stem",
-                  "batch_norm_decay", "global_bn")
-
 
 def _resnet(options, dtype):
-    return ResNet(**{k: options[k] for k in RESNET_OPTIONS if k in options}, dtype=dtype,
-                  name="resnet")
+    return ResNet(**options, dtype=dtype, name="resnet")
 
 
 def _vit(preset):
-    """The builder of a ViT preset; of the options it reads only 'vit_pool' ('token'
-    unless given), and ignores the ResNet ones every builder receives."""
+    """The builder of a ViT preset: reads 'vit_pool' ('token' unless given); ViT has
+    no batch norm, so the model-wide BN options are not its."""
     def build(options, dtype):
         return vit.ViT(**vit.PRESETS[preset], pool=options.get("vit_pool", "token"),
                        dtype=dtype, name="vit")
     return build
 
 
+# name -> builder(options, dtype). The flags' view of each (which flags it reads, its
+# rules) is its row of `simclr_tf.architecture.ENCODERS`, TF-free.
 ENCODERS = {
     "resnet": _resnet,
     **{preset: _vit(preset) for preset in vit.PRESETS},  # vit_s16, vit_b16
 }
 
+# What `SimCLRModel` gives every builder besides the encoder's own options: the
+# batch-norm settings it shares with the projection head.
+MODEL_OPTIONS = ("batch_norm_decay", "global_bn")
 
-def register_encoder(name, builder):
-    """Adds `builder(options: dict, dtype) -> encoder layer` under `name`."""
+
+def register_encoder(name, builder, spec=None):
+    """Adds an encoder: `builder(options: dict, dtype) -> encoder layer` under `name`,
+    and the flags' view of it (`architecture.EncoderSpec`: the flags it reads, its
+    rules; default: it reads none), so that `--encoder=name` validates and runs."""
     ENCODERS[name] = builder
+    architecture.register_encoder_spec(name, spec or architecture.EncoderSpec(flags={}))
 
 
-def build_encoder(name, dtype=None, **options):
-    """The encoder called `name` (see `ENCODERS`), given the model's options.
+def build_encoder(name, dtype=None, *, batch_norm_decay=0.9, global_bn=True, **options):
+    """The encoder called `name` (see `ENCODERS`).
 
     Args:
         name: a key of `ENCODERS`, or 'hub:<preset directory, preset name or
             backbone class>' (`simclr_tf.models.hub`, keras-hub installed).
         dtype: the dtype policy of the model.
-        **options: the encoder options of `SimCLRModel` (ResNet's depth, width,
-            ...); a builder ignores those it does not use.
+        batch_norm_decay, global_bn: the model's batch-norm settings (an encoder
+            without batch norm ignores them).
+        **options: the encoder's own options (`SimCLRModel(encoder_options=...)`),
+            e.g. ResNet's depth, width_multiplier, sk_ratio, se_ratio, stem.
+
+    Raises:
+        ValueError: an unknown name, or an option the encoder does not take.
     """
+    spec = architecture.encoder_spec(name)
+    if spec is not None and spec.flags:
+        unknown = sorted(set(options) - set(spec.flags.values()))
+        if unknown:
+            raise ValueError(
+                f"encoder_options of {name!r} take {', '.join(sorted(spec.flags.values()))}. "
+                f"Received: {', '.join(f'{key}={options[key]!r}' for key in unknown)}")
+    options = dict(options, batch_norm_decay=batch_norm_decay, global_bn=global_bn)
     if name.startswith(rules.HUB_ENCODER_PREFIX) and name not in ENCODERS:
         from simclr_tf.models import hub  # pylint: disable=import-outside-toplevel
         return hub.build(name[len(rules.HUB_ENCODER_PREFIX):], options, dtype)

@@ -2,13 +2,11 @@
 import keras
 from keras import ops
 
-from simclr_tf import rules
+from simclr_tf import architecture
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
 from simclr_tf.models.layers import PACKAGE, build_by_tracing
 from simclr_tf.models.outputs import H, LOGITS, Z
 from simclr_tf.models import encoders
-
-FINE_TUNE_AFTER_BLOCK_CHOICES = rules.FINE_TUNE_AFTER_BLOCK_CHOICES
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -22,12 +20,13 @@ class SimCLRModel(keras.Model):
 
     Args:
         encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
-            default, built from the arguments below; 'vit_s16', 'vit_b16') or an
-            encoder layer (see `simclr_tf.models.encoders` for what one provides),
-            e.g. `ViT(**vit.PRESETS['vit_s16'], pool='mean')`.
-        encoder_options: options of a named encoder beyond ResNet's arguments
-            (e.g. {'vit_pool': 'mean'}).
-        depth, width_multiplier, sk_ratio, se_ratio, stem: the ResNet encoder.
+            default; 'vit_s16', 'vit_b16'; 'hub:<...>' with keras-hub) built with
+            `encoder_options`, or an encoder layer (see `simclr_tf.models.encoders`
+            for what one provides), e.g. `ViT(**vit.PRESETS['vit_s16'], pool='mean')`.
+        encoder_options: the named encoder's own options, e.g. ResNet's
+            {'depth': 18, 'width_multiplier': 1, 'sk_ratio': 0.0, 'se_ratio': 0.0,
+            'stem': 'cifar'} (its defaults for those not given: ResNet-50, the
+            ImageNet stem) or {'vit_pool': 'mean'}.
         proj_head_mode, num_proj_layers, proj_out_dim, ft_proj_selector: the
             projection head (`ProjectionHead`).
         num_classes: classes of the supervised head; None for no supervised head.
@@ -39,13 +38,13 @@ class SimCLRModel(keras.Model):
         global_bn: cross-replica BN in the encoder and the projection head.
 
     Example:
-    >>> model = SimCLRModel(depth=18, stem="cifar", num_classes=10)
+    >>> model = SimCLRModel(encoder_options=dict(depth=18, stem="cifar"), num_classes=10)
     >>> outputs = model(images, training=True)
     >>> z, logits = outputs["proj_head_output"], outputs["logits_sup"]
 
     The Keras way works too: with one loss, `compile` applies it (and the metrics) to
     the supervised logits, so a supervised fine-tune is
-    >>> model = SimCLRModel(depth=18, stem="cifar", num_classes=10,
+    >>> model = SimCLRModel(encoder_options=dict(depth=18, stem="cifar"), num_classes=10,
     ...                     supervised_head_stop_gradient=False)
     >>> model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     ...               metrics=["accuracy"])
@@ -53,17 +52,21 @@ class SimCLRModel(keras.Model):
     and `model.summary()` shows each part's output shapes.
     """
 
-    def __init__(self, depth=50, width_multiplier=1, sk_ratio=0.0, se_ratio=0.0,
-                 stem="imagenet", proj_head_mode="nonlinear", num_proj_layers=3,
-                 proj_out_dim=128, ft_proj_selector=0, num_classes=None,
+    def __init__(self, encoder="resnet", encoder_options=None, proj_head_mode="nonlinear",
+                 num_proj_layers=3, proj_out_dim=128, ft_proj_selector=0, num_classes=None,
                  supervised_head_stop_gradient=True, zero_init_logits_layer=False,
-                 batch_norm_decay=0.9, global_bn=True, encoder="resnet",
-                 encoder_options=None, **kwargs):
+                 batch_norm_decay=0.9, global_bn=True, **kwargs):
+        legacy = [key for key in architecture.LEGACY_RESNET_KEYS if key in kwargs]
+        if legacy:
+            raise ValueError(
+                f"{', '.join(legacy)}: options of the ResNet encoder, given in "
+                f"encoder_options (e.g. SimCLRModel(encoder_options=dict(depth=18, "
+                "stem='cifar'))). Received: "
+                + ", ".join(f"{key}={kwargs[key]!r}" for key in legacy))
         kwargs.setdefault("name", "simclr")
         super().__init__(**kwargs)
         self._arguments = dict(
-            depth=depth, width_multiplier=width_multiplier, sk_ratio=sk_ratio,
-            se_ratio=se_ratio, stem=stem, proj_head_mode=proj_head_mode,
+            encoder_options=dict(encoder_options or {}), proj_head_mode=proj_head_mode,
             num_proj_layers=num_proj_layers, proj_out_dim=proj_out_dim,
             ft_proj_selector=ft_proj_selector, num_classes=num_classes,
             supervised_head_stop_gradient=bool(supervised_head_stop_gradient),
@@ -72,14 +75,14 @@ class SimCLRModel(keras.Model):
         self.supervised_head_stop_gradient = bool(supervised_head_stop_gradient)
         if isinstance(encoder, str):
             self.encoder = encoders.build_encoder(
-                encoder, dtype=self.dtype_policy, depth=depth,
-                width_multiplier=width_multiplier, sk_ratio=sk_ratio, se_ratio=se_ratio,
-                stem=stem, batch_norm_decay=batch_norm_decay, global_bn=global_bn,
-                **(encoder_options or {}))
-            if encoder != "resnet":
-                self._arguments["encoder"] = encoder
-                self._arguments["encoder_options"] = dict(encoder_options or {})
+                encoder, dtype=self.dtype_policy, batch_norm_decay=batch_norm_decay,
+                global_bn=global_bn, **(encoder_options or {}))
+            self._arguments["encoder"] = encoder
         else:
+            if encoder_options:
+                raise ValueError("encoder_options apply to a named encoder; an encoder "
+                                 "layer is built with its own arguments. Received: "
+                                 f"encoder_options={encoder_options!r}")
             self.encoder = encoder
             self._arguments["encoder"] = keras.saving.serialize_keras_object(encoder)
         self.projection_head = ProjectionHead(
@@ -131,7 +134,8 @@ class SimCLRModel(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
+        # Configs saved before `encoder_options` held ResNet's arguments at the top.
+        config = architecture.normalize_model_kwargs(config)
         if isinstance(config.get("encoder"), dict):
             config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
