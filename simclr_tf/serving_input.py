@@ -8,6 +8,8 @@ images' shape and range. `simclr_tf.serving` builds the signatures from these;
 """
 import tensorflow as tf
 
+from simclr_tf.data import image_formats
+
 IMAGE_BYTES_INPUT = "image_bytes"
 IMAGES_INPUT = "images"
 
@@ -18,9 +20,9 @@ IMAGE_VALUE_TOLERANCE = 0.05
 
 _IMAGES_CONTRACT = "images: expected float32 [N, H, W, 3] RGB values in [0, 1]"
 
-# The formats tf.io.decode_image reads, by their leading bytes.
-_FORMATS = (("JPEG", (b"\xff\xd8\xff",)), ("PNG", (b"\x89PNG\r\n\x1a\n",)),
-            ("GIF", (b"GIF87a", b"GIF89a")), ("BMP", (b"BM",)))
+# The formats tf.io.decode_image reads (their rows of the one format table); a
+# format's index here is its `kind` in the graph.
+_FORMATS = image_formats.TF_FORMATS
 # No quotes: the error message shows them escaped.
 _NOT_AN_IMAGE = ("not JPEG, PNG, GIF or BMP data (send the raw bytes of the encoded "
                  "file; over REST base64 in a b64 object)")
@@ -99,9 +101,9 @@ def decode_batch(image_bytes, preprocess, shape, max_pixels):
 def _image_format(encoded):
     """Index in `_FORMATS` of the format `encoded` starts like, or -1."""
     kind = tf.constant(-1)
-    for index, (_, magics) in reversed(list(enumerate(_FORMATS))):
+    for index, row in reversed(list(enumerate(_FORMATS))):
         matches = tf.reduce_any([tf.strings.substr(encoded, 0, len(magic)) == magic
-                                 for magic in magics])
+                                 for magic in row.magics])
         kind = tf.where(matches, index, kind)
     return kind
 
@@ -142,7 +144,8 @@ def _header_size(encoded, kind):
         return tf.abs(tf.stack([signed32(number(22, 4, False)),
                                 signed32(number(18, 4, False))]))
 
-    return tf.switch_case(kind, [jpeg, png, gif, bmp])
+    readers = dict(jpeg=jpeg, png=png, gif=gif, bmp=bmp)
+    return tf.switch_case(kind, [readers[row.name] for row in _FORMATS])
 
 
 def _problem(encoded, max_pixels):
@@ -158,7 +161,7 @@ def _problem(encoded, max_pixels):
         ).concatenate(tf.data.Dataset.from_tensors(tf.constant([-1, -1], tf.int64))
                       ).take(1)
     height, width = tf.unstack(size.get_single_element())
-    name = tf.gather([name for name, _ in _FORMATS], tf.maximum(kind, 0))
+    name = tf.gather([row.label for row in _FORMATS], tf.maximum(kind, 0))
     cases = [(kind < 0, lambda: tf.constant(_NOT_AN_IMAGE)),
              (height < 0, lambda: tf.strings.join(["unreadable ", name, " header"]))]
     if max_pixels:

@@ -1,18 +1,18 @@
-"""Image folders ('folder:/path') and the scan that keeps undecodable files out.
+"""Image folders ('folder:/path'): their layouts and the source that reads them.
 
 A folder of JPEG, PNG, BMP and GIF files (first frame; TIFF, WebP, PPM/PGM through
-Pillow). Class subfolders make it labelled (classes sorted by name); image files
-directly in the folder make it unlabelled (label -1, pretraining only). Subfolders all
-named like splits (`train`, `validation`, `val`, `test`, `unlabelled`) make each one a
-split; otherwise the whole folder is split 'train' (use slices such as 'train[:90%]' /
-'train[90%:]' for a held-out part). Grey, grey+alpha, RGBA, palette and 16-bit images
-are all converted to 8-bit RGB. Symbolic links to directories are followed when they
-lead outside the folder, each target directory once; links back into it (`loop -> .`,
-`alias -> cat`) are skipped with a warning, so a link never loops nor makes a class of
-duplicates (`_FolderWalk`).
+Pillow: `image_formats.FORMATS`). Class subfolders make it labelled (classes sorted by
+name); image files directly in the folder make it unlabelled (label -1, pretraining
+only). Subfolders all named like splits (`train`, `validation`, `val`, `test`,
+`unlabelled`) make each one a split; otherwise the whole folder is split 'train' (use
+slices such as 'train[:90%]' / 'train[90%:]' for a held-out part). Grey, grey+alpha,
+RGBA, palette and 16-bit images are all converted to 8-bit RGB. Symbolic links to
+directories are followed when they lead outside the folder, each target directory
+once; links back into it (`loop -> .`, `alias -> cat`) are skipped with a warning, so
+a link never loops nor makes a class of duplicates (`_FolderWalk`).
 
-Every file is checked once when the source is built (`scan_image_files`, cached in
-`DEFAULT_SCAN_CACHE_DIR`); undecodable files are skipped, counted and named
+Every file is checked once when the source is built (`image_scan.scan_image_files`,
+cached in `DEFAULT_SCAN_CACHE_DIR`); undecodable files are skipped, counted and named
 (`ImageFolderSource.skipped_summary`), or raise `CorruptImageError`. A file that the
 scan passed but that fails to decode while reading is dropped and named then.
 """
@@ -26,21 +26,18 @@ import tensorflow as tf
 from absl import logging
 
 # CorruptImageError, scan_image_file(s) and describe_skipped are also reached from here.
+from simclr_tf.data import image_formats
 from simclr_tf.data.image_scan import (
     DEFAULT_SCAN_CACHE_DIR, TF_FORMATS, CorruptImageError, describe_skipped,
     pil_decode, scan_image_file, scan_image_files)
 from simclr_tf.data.sources import FOLDER_PREFIX, UNLABELLED, ArraySource, ensure_rgb, shard
 
-# Decoded by tf.io.decode_image (GIF: first frame only).
-TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-# Formats tf.io cannot decode, read through Pillow in a tf.numpy_function.
-PIL_IMAGE_EXTENSIONS = (".tif", ".tiff", ".webp", ".ppm", ".pgm")
 FOLDER_SPLIT_NAMES = ("train", "validation", "val", "test", "unlabelled")
 
 
 def _is_image(filename: str) -> bool:
     return (not filename.startswith(".")
-            and filename.lower().endswith(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS))
+            and filename.lower().endswith(image_formats.EXTENSIONS))
 
 
 class _FolderWalk:
@@ -179,7 +176,7 @@ class ImageFolderSource(ArraySource):
         scanned = {split: v for split, v in scanned.items() if v[0]}
         if not scanned:
             raise ValueError(
-                f"No images ({', '.join(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS)}) "
+                f"No images ({', '.join(image_formats.EXTENSIONS)}) "
                 f"found in folder {path!r}.")
         class_names = sorted({name for _, names in scanned.values() if names
                               for name in names})

@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf.data import image_formats
+
 
 def pil_decode(path: bytes) -> np.ndarray:
     from PIL import Image  # Only needed for formats tf.io cannot read.
@@ -39,16 +41,12 @@ def pil_decode(path: bytes) -> np.ndarray:
 # Images with more pixels are skipped as 'too_large' (2**27 px: 384 MiB as uint8 RGB;
 # decompression bombs declare billions in a few bytes of header).
 MAX_IMAGE_PIXELS = 2 ** 27
-# Formats by magic bytes; tf.io.decode_image reads the first four, Pillow the rest.
-_MAGIC = (
-    (b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF87a", "gif"),
-    (b"GIF89a", "gif"), (b"BM", "bmp"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"),
-    (b"P5", "pnm"), (b"P6", "pnm"), (b"P2", "pnm"), (b"P3", "pnm"),
-)
-TF_FORMATS = ("jpeg", "png", "gif", "bmp")
+# Formats (`image_formats.FORMATS` names) tf.io.decode_image reads; Pillow the rest.
+TF_FORMATS = tuple(row.name for row in image_formats.TF_FORMATS)
 # Complete files end with these markers; a file without one is decoded once to be sure
 # (some cameras append data after a JPEG's end-of-image marker).
-_END_MARKERS = {"jpeg": b"\xff\xd9", "png": b"IEND", "gif": b"\x3b"}
+_END_MARKERS = {row.name: row.end_marker for row in image_formats.FORMATS
+                if row.end_marker is not None}
 # 2: entries record whether the file was fully decoded (`full`).
 _SCAN_CACHE_VERSION = 2
 DEFAULT_SCAN_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "simclr_tf",
@@ -71,12 +69,8 @@ class CorruptImageError(ValueError):
 
 
 def _image_format(head: bytes) -> str | None:
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    for magic, name in _MAGIC:
-        if head.startswith(magic):
-            return name
-    return None
+    row = image_formats.format_of(head)
+    return None if row is None else row.name
 
 
 def scan_image_file(path: str, full: bool = False) -> tuple[str | None, str | None]:
