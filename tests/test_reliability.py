@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from simclr_tf import checkpoints, experiment, preflight
+from simclr_tf import checkpoints, experiment, preflight, rules
 from simclr_tf.modes import parts
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import folders, image_scan
@@ -264,7 +264,7 @@ def test_image_scan_is_cached_and_too_large_images_are_skipped(broken_folder, tm
     again = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
     assert len(again.skipped_files) == 4
     monkeypatch.undo()
-    monkeypatch.setattr(image_scan, "MAX_IMAGE_PIXELS", 4000 * 3000 - 1)
+    monkeypatch.setattr(rules, "FOLDER_IMAGE_MAX_PIXELS", 4000 * 3000 - 1)
     small_limit = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
     assert small_limit.skipped_files[str(broken_folder / "a_good" / "6_large.jpg")] == \
         "too_large"

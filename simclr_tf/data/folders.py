@@ -126,9 +126,9 @@ class ImageFolderSource(ArraySource):
     Every file is checked once when the source is built (`scan_image_files`, cached
     by size and modification time), so that bad files never reach training and split
     sizes are exact. Files that cannot be decoded (empty, not an image, truncated,
-    corrupt, over `MAX_IMAGE_PIXELS`) are skipped and counted, with one summary line
-    naming them, or with `skip_corrupt_images=False` the first one raises
-    `CorruptImageError`.
+    corrupt, over `rules.FOLDER_IMAGE_MAX_PIXELS`) are skipped and counted, with one
+    summary line naming them, or with `skip_corrupt_images=False` the first one
+    raises `CorruptImageError`.
 
     How deep the scan looks (`full_scan`): the header scan reads each file's header
     and last bytes, which misses a body damaged behind a valid header; the full scan

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf import rules
 from simclr_tf.data import image_formats
 
 
@@ -38,9 +39,6 @@ def pil_decode(path: bytes) -> np.ndarray:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
-# Images with more pixels are skipped as 'too_large' (2**27 px: 384 MiB as uint8 RGB;
-# decompression bombs declare billions in a few bytes of header).
-MAX_IMAGE_PIXELS = 2 ** 27
 # Formats (`image_formats.FORMATS` names) tf.io.decode_image reads; Pillow the rest.
 TF_FORMATS = tuple(row.name for row in image_formats.TF_FORMATS)
 # Complete files end with these markers; a file without one is decoded once to be sure
@@ -110,7 +108,7 @@ def scan_image_file(path: str, full: bool = False) -> tuple[str | None, str | No
         return kind, "too_large"
     except Exception:  # pylint: disable=broad-except  # Pillow raises many kinds.
         return kind, "truncated" if ends_early else "corrupt"
-    if width * height > MAX_IMAGE_PIXELS:
+    if width * height > rules.FOLDER_IMAGE_MAX_PIXELS:
         return kind, "too_large"
     try:
         if full:
