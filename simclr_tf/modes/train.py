@@ -76,7 +76,7 @@ def train(config, strategy, context):
             model, config, step))))
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
-                         hooks=hooks, verbose=chief, progress=progress)
+                         hooks=hooks, progress=progress)
     if results["interrupted"]:
         return results
     del results["logs"], results["interrupted"]  # the summaries' train/* are in
