@@ -36,7 +36,6 @@ from simclr_tf import rules
 from simclr_tf.data import augment, device_augment
 from simclr_tf.data.sources import DatasetSource
 
-TRAIN_MODES = rules.TRAIN_MODES
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
 # memory, the reference's choice; smaller datasets are shuffled whole.
 DEFAULT_SHUFFLE_BUFFER_SIZE = 10_000
@@ -100,8 +99,8 @@ def build_input_fn(
     _positive_int("global_batch_size", global_batch_size)
     _positive_int("image_size", image_size)
     _positive_int("shuffle_buffer_size", shuffle_buffer_size)
-    if train_mode not in TRAIN_MODES:
-        raise ValueError(f"`train_mode` must be one of {TRAIN_MODES}. "
+    if train_mode not in rules.TRAIN_MODES:
+        raise ValueError(f"`train_mode` must be one of {rules.TRAIN_MODES}. "
                          f"Received: train_mode={train_mode!r}")
     rules.check_color_jitter_impl(impl)
     rules.check_color_jitter_strength(color_jitter_strength)
