@@ -20,9 +20,6 @@ IMAGE_VALUE_TOLERANCE = 0.05
 
 _IMAGES_CONTRACT = "images: expected float32 [N, H, W, 3] RGB values in [0, 1]"
 
-# The formats tf.io.decode_image reads (their rows of the one format table); a
-# format's index here is its `kind` in the graph.
-_FORMATS = image_formats.TF_FORMATS
 # No quotes: the error message shows them escaped.
 _NOT_AN_IMAGE = ("not JPEG, PNG, GIF or BMP data (send the raw bytes of the encoded "
                  "file; over REST base64 in a b64 object)")
@@ -99,9 +96,10 @@ def decode_batch(image_bytes, preprocess, shape, max_pixels):
 
 
 def _image_format(encoded):
-    """Index in `_FORMATS` of the format `encoded` starts like, or -1."""
+    """Index in `image_formats.TF_FORMATS` (the formats tf.io.decode_image reads) of
+    the format `encoded` starts like, or -1: its `kind` in the graph."""
     kind = tf.constant(-1)
-    for index, row in reversed(list(enumerate(_FORMATS))):
+    for index, row in reversed(list(enumerate(image_formats.TF_FORMATS))):
         matches = tf.reduce_any([tf.strings.substr(encoded, 0, len(magic)) == magic
                                  for magic in row.magics])
         kind = tf.where(matches, index, kind)
@@ -145,7 +143,7 @@ def _header_size(encoded, kind):
                                 signed32(number(18, 4, False))]))
 
     readers = dict(jpeg=jpeg, png=png, gif=gif, bmp=bmp)
-    return tf.switch_case(kind, [readers[row.name] for row in _FORMATS])
+    return tf.switch_case(kind, [readers[row.name] for row in image_formats.TF_FORMATS])
 
 
 def _problem(encoded, max_pixels):
@@ -161,7 +159,8 @@ def _problem(encoded, max_pixels):
         ).concatenate(tf.data.Dataset.from_tensors(tf.constant([-1, -1], tf.int64))
                       ).take(1)
     height, width = tf.unstack(size.get_single_element())
-    name = tf.gather([row.label for row in _FORMATS], tf.maximum(kind, 0))
+    labels = [row.label for row in image_formats.TF_FORMATS]
+    name = tf.gather(labels, tf.maximum(kind, 0))
     cases = [(kind < 0, lambda: tf.constant(_NOT_AN_IMAGE)),
              (height < 0, lambda: tf.strings.join(["unreadable ", name, " header"]))]
     if max_pixels:

@@ -25,11 +25,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-# CorruptImageError, scan_image_file(s) and describe_skipped are also reached from here.
 from simclr_tf.data import image_formats
-from simclr_tf.data.image_scan import (
-    DEFAULT_SCAN_CACHE_DIR, TF_FORMATS, CorruptImageError, describe_skipped,
-    pil_decode, scan_image_file, scan_image_files)
+# CorruptImageError, scan_image_file(s) and describe_skipped are also reached from here.
+from simclr_tf.data.image_scan import (DEFAULT_SCAN_CACHE_DIR, CorruptImageError,
+                                       describe_skipped, pil_decode, scan_image_file,
+                                       scan_image_files)
 from simclr_tf.data.sources import FOLDER_PREFIX, UNLABELLED, ArraySource, ensure_rgb, shard
 
 FOLDER_SPLIT_NAMES = ("train", "validation", "val", "test", "unlabelled")
@@ -199,7 +199,8 @@ class ImageFolderSource(ArraySource):
                 # (kept by Python as surrogate escapes) reach tf.io.read_file intact.
                 "path": np.array([os.fsencode(f) for f in files], dtype=object),
                 # By content, not by extension (a '.jpg' may hold a TIFF).
-                "use_pil": np.array([formats[f] not in TF_FORMATS for f in files], bool),
+                "use_pil": np.array([formats[f] not in image_formats.TF_FORMAT_NAMES
+                                     for f in files], bool),
                 "label": labels,
             }
         self.class_names = tuple(class_names)

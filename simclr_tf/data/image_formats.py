@@ -61,6 +61,7 @@ FORMATS = (
 
 # The rows tf.io.decode_image reads: the formats `serving_default` accepts.
 TF_FORMATS = tuple(row for row in FORMATS if row.tf_decodes)
+TF_FORMAT_NAMES = tuple(row.name for row in TF_FORMATS)
 # What an image folder lists, in the order of the table.
 EXTENSIONS = tuple(extension for row in FORMATS for extension in row.extensions)
 

@@ -39,8 +39,6 @@ def pil_decode(path: bytes) -> np.ndarray:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
-# Formats (`image_formats.FORMATS` names) tf.io.decode_image reads; Pillow the rest.
-TF_FORMATS = tuple(row.name for row in image_formats.TF_FORMATS)
 # Complete files end with these markers; a file without one is decoded once to be sure
 # (some cameras append data after a JPEG's end-of-image marker).
 _END_MARKERS = {row.name: row.end_marker for row in image_formats.FORMATS
@@ -125,7 +123,7 @@ def scan_image_file(path: str, full: bool = False) -> tuple[str | None, str | No
 
 def _decode_file(path: str, kind: str) -> None:
     """Decodes the file as `ImageFolderSource` does; raises if that fails."""
-    if kind in TF_FORMATS:
+    if kind in image_formats.TF_FORMAT_NAMES:
         tf.io.decode_image(tf.io.read_file(os.fsencode(path)), channels=3,
                            expand_animations=False)
     else:
