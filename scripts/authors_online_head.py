@@ -67,7 +67,7 @@ def main(_):
         model_lib.WarmUpAndCosineDecay(FLAGS.learning_rate, num_examples))
     dataset = pipeline.build_distributed_dataset(
         tf.distribute.get_strategy(), source, "train",
-        global_batch_size=FLAGS.train_batch_size, is_training=True, train_mode="pretrain",
+        global_batch_size=FLAGS.train_batch_size, train_mode="pretrain",
         image_size=FLAGS.image_size, color_jitter_strength=FLAGS.color_jitter_strength,
         cache=False, seed=FLAGS.seed, label_subset_ids=None, start_step=0,
         augment_on="host")

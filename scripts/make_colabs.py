@@ -156,7 +156,7 @@ hub = tf.saved_model.load(export.latest_export(PRETRAINED))
 head = keras.layers.Dense(10)
 optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
 source = registry.get_dataset("digits")
-train = pipeline.build_input_fn(source, "train", global_batch_size=32, is_training=True,
+train = pipeline.build_input_fn(source, "train", global_batch_size=32,
                                 train_mode="finetune", image_size=16, seed=0)(None)
 
 @tf.function

@@ -3,8 +3,8 @@
     train(trainer=..., iterator=..., checkpoints=..., total_steps=..., hooks=[...])
       while step < total_steps:
         segment = steps up to the next checkpoint, hook cadence or the end
-        run_steps: compiled calls of `trainer.train_steps` with a progress bar;
-                   after every call: the loss must be finite, SIGTERM stops
+        run_steps: compiled calls of `trainer.train_steps`; after every call:
+                   progress, the loss must be finite, SIGTERM stops
         at a checkpoint step (or the last step): save
         every hook whose cadence divides the step (or at the last step)
       every hook's `end` (export, last kNN result, ...)
@@ -26,11 +26,6 @@ import keras
 import numpy as np
 
 from simclr_tf.checkpoints import NonFiniteWeightsError, step_of
-
-# Metrics shown in the progress bar, in this order, when present.
-PROGRESS_METRICS = ("contrast_loss", "contrast_acc", "sup_loss", "label_acc",
-                    "learning_rate", "examples_per_sec")
-
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""
@@ -114,7 +109,7 @@ class _StopOnSigterm:
 
 
 def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hooks=(),
-          verbose=True, progress=None):
+          progress=None):
     """Trains from the optimizer's current step to `total_steps`.
 
     Args:
@@ -127,9 +122,9 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
         hooks: `Hook`s, called in order at their cadence (after the checkpoint of
             that step, if any); `after_steps` gets the means of the logs since the
             hook's previous call.
-        verbose: show progress (the chief of a multi-worker run only).
-        progress: a `simclr_tf.progress.TrainingProgress` for the whole run; None: a
-            progress bar per segment when `verbose`.
+        progress: a `simclr_tf.progress.TrainingProgress` for the whole run (what it
+            shows depends on its style: nothing on a multi-worker run's other
+            workers); None: nothing shown.
 
     Returns:
         dict(global_step, train_seconds, logs=means over the last checkpoint interval
@@ -150,7 +145,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
         while step < total_steps:
             segment = min([total_steps - step] + [every - step % every for every in cadences])
             try:
-                segment_logs = run_steps(trainer, iterator, segment, verbose=verbose,
+                segment_logs = run_steps(trainer, iterator, segment,
                                          after_call=sigterm.check, progress=progress)
             except NonFiniteLossError as error:
                 # Nothing after the last good checkpoint is saved: the weights of the
@@ -226,10 +221,9 @@ class Means:
         return result
 
 
-def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True,
-              progress=None):
-    """Trains `num_steps` steps with a progress bar; returns the means of their logs
-    (`Means`; `examples_per_sec` over the whole segment).
+def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
+    """Trains `num_steps` steps; returns the means of their logs (`Means`;
+    `examples_per_sec` over the whole segment).
 
     Args:
         trainer: a `simclr_tf.train.Trainer` (`steps_per_loop` steps per call).
@@ -237,17 +231,14 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True,
         num_steps: how many steps to run now (not the global target).
         after_call: optional callable run after each compiled call (e.g. to stop on
             SIGTERM by raising).
-        verbose: show a `keras.utils.Progbar` of these steps (unless `progress`).
-        progress: a `TrainingProgress` of the whole run to update instead.
+        progress: a `TrainingProgress` of the whole run to update after each call,
+            or None.
 
     Raises:
         NonFiniteLossError: when the loss or the gradient norm is NaN or infinite.
     """
     if not isinstance(num_steps, int) or num_steps < 0:
         raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
-    progbar = None if progress is not None else keras.utils.Progbar(
-        num_steps, verbose=1 if verbose else 0,
-        stateful_metrics=("learning_rate", "examples_per_sec"))
     done, means, examples, seconds = 0, Means(), 0.0, 0.0
     while done < num_steps:
         calls = min(trainer.steps_per_loop, num_steps - done)
@@ -266,9 +257,6 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, verbose=True,
         means.add(logs, calls)
         if progress is not None:
             progress.update(trainer.step, logs)
-        else:
-            progbar.update(done, values=[(k, logs[k]) for k in PROGRESS_METRICS
-                                         if k in logs])
         if after_call is not None:
             after_call()
     result = means.pop()

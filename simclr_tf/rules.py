@@ -236,11 +236,20 @@ def check_color_jitter_impl(impl):
         raise ValueError(f"impl must be one of {COLOR_JITTER_IMPLS}. Received: impl={impl!r}")
 
 
-# The most pixels (width x height) of one image the exported `serving_default` decodes:
-# 40 MP holds a 7300 x 5470 photo (most cameras write 24-45 MP) and decodes to ~0.5 GB
-# of float32; larger images fail before decoding (phones' 48-200 MP modes: resize on
-# the client, the model sees image_size pixels anyway). 0 = no limit.
+# The most pixels (width x height, as the header declares them) of one decoded image.
+# Two limits, one per decoder, both holding one decoded image to about 0.4-0.5 GB of
+# host memory against decompression bombs (a few header bytes can declare billions):
+# - SERVING_MAX_PIXELS, the default of the exported `serving_default` (a flag,
+#   --serving_max_pixels, fixed in each export): it decodes to float32 RGB (12 bytes a
+#   pixel), so 40 MP is ~0.5 GB. 40 MP holds a 7300 x 5470 photo (most cameras write
+#   24-45 MP); larger images fail before decoding (phones' 48-200 MP modes: resize on
+#   the client, the model sees image_size pixels anyway). 0 = no limit.
+# - FOLDER_IMAGE_MAX_PIXELS, image folders' files (no flag): they decode to uint8 RGB
+#   (3 bytes a pixel), so 2**27 px (134 MP, over three times the serving limit) is
+#   384 MiB: a dataset may hold scans and panoramas larger than any photo a client
+#   sends. To the folder scan a larger file is 'too_large' (skipped, or the error).
 SERVING_MAX_PIXELS = 40_000_000
+FOLDER_IMAGE_MAX_PIXELS = 2 ** 27
 
 
 def check_serving_max_pixels(max_pixels, name="serving_max_pixels"):

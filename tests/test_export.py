@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from PIL import Image
 
-from simclr_tf import export, rules
+from simclr_tf import export, rules, serving, serving_input
 from simclr_tf.data import augment
 from simclr_tf.models import SimCLRModel
 
@@ -173,7 +173,7 @@ def served(tmp_path_factory):
     expected["grads"] = [tf.convert_to_tensor(g).numpy() for g in grads]
     # The export traces batch norm unsynchronised (one replica: same statistics,
     # another formula for the variance); so does the reference computation here.
-    with export._local_batch_norm(model):
+    with serving._local_batch_norm(model):
         expected["hub_train"] = _expected(model, images32, training=True)
     _, stderr = _wait(server)
     with np.load(spec["out_npz"]) as data:
@@ -479,7 +479,7 @@ HEADER_CASES = [("JPEG", 40, 30), ("PNG", 33, 21), ("GIF", 17, 9), ("BMP", 12, 7
 @pytest.mark.parametrize("fmt, width, height", HEADER_CASES)
 def test_header_size_is_what_the_decoder_makes(fmt, width, height):
     data = tf.constant(_encoded(fmt, width, height))
-    size = export._header_size(data, export._image_format(data))
+    size = serving_input._header_size(data, serving_input._image_format(data))
     assert list(size.numpy()) == [height, width]
     assert tf.io.decode_image(data, expand_animations=False).shape[:2] == (height, width)
     # A PNG whose header claims more is read as it claims, without the body.
@@ -487,7 +487,7 @@ def test_header_size_is_what_the_decoder_makes(fmt, width, height):
         claimed = bytearray(data.numpy())
         claimed[16:24] = struct.pack(">II", 12000, 9000)
         claimed[29:33] = struct.pack(">I", zlib.crc32(bytes(claimed[12:29])))
-        size = export._header_size(tf.constant(bytes(claimed)), tf.constant(1))
+        size = serving_input._header_size(tf.constant(bytes(claimed)), tf.constant(1))
         assert list(size.numpy()) == [9000, 12000]
 
 

@@ -66,7 +66,7 @@ def test_fit_equals_the_loop(num_replicas, train_mode, grad_cache_chunk):
     trainer = train.Trainer(strategy, network, optimizer, weight_decay_loss=decay,
                             **step_kwargs)
     expected = loop.run_steps(trainer, iter(strategy.experimental_distribute_dataset(dataset)),
-                              steps, verbose=False)
+                              steps)
     expected_weights = _weights(network)
 
     strategy = _strategy(num_replicas)

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from simclr_tf.data import folders, registry, subsets
+from simclr_tf.data import folders, image_formats, image_scan, registry, subsets
 from simclr_tf.evaluation import features
 
 
@@ -62,6 +62,18 @@ def test_folder_labelled_with_odd_formats(odd_folder):
     np.testing.assert_allclose(sixteen[0, 0], [40000 / 257] * 3, atol=1)  # 16 -> 8 bit
     np.testing.assert_array_equal(tiff[0, 0], [5, 250, 5])  # through Pillow
     np.testing.assert_array_equal(gray_alpha[0, 0], [128, 128, 128])
+
+
+@pytest.mark.parametrize("pil_format, name", [
+    ("JPEG", "jpeg"), ("PNG", "png"), ("BMP", "bmp"), ("GIF", "gif"), ("TIFF", "tiff"),
+    ("WEBP", "webp"), ("PPM", "pnm")])
+def test_the_format_table_tells_each_format_by_its_bytes(tmp_path, pil_format, name):
+    path = tmp_path / f"image.{name}"
+    Image.new("RGB", (6, 4), (10, 20, 30)).save(path, pil_format)
+    assert image_scan.scan_image_file(str(path)) == (name, None)
+    row = image_formats.format_of(path.read_bytes()[:32])
+    assert row.name == name and row.tf_decodes == (name in ("jpeg", "png", "bmp", "gif"))
+    assert image_formats.format_of(b"RIFF\0\0\0\0WAVE") is None  # RIFF, but no WebP
 
 
 def test_folder_flat_is_unlabelled(tmp_path):

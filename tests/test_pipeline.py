@@ -29,7 +29,7 @@ def _local(strategy, value):
 def test_pretrain_batches_under_mirrored_strategy(digits, strategy):
     tf.random.set_seed(0)  # the views must stay independent under a global seed
     dist = pipeline.build_distributed_dataset(
-        strategy, digits, "train", global_batch_size=16, is_training=True,
+        strategy, digits, "train", global_batch_size=16,
         train_mode="pretrain", image_size=24, color_jitter_strength=0.5)
     (view1, view2), labels = next(iter(dist))
     for v1, v2, y in zip(_local(strategy, view1), _local(strategy, view2),
@@ -44,7 +44,7 @@ def test_pretrain_batches_under_mirrored_strategy(digits, strategy):
 
 def test_finetune_batches(digits, strategy):
     dist = pipeline.build_distributed_dataset(
-        strategy, digits, "train", global_batch_size=8, is_training=True,
+        strategy, digits, "train", global_batch_size=8,
         train_mode="finetune", image_size=32)
     images, labels = next(iter(dist))
     for x, y in zip(_local(strategy, images), _local(strategy, labels)):
@@ -53,7 +53,7 @@ def test_finetune_batches(digits, strategy):
 
 def test_training_repeats_with_full_batches(digits):
     dataset = pipeline.build_input_fn(
-        digits, "test[:10]", global_batch_size=4, is_training=True,
+        digits, "test[:10]", global_batch_size=4,
         train_mode="finetune", image_size=16)(None)
     shapes = [x.shape[0] for x, _ in dataset.take(10)]  # 40 examples from 10
     assert shapes == [4] * 10
@@ -62,7 +62,7 @@ def test_training_repeats_with_full_batches(digits):
 def test_input_pipelines_shard_examples():
     source = registry.get_dataset("digits")
     input_fn = pipeline.build_input_fn(source, "test", global_batch_size=8,
-                                       is_training=True, train_mode="finetune",
+                                       train_mode="finetune",
                                        image_size=8, seed=0)
     seen = []
     for i in range(2):
@@ -81,7 +81,7 @@ def test_label_subset_ids_restrict_the_examples(digits):
     subset = subsets.make_label_subset(digits, "train", 0.05)
     # One batch of the subset's size is one epoch of it.
     dataset = pipeline.build_input_fn(
-        digits, "train", global_batch_size=len(subset.example_ids), is_training=True,
+        digits, "train", global_batch_size=len(subset.example_ids),
         train_mode="finetune", image_size=16, label_subset_ids=subset.example_ids,
         seed=0)(None)
     _, labels = next(iter(dataset))
@@ -94,7 +94,7 @@ def test_tfds_pretraining_pipeline_under_mock():
     with tfds.testing.mock_data(num_examples=10):
         source = registry.get_dataset("imagenet2012")
         dataset = pipeline.build_input_fn(
-            source, "train", global_batch_size=4, is_training=True,
+            source, "train", global_batch_size=4,
             train_mode="pretrain", image_size=32, cache=True)(None)
         (view1, view2), labels = next(iter(dataset))
     assert view1.shape == view2.shape == (4, 32, 32, 3)
@@ -107,17 +107,12 @@ def test_unlabelled_split_only_for_pretraining(tmp_path):
         Image.new("RGB", (8, 8), (i, i, i)).save(tmp_path / f"{i}.png")
     source = registry.get_dataset(f"folder:{tmp_path}")
     dataset = pipeline.build_input_fn(source, "train", global_batch_size=2,
-                                      is_training=True, image_size=8)(None)
+                                      image_size=8)(None)
     (_, _), labels = next(iter(dataset))
     assert labels.numpy().tolist() == [-1, -1]
     with pytest.raises(ValueError, match="no labels"):
         pipeline.build_input_fn(source, "train", global_batch_size=2, image_size=8,
-                                is_training=True, train_mode="finetune")
-
-
-def test_evaluation_batches_come_from_the_eval_pipeline(digits):
-    with pytest.raises(ValueError, match="features.eval_dataset.*is_training=False"):
-        pipeline.build_input_fn(digits, "test", global_batch_size=8, is_training=False)
+                                train_mode="finetune")
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -129,7 +124,7 @@ def test_evaluation_batches_come_from_the_eval_pipeline(digits):
     (dict(split="validation"), "split"),
 ])
 def test_bad_arguments(digits, kwargs, match):
-    args = dict(split="train", global_batch_size=8, is_training=True)
+    args = dict(split="train", global_batch_size=8)
     args.update(kwargs)
     split = args.pop("split")
     with pytest.raises(ValueError, match=match):
@@ -139,4 +134,4 @@ def test_bad_arguments(digits, kwargs, match):
 def test_global_batch_must_divide_over_replicas(digits, strategy):
     with pytest.raises(ValueError, match="global_batch_size"):
         pipeline.build_distributed_dataset(strategy, digits, "train",
-                                           global_batch_size=7, is_training=True)
+                                           global_batch_size=7)

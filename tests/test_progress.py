@@ -76,3 +76,32 @@ def test_fine_tuning_shows_the_supervised_loss_as_the_loss():
     view = progress.TrainingProgress(total_steps=4, style="lines", stream=stream)
     view.log(4, dict(sup_loss=2.3, label_acc=0.1, learning_rate=0.1))
     assert "supervised_loss 2.3 supervised_acc 0.1" in stream.getvalue()
+
+
+class _CountingTrainer:
+    """`loop.run_steps`' view of a Trainer: steps, logs, nothing compiled."""
+    steps_per_loop, temperature, optimizer = 2, 0.5, None
+
+    def __init__(self):
+        self.step = 0
+
+    def train_steps(self, iterator, calls):  # pylint: disable=unused-argument
+        self.step += calls
+        return dict(loss=1.0, learning_rate=0.1, num_examples=4)
+
+
+def test_the_loop_updates_the_run_progress_after_every_call(capsys):
+    from simclr_tf import loop  # pylint: disable=import-outside-toplevel
+
+    class Recorder:
+        def __init__(self):
+            self.steps = []
+
+        def update(self, step, logs):
+            self.steps.append((step, float(logs["loss"])))
+
+    recorder = Recorder()
+    loop.run_steps(_CountingTrainer(), None, 5, progress=recorder)
+    assert recorder.steps == [(2, 1.0), (4, 1.0), (5, 1.0)]  # calls of 2, 2, 1 steps
+    logs = loop.run_steps(_CountingTrainer(), None, 3)  # no progress: nothing shown
+    assert capsys.readouterr().out == "" and logs["loss"] == 1.0

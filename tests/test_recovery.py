@@ -185,7 +185,7 @@ def test_the_loop_stops_before_saving_non_finite_weights(tmp_path):
     state, model = _state(tmp_path)
     with pytest.raises(loop.NonFiniteLossError) as info:
         loop.train(trainer=_ExplodingTrainer(model), iterator=None, checkpoints=state,
-                   total_steps=6, checkpoint_steps=2, verbose=False)
+                   total_steps=6, checkpoint_steps=2)
     message = str(info.value)
     assert "After step 4" in message and "not saving" in message
     assert message.rstrip(".").endswith("ckpt-2")

@@ -20,10 +20,10 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from simclr_tf import checkpoints, experiment, preflight
+from simclr_tf import checkpoints, experiment, preflight, rules
 from simclr_tf.modes import parts
 from simclr_tf.config import Config, ConfigError
-from simclr_tf.data import folders
+from simclr_tf.data import folders, image_scan
 from simclr_tf.loop import NonFiniteLossError
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -260,11 +260,11 @@ def test_image_scan_is_cached_and_too_large_images_are_skipped(broken_folder, tm
     def no_reading(path):
         raise AssertionError(f"{path} was scanned again")
 
-    monkeypatch.setattr(folders, "scan_image_file", no_reading)
+    monkeypatch.setattr(image_scan, "scan_image_file", no_reading)
     again = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=str(cache))
     assert len(again.skipped_files) == 4
     monkeypatch.undo()
-    monkeypatch.setattr(folders, "MAX_IMAGE_PIXELS", 4000 * 3000 - 1)
+    monkeypatch.setattr(rules, "FOLDER_IMAGE_MAX_PIXELS", 4000 * 3000 - 1)
     small_limit = folders.ImageFolderSource(str(broken_folder), scan_cache_dir=None)
     assert small_limit.skipped_files[str(broken_folder / "a_good" / "6_large.jpg")] == \
         "too_large"

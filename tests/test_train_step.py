@@ -222,8 +222,7 @@ def test_steps_per_loop_and_hooks():
     looped, model_a = _default_trainer(steps_per_loop=3)
     single, model_b = _default_trainer()
     seen = []
-    logs = loop.run_steps(looped, _batches(5), 5, after_call=lambda: seen.append(looped.step),
-                          verbose=False)
+    logs = loop.run_steps(looped, _batches(5), 5, after_call=lambda: seen.append(looped.step))
     batches = _batches(5)
     per_step = [single.train_steps(batches, 1) for _ in range(5)]
     assert seen == [3, 5]  # one call of 3 steps, then the remaining 2
@@ -243,7 +242,7 @@ def test_non_finite_loss_stops_with_a_clear_message():
     trainer, _ = _default_trainer()
     with pytest.raises(loop.NonFiniteLossError,
                        match=r"(?s)nan at step 1.*learning rate.*temperature.*precision"):
-        loop.run_steps(trainer, _batches(2, scale=np.nan), 2, verbose=False)
+        loop.run_steps(trainer, _batches(2, scale=np.nan), 2)
 
 
 @pytest.fixture
@@ -256,7 +255,7 @@ def test_mixed_bfloat16_trains_with_float32_loss(policy):
     policy("mixed_bfloat16")
     trainer, model = _default_trainer()
     before = [w.numpy() for w in model.trainable_weights]
-    logs = loop.run_steps(trainer, _batches(2), 2, verbose=False)
+    logs = loop.run_steps(trainer, _batches(2), 2)
     assert logs["loss"].dtype == np.float32 and np.isfinite(logs["loss"])
     assert all(w.dtype == "float32" for w in model.trainable_weights)
     assert any(np.abs(w.numpy() - b).max() > 0 for w, b in zip(model.trainable_weights, before))
@@ -271,7 +270,7 @@ def test_float16_needs_loss_scaling(policy):
         train.Trainer(strategy, model, optimizer)
     trainer = train.Trainer(strategy, model, keras.optimizers.LossScaleOptimizer(optimizer),
                             temperature=0.5)
-    logs = loop.run_steps(trainer, _batches(2), 2, verbose=False)
+    logs = loop.run_steps(trainer, _batches(2), 2)
     assert np.isfinite(logs["loss"])
 
 

@@ -56,10 +56,9 @@ import tensorflow as tf
 from simclr_tf.data.augment_common import (  # noqa: F401
     BLUR_PROBABILITY, BLUR_SIGMA_RANGE, COLOR_JITTER_PROBABILITY, CROP_AREA_RANGE,
     CROP_ASPECT_RATIO_RANGE, CROP_MAX_ATTEMPTS, CROP_MIN_OBJECT_COVERED,
-    EVAL_CROP_PROPORTION, FLIP_PROBABILITY, GRAYSCALE_PROBABILITY, IMPLS,
-    MAX_COLOR_JITTER_STRENGTH, SMALL_IMAGE_MAX_SIZE, _check_impl, _check_size,
-    _check_strength, _seeds, eval_center_crop_enabled, new_seed, random_apply,
-    to_float_image)
+    EVAL_CROP_PROPORTION, FLIP_PROBABILITY, GRAYSCALE_PROBABILITY, SMALL_IMAGE_MAX_SIZE,
+    _check_impl, _check_size, _check_strength, _seeds, eval_center_crop_enabled,
+    new_seed, random_apply, to_float_image)
 from simclr_tf.data.blur import (  # noqa: F401
     blur_kernel_size, gaussian_kernel_1d, gaussian_blur, random_blur,
     batch_random_blur)
@@ -334,8 +333,7 @@ __all__ = [
     "BLUR_PROBABILITY", "BLUR_SIGMA_RANGE", "COLOR_JITTER_PROBABILITY",
     "CROP_AREA_RANGE", "CROP_ASPECT_RATIO_RANGE", "CROP_MAX_ATTEMPTS",
     "CROP_MIN_OBJECT_COVERED", "EVAL_CROP_PROPORTION", "FLIP_PROBABILITY",
-    "GRAYSCALE_PROBABILITY", "IMPLS", "MAX_COLOR_JITTER_STRENGTH",
-    "SMALL_IMAGE_MAX_SIZE", "batch_random_blur", "blur_kernel_size", "center_crop",
+    "GRAYSCALE_PROBABILITY", "SMALL_IMAGE_MAX_SIZE", "batch_random_blur", "blur_kernel_size", "center_crop",
     "color_jitter", "color_jitter_nonrand", "color_jitter_rand", "crop_and_resize",
     "distorted_bounding_box_crop", "eval_center_crop_enabled", "gaussian_blur",
     "gaussian_kernel_1d", "new_seed", "preprocess_for_eval", "preprocess_for_train",

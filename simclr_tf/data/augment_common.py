@@ -28,8 +28,6 @@ EVAL_CROP_PROPORTION = 0.875
 # `eval_center_crop_enabled` is the one place that applies this rule.
 SMALL_IMAGE_MAX_SIZE = 32
 
-IMPLS = rules.COLOR_JITTER_IMPLS
-MAX_COLOR_JITTER_STRENGTH = rules.MAX_COLOR_JITTER_STRENGTH  # why 1.25: simclr_tf.rules
 _check_impl = rules.check_color_jitter_impl
 _check_strength = rules.check_color_jitter_strength
 

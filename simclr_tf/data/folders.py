@@ -1,49 +1,43 @@
-"""Image folders ('folder:/path') and the scan that keeps undecodable files out.
+"""Image folders ('folder:/path'): their layouts and the source that reads them.
 
 A folder of JPEG, PNG, BMP and GIF files (first frame; TIFF, WebP, PPM/PGM through
-Pillow). Class subfolders make it labelled (classes sorted by name); image files
-directly in the folder make it unlabelled (label -1, pretraining only). Subfolders all
-named like splits (`train`, `validation`, `val`, `test`, `unlabelled`) make each one a
-split; otherwise the whole folder is split 'train' (use slices such as 'train[:90%]' /
-'train[90%:]' for a held-out part). Grey, grey+alpha, RGBA, palette and 16-bit images
-are all converted to 8-bit RGB. Symbolic links to directories are followed when they
-lead outside the folder, each target directory once; links back into it (`loop -> .`,
-`alias -> cat`) are skipped with a warning, so a link never loops nor makes a class of
-duplicates (`_FolderWalk`).
+Pillow: `image_formats.FORMATS`). Class subfolders make it labelled (classes sorted by
+name); image files directly in the folder make it unlabelled (label -1, pretraining
+only). Subfolders all named like splits (`train`, `validation`, `val`, `test`,
+`unlabelled`) make each one a split; otherwise the whole folder is split 'train' (use
+slices such as 'train[:90%]' / 'train[90%:]' for a held-out part). Grey, grey+alpha,
+RGBA, palette and 16-bit images are all converted to 8-bit RGB. Symbolic links to
+directories are followed when they lead outside the folder, each target directory
+once; links back into it (`loop -> .`, `alias -> cat`) are skipped with a warning, so
+a link never loops nor makes a class of duplicates (`_FolderWalk`).
 
-Every file is checked once when the source is built (`scan_image_files`, cached in
-`DEFAULT_SCAN_CACHE_DIR`); undecodable files are skipped, counted and named
+Every file is checked once when the source is built (`image_scan.scan_image_files`,
+cached in `DEFAULT_SCAN_CACHE_DIR`); undecodable files are skipped, counted and named
 (`ImageFolderSource.skipped_summary`), or raise `CorruptImageError`. A file that the
 scan passed but that fails to decode while reading is dropped and named then.
 """
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-import functools
-import hashlib
-import io
-import json
 import os
 import threading
-from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf.data import image_formats
+# CorruptImageError, scan_image_file(s) and describe_skipped are also reached from here.
+from simclr_tf.data.image_scan import (DEFAULT_SCAN_CACHE_DIR, CorruptImageError,
+                                       describe_skipped, pil_decode, scan_image_file,
+                                       scan_image_files)
 from simclr_tf.data.sources import FOLDER_PREFIX, UNLABELLED, ArraySource, ensure_rgb, shard
 
-# Decoded by tf.io.decode_image (GIF: first frame only).
-TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-# Formats tf.io cannot decode, read through Pillow in a tf.numpy_function.
-PIL_IMAGE_EXTENSIONS = (".tif", ".tiff", ".webp", ".ppm", ".pgm")
 FOLDER_SPLIT_NAMES = ("train", "validation", "val", "test", "unlabelled")
 
 
 def _is_image(filename: str) -> bool:
     return (not filename.startswith(".")
-            and filename.lower().endswith(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS))
+            and filename.lower().endswith(image_formats.EXTENSIONS))
 
 
 class _FolderWalk:
@@ -125,189 +119,6 @@ def _scan_split(walk: _FolderWalk, directory: str, listing=None
     return files, names
 
 
-def _pil_decode(path: bytes) -> np.ndarray:
-    from PIL import Image  # Only needed for formats tf.io cannot read.
-
-    with Image.open(io.BytesIO(open(path, "rb").read())) as image:
-        image.seek(0)
-        if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-            # 16/32-bit grey: keep the top 8 bits of 16-bit data.
-            array = np.asarray(image, dtype=np.int64) >> 8
-            array = np.clip(array, 0, 255).astype(np.uint8)
-            return np.repeat(array[..., np.newaxis], 3, axis=-1)
-        return np.asarray(image.convert("RGB"), dtype=np.uint8)
-
-
-# Images with more pixels are skipped as 'too_large' (2**27 px: 384 MiB as uint8 RGB;
-# decompression bombs declare billions in a few bytes of header).
-MAX_IMAGE_PIXELS = 2 ** 27
-# Formats by magic bytes; tf.io.decode_image reads the first four, Pillow the rest.
-_MAGIC = (
-    (b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF87a", "gif"),
-    (b"GIF89a", "gif"), (b"BM", "bmp"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"),
-    (b"P5", "pnm"), (b"P6", "pnm"), (b"P2", "pnm"), (b"P3", "pnm"),
-)
-_TF_FORMATS = ("jpeg", "png", "gif", "bmp")
-# Complete files end with these markers; a file without one is decoded once to be sure
-# (some cameras append data after a JPEG's end-of-image marker).
-_END_MARKERS = {"jpeg": b"\xff\xd9", "png": b"IEND", "gif": b"\x3b"}
-# 2: entries record whether the file was fully decoded (`full`).
-_SCAN_CACHE_VERSION = 2
-DEFAULT_SCAN_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "simclr_tf",
-                                      "folder_scans")
-
-
-class CorruptImageError(ValueError):
-    """A file of an image folder cannot be decoded (with skipping turned off).
-
-    Attributes:
-      path: the file.
-      reason: 'empty', 'not_an_image', 'truncated', 'corrupt', 'too_large' or
-        'unreadable'.
-    """
-
-    def __init__(self, path: str, reason: str):
-        self.path, self.reason = path, reason
-        super().__init__(f"Image file {path!r} is {reason.replace('_', ' ')}; delete or "
-                         "replace it, or skip such files (skip_corrupt_images=True).")
-
-
-def _image_format(head: bytes) -> str | None:
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    for magic, name in _MAGIC:
-        if head.startswith(magic):
-            return name
-    return None
-
-
-def scan_image_file(path: str, full: bool = False) -> tuple[str | None, str | None]:
-    """(format, problem) of an image file.
-
-    `problem` is None for a file that decodes, else 'empty', 'not_an_image',
-    'truncated', 'corrupt', 'too_large' or 'unreadable'.
-
-    Args:
-      path: the file.
-      full: decode the whole file as the input pipeline does (TensorFlow's decoder,
-        Pillow for the formats it lacks), which finds a corrupt body behind a valid
-        header. Otherwise only the header and the last bytes are read: JPEG, PNG and
-        GIF files that end with their end marker are accepted from these alone, the
-        others are decoded once with Pillow.
-    """
-    from PIL import Image  # Heavy import, only for folders.
-
-    try:
-        size = os.path.getsize(path)
-        if size == 0:
-            return None, "empty"
-        with open(path, "rb") as f:
-            head = f.read(32)
-            f.seek(max(size - 64, 0))
-            tail = f.read()
-    except OSError:
-        return None, "unreadable"
-    kind = _image_format(head)
-    if kind is None:
-        return None, "not_an_image"
-    ends_early = kind in _END_MARKERS and _END_MARKERS[kind] not in tail
-    try:
-        with Image.open(path) as image:
-            width, height = image.size
-    except Image.DecompressionBombError:
-        return kind, "too_large"
-    except Exception:  # pylint: disable=broad-except  # Pillow raises many kinds.
-        return kind, "truncated" if ends_early else "corrupt"
-    if width * height > MAX_IMAGE_PIXELS:
-        return kind, "too_large"
-    try:
-        if full:
-            _decode_file(path, kind)
-        elif kind not in _END_MARKERS or ends_early:
-            with Image.open(path) as image:
-                image.load()
-    except Exception as error:  # pylint: disable=broad-except  # decoders raise many kinds
-        if not os.path.exists(path):
-            return kind, "unreadable"
-        return kind, "truncated" if ends_early or "truncated" in str(error) else "corrupt"
-    return kind, None
-
-
-def _decode_file(path: str, kind: str) -> None:
-    """Decodes the file as `ImageFolderSource` does; raises if that fails."""
-    if kind in _TF_FORMATS:
-        tf.io.decode_image(tf.io.read_file(os.fsencode(path)), channels=3,
-                           expand_animations=False)
-    else:
-        _pil_decode(os.fsencode(path))
-
-
-def _scan_cache_path(cache_dir: str, folder: str) -> str:
-    digest = hashlib.sha1(os.path.abspath(folder).encode()).hexdigest()[:16]
-    return os.path.join(cache_dir, f"{digest}.json")
-
-
-def scan_image_files(folder: str, files: Sequence[str], *, full: bool = False,
-                     cache_dir: str | None = DEFAULT_SCAN_CACHE_DIR,
-                     num_threads: int = 16) -> dict[str, tuple[str | None, str | None]]:
-    """`scan_image_file` for every file, in parallel, cached by (size, mtime).
-
-    Args:
-      folder: the dataset folder (names the cache file).
-      files: paths of the files.
-      full: decode every file (see `scan_image_file`).
-      cache_dir: where to keep results between runs (None: no cache). Only files
-        whose size or modification time changed are read again, and those only
-        checked from their header when `full` is asked.
-      num_threads: files read at once.
-    """
-    cached = {}
-    cache_file = _scan_cache_path(cache_dir, folder) if cache_dir else None
-    if cache_file and os.path.exists(cache_file):
-        try:
-            with open(cache_file) as f:
-                data = json.load(f)
-            if data.get("version") == _SCAN_CACHE_VERSION:
-                cached = data["files"]
-        except (OSError, ValueError, KeyError):
-            cached = {}
-    results, entries, todo = {}, {}, []
-    for path in files:
-        try:
-            stat = os.stat(path)
-            key = [stat.st_size, stat.st_mtime_ns]
-        except OSError:
-            results[path] = (None, "unreadable")
-            continue
-        # [size, mtime, format, problem, decoded fully]; a problem found from the
-        # header stands whatever the depth asked.
-        entry = cached.get(path)
-        if entry is not None and entry[:2] == key and (
-                entry[4] or not full or entry[3] is not None):
-            results[path] = (entry[2], entry[3])
-            entries[path] = entry
-        else:
-            todo.append(path)
-            entries[path] = key
-    if todo:
-        scan = functools.partial(scan_image_file, full=full)
-        with concurrent.futures.ThreadPoolExecutor(num_threads) as pool:
-            for path, result in zip(todo, pool.map(scan, todo)):
-                results[path] = result
-                entries[path] = [*entries[path], *result, full]
-    if cache_file and todo:
-        payload = {"version": _SCAN_CACHE_VERSION, "folder": os.path.abspath(folder),
-                   "files": entries}
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            temporary = f"{cache_file}.tmp{os.getpid()}"
-            with open(temporary, "w") as f:
-                json.dump(payload, f)
-            os.replace(temporary, cache_file)
-        except OSError as error:
-            logging.warning("Could not cache the image scan in %s: %s", cache_file, error)
-    return results
-
 
 class ImageFolderSource(ArraySource):
     """Images in a folder; layouts in the module docstring.
@@ -315,9 +126,9 @@ class ImageFolderSource(ArraySource):
     Every file is checked once when the source is built (`scan_image_files`, cached
     by size and modification time), so that bad files never reach training and split
     sizes are exact. Files that cannot be decoded (empty, not an image, truncated,
-    corrupt, over `MAX_IMAGE_PIXELS`) are skipped and counted, with one summary line
-    naming them, or with `skip_corrupt_images=False` the first one raises
-    `CorruptImageError`.
+    corrupt, over `rules.FOLDER_IMAGE_MAX_PIXELS`) are skipped and counted, with one
+    summary line naming them, or with `skip_corrupt_images=False` the first one
+    raises `CorruptImageError`.
 
     How deep the scan looks (`full_scan`): the header scan reads each file's header
     and last bytes, which misses a body damaged behind a valid header; the full scan
@@ -365,7 +176,7 @@ class ImageFolderSource(ArraySource):
         scanned = {split: v for split, v in scanned.items() if v[0]}
         if not scanned:
             raise ValueError(
-                f"No images ({', '.join(TF_IMAGE_EXTENSIONS + PIL_IMAGE_EXTENSIONS)}) "
+                f"No images ({', '.join(image_formats.EXTENSIONS)}) "
                 f"found in folder {path!r}.")
         class_names = sorted({name for _, names in scanned.values() if names
                               for name in names})
@@ -388,7 +199,8 @@ class ImageFolderSource(ArraySource):
                 # (kept by Python as surrogate escapes) reach tf.io.read_file intact.
                 "path": np.array([os.fsencode(f) for f in files], dtype=object),
                 # By content, not by extension (a '.jpg' may hold a TIFF).
-                "use_pil": np.array([formats[f] not in _TF_FORMATS for f in files], bool),
+                "use_pil": np.array([formats[f] not in image_formats.TF_FORMAT_NAMES
+                                     for f in files], bool),
                 "label": labels,
             }
         self.class_names = tuple(class_names)
@@ -471,7 +283,7 @@ class ImageFolderSource(ArraySource):
                                       dtype=tf.uint8, expand_animations=False)
 
         def with_pil():
-            return tf.numpy_function(_pil_decode, [columns["path"]], tf.uint8,
+            return tf.numpy_function(pil_decode, [columns["path"]], tf.uint8,
                                      stateful=False)
 
         image = tf.cond(columns["use_pil"], with_pil, with_tf)
@@ -513,31 +325,3 @@ def _named_drops(examples: tf.data.Dataset, count: int, report) -> tf.data.Datas
     checked = examples.concatenate(tf.data.Dataset.from_tensors(end)).scan(
         tf.constant(0, tf.int64), check)
     return checked.filter(not_end)
-
-
-def describe_skipped(skipped: Mapping[str, str], root: str,
-                     names_per_problem: int = 5) -> str:
-    """'skipped 3 unreadable images: 2 corrupt (a.png, b.png), 1 truncated (c.jpg)'.
-
-    Args:
-      skipped: {path: problem}.
-      root: paths are shown relative to it; names that are not UTF-8 with
-        backslash escapes.
-      names_per_problem: at most this many names per problem, then 'and N more'.
-    """
-    if not skipped:
-        return ""
-    by_problem = collections.defaultdict(list)
-    for path, problem in skipped.items():
-        name = os.path.relpath(path, root).encode("utf-8", "surrogateescape")
-        by_problem[problem].append(name.decode("utf-8", "backslashreplace"))
-    parts = []
-    for problem, names in sorted(by_problem.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        names = sorted(names)
-        shown = ", ".join(names[:names_per_problem])
-        if len(names) > names_per_problem:
-            shown += f" and {len(names) - names_per_problem} more"
-        parts.append(f"{len(names)} {problem.replace('_', ' ')} ({shown})")
-    total = len(skipped)
-    return (f"skipped {total} unreadable image{'s' if total > 1 else ''}: "
-            + ", ".join(parts))

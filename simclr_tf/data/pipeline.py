@@ -6,12 +6,11 @@ context. (Evaluation batches come from the one eval pipeline,
 `strategy.distribute_datasets_from_function` calls once per input pipeline;
 `build_distributed_dataset` does that call. Batches (docs/design.md, "Batches"):
 
-- pretraining (`is_training=True, train_mode='pretrain'`): `((view1, view2), labels)`,
-  two independent `preprocess_for_train` views of every image, float32
-  [n, H, W, 3] in [0, 1], labels int32 [n] (-1 where the split has none). Blur is not
-  applied here: the train step calls `augment.batch_random_blur` on the device.
-- fine-tuning (`is_training=True, train_mode='finetune'`): `(images, labels)`, crop and
-  flip only.
+- pretraining (`train_mode='pretrain'`): `((view1, view2), labels)`, two independent
+  `preprocess_for_train` views of every image, float32 [n, H, W, 3] in [0, 1], labels
+  int32 [n] (-1 where the split has none). Blur is not applied here: the train step
+  calls `augment.batch_random_blur` on the device.
+- fine-tuning (`train_mode='finetune'`): `(images, labels)`, crop and flip only.
 
 n is the per-replica batch, `global_batch_size // num_replicas_in_sync`. The datasets
 repeat forever and drop the last partial batch, so every step sees full, statically
@@ -21,8 +20,8 @@ Example:
 ```python
 source = registry.get_dataset("digits")
 dist_ds = build_distributed_dataset(
-    strategy, source, "train", global_batch_size=256, is_training=True,
-    train_mode="pretrain", image_size=32, color_jitter_strength=0.5)
+    strategy, source, "train", global_batch_size=256, train_mode="pretrain",
+    image_size=32, color_jitter_strength=0.5)
 (view1, view2), labels = next(iter(dist_ds))   # PerReplica values
 ```
 """
@@ -37,7 +36,6 @@ from simclr_tf import rules
 from simclr_tf.data import augment, device_augment
 from simclr_tf.data.sources import DatasetSource
 
-TRAIN_MODES = rules.TRAIN_MODES
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
 # memory, the reference's choice; smaller datasets are shuffled whole.
 DEFAULT_SHUFFLE_BUFFER_SIZE = 10_000
@@ -55,7 +53,6 @@ def build_input_fn(
     split: str,
     *,
     global_batch_size: int,
-    is_training: bool = True,
     train_mode: str = "pretrain",
     image_size: int = 224,
     color_jitter_strength: float = 1.0,
@@ -73,8 +70,6 @@ def build_input_fn(
       source: the dataset (`registry.get_dataset(...)`).
       split: split spec, e.g. 'train', 'train[:10%]', 'unlabelled'.
       global_batch_size: examples per step over all replicas; must divide evenly.
-      is_training: must be True (shuffle, repeat, random augmentation, full batches);
-        evaluation batches come from `simclr_tf.evaluation.features.eval_dataset`.
       train_mode: 'pretrain' (two colour-distorted views) or 'finetune' (one crop+flip
         view).
       image_size: output side in pixels.
@@ -101,15 +96,11 @@ def build_input_fn(
     if not isinstance(source, DatasetSource):
         raise ValueError("`source` must be a DatasetSource (registry.get_dataset). "
                          f"Received: source={source!r}")
-    if not is_training:
-        raise ValueError("build_input_fn makes training batches only; evaluation reads "
-                         "simclr_tf.evaluation.features.eval_dataset. Received: "
-                         f"is_training={is_training!r}")
     _positive_int("global_batch_size", global_batch_size)
     _positive_int("image_size", image_size)
     _positive_int("shuffle_buffer_size", shuffle_buffer_size)
-    if train_mode not in TRAIN_MODES:
-        raise ValueError(f"`train_mode` must be one of {TRAIN_MODES}. "
+    if train_mode not in rules.TRAIN_MODES:
+        raise ValueError(f"`train_mode` must be one of {rules.TRAIN_MODES}. "
                          f"Received: train_mode={train_mode!r}")
     rules.check_color_jitter_impl(impl)
     rules.check_color_jitter_strength(color_jitter_strength)
@@ -118,7 +109,7 @@ def build_input_fn(
     if not pretraining and not source.has_labels(split):
         raise ValueError(
             f"Split {split!r} of dataset {source.name!r} has no labels: it can only be "
-            "used for pretraining (is_training=True, train_mode='pretrain').")
+            "used for pretraining (train_mode='pretrain').")
     if not isinstance(start_step, (int, np.integer)) or start_step < 0:
         raise ValueError(f"`start_step` must be an int >= 0. Received: start_step={start_step!r}")
     subset = None if label_subset_ids is None else np.asarray(label_subset_ids, np.int64)

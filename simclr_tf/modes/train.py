@@ -42,7 +42,7 @@ def train(config, strategy, context):
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
-        is_training=True, train_mode=config.train_mode, image_size=config.image_size,
+        train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
         seed=config.seed, label_subset_ids=subset_ids, start_step=step,
         augment_on=config.augment_on if config.train_mode == "pretrain" else "host")
@@ -76,7 +76,7 @@ def train(config, strategy, context):
             model, config, step))))
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
-                         hooks=hooks, verbose=chief, progress=progress)
+                         hooks=hooks, progress=progress)
     if results["interrupted"]:
         return results
     del results["logs"], results["interrupted"]  # the summaries' train/* are in
@@ -154,7 +154,7 @@ def write_view_summary(config, source, split, writer, num_images=8):
     """An image summary of pretraining views (or fine-tuning crops) as the model sees
     them, from a separate small pipeline so the training stream is untouched."""
     data = pipeline.build_input_fn(
-        source, split, global_batch_size=num_images, is_training=True,
+        source, split, global_batch_size=num_images,
         train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength,
         shuffle_buffer_size=num_images)(None)
