@@ -1,17 +1,19 @@
 """The evaluator interface (`simclr_tf.evaluation.base`): an evaluator added in a test
 module, registered by name, built from the Config and run through the same path as
 the modes' (`parts.evaluators_for`, `parts.run_evaluators`), equals numpy on the
-model's h; its floats reach TensorBoard and nothing else does."""
+model's h; its floats reach TensorBoard and nothing else does. The final linear probe
+builds both of its encoders under the run's strategy."""
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from simclr_tf import checkpoints
 from simclr_tf.config import Config
 from simclr_tf.data import registry as datasets
 from simclr_tf.evaluation import base, features, registry
-from simclr_tf.modes import parts
+from simclr_tf.modes import linear_probe, parts
 
 SPLIT = "test[:37]"  # batches of 16: the last one padded (rows that must not count)
 
@@ -82,3 +84,25 @@ def test_registry_names_the_problem_and_the_fix():
     with pytest.raises(ValueError, match="Received: strategy='default'"):
         MeanH("default", source=None, image_size=16)
 
+
+@pytest.mark.large  # 11-18 s (three ResNet-18s built and two run on 2 replicas)
+def test_final_probe_builds_both_encoders_under_the_runs_strategy(tmp_path, monkeypatch):
+    """--final_linear_probe under --strategy=mirrored: the trained and the random
+    encoder are the run's strategy's (they were the default strategy's: one device)."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    cfg = _config(tmp_path, final_linear_probe=True)
+    source = datasets.get_dataset("digits")
+    checkpoints.CheckpointState(cfg.model_dir, parts.build_model(cfg, strategy, 10)).save(2)
+    built = []
+    build_model = parts.build_model
+    monkeypatch.setattr(parts, "build_model", lambda *args: built.append(
+        build_model(*args)) or built[-1])
+    results = linear_probe.final_linear_probe(
+        cfg, strategy, dict(source=source, num_classes=10))
+    assert len(built) == 2
+    for model in built:
+        assert all(strategy.extended.variable_created_in_scope(v.value)
+                   for v in model.variables)
+    assert set(results) == {"linear_probe/pretrained", "linear_probe/random_init"}
+    for value in results.values():  # accuracies over the 60 test examples
+        assert 0.0 <= value <= 1.0 and round(value * 60) == pytest.approx(value * 60)

@@ -1,7 +1,6 @@
 """--mode=linear_probe (kNN and the L-BFGS probe on frozen h) and the final linear
 probe of a training run (--final_linear_probe)."""
 import keras
-import tensorflow as tf
 
 from simclr_tf import checkpoints
 from simclr_tf.config import ConfigError
@@ -17,9 +16,9 @@ def linear_probe_mode(config, strategy, context):
                                 checkpoint=prefix)
 
 
-def final_linear_probe(config, context):
-    """Probe accuracy of the trained encoder and of a randomly initialised one."""
-    strategy = tf.distribute.get_strategy()
+def final_linear_probe(config, strategy, context):
+    """Probe accuracy of the trained encoder and of a randomly initialised one, both
+    built under the run's strategy (features extracted on every replica)."""
     trained = parts.build_model(config, strategy, context["num_classes"])
     if checkpoints.latest(config.model_dir) is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
