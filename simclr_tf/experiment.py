@@ -49,7 +49,7 @@ def run(config):
             if results.get("interrupted"):
                 return results
         if config.final_linear_probe and mode.trains:
-            results.update(linear_probe.final_linear_probe(config, context))
+            results.update(linear_probe.final_linear_probe(config, strategy, context))
         results.update(skipped_images_record(source))
         if results and writes:
             write_json(record_path(config, "result"), results)

@@ -79,22 +79,23 @@ def test_knn_monitor_two_replicas_equal_one():
     for name, strategy in (("one", tf.distribute.get_strategy()),
                            ("two", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
         # An odd batch: replicas get uneven shares and the last batch is partial.
-        monitor = knn.KnnMonitor(strategy, _tiny_model(strategy), source,
-                                 bank_split="train", query_split="test", image_size=16,
-                                 batch_size=77, k=20, max_bank=300, max_queries=101)
-        results[name] = monitor.evaluate()
-    assert results["one"]["bank_size"] == results["two"]["bank_size"] == 300
-    assert results["one"]["num_queries"] == results["two"]["num_queries"] == 101
-    assert results["one"]["top_1_accuracy"] == results["two"]["top_1_accuracy"]
-    assert results["one"]["seconds"] > 0
+        monitor = knn.KnnEval(strategy, source=source, bank_split="train",
+                              query_split="test", image_size=16, batch_size=77, k=20,
+                              max_bank=300, max_queries=101)
+        assert monitor.bank_size == 300 and monitor.num_queries == 101
+        results[name] = monitor.run(_tiny_model(strategy), step=3)
+    assert results["one"]["knn/top_1_accuracy"] == results["two"]["knn/top_1_accuracy"]
+    assert results["one"]["knn/global_step"] == 3
+    assert results["one"]["knn/seconds"] > 0
 
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(k=0), "Received: k=0"), (dict(temperature=0.0), "Received: temperature="),
     (dict(batch_size=0), "Received: batch_size=0"),
-    (dict(max_bank=-1), "Received: max_bank=-1")])
+    (dict(max_bank=-1), "Received: max_bank=-1"),
+    (dict(strategy=None), "Received: strategy=None")])
 def test_knn_monitor_checks_its_arguments(kwargs, match):
-    strategy = tf.distribute.get_strategy()
+    kwargs = dict(dict(strategy=tf.distribute.get_strategy()), **kwargs)
     with pytest.raises(ValueError, match=match):
-        knn.KnnMonitor(strategy, lambda images, training=False: {}, object(),
-                       bank_split="train", query_split="test", image_size=16, **kwargs)
+        knn.KnnEval(kwargs.pop("strategy"), source=object(), bank_split="train",
+                    query_split="test", image_size=16, **kwargs)

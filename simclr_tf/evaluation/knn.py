@@ -8,8 +8,8 @@ with weight exp(s / temperature), and the class with the largest summed vote win
 winner is their label.
 
 `knn_predict` / `knn_accuracy` are pure functions of arrays (numpy in, numpy out, TF
-ops inside, queries in chunks so memory stays [chunk, bank]). `KnnMonitor` runs the
-protocol during pretraining: bank and query features are computed under the training
+ops inside, queries in chunks so memory stays [chunk, bank]). `KnnEval` runs the
+protocol during pretraining (the kNN monitor): bank and query features are computed under the training
 strategy with every replica's features gathered (`simclr_tf.evaluation.features`), so the
 result does not depend on the number of replicas.
 
@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf import rules
-from simclr_tf.evaluation import features
+from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import H
 
 DEFAULT_K = 200
@@ -106,54 +106,56 @@ def knn_accuracy(bank_features, bank_labels, query_features, query_labels, **kwa
     return float(np.mean(predicted == query_labels[labelled]))
 
 
-class KnnMonitor:
-    """Weighted kNN top-1 of h during pretraining, under the training strategy.
+class KnnEval(base.Evaluator):
+    """Weighted kNN top-1 of h, under the strategy that holds the model: the kNN
+    monitor of pretraining (`simclr_tf.evaluation.base` interface).
 
     The datasets are fixed at construction (deterministic stratified subsets of at most
     `max_bank` / `max_queries` examples), so every evaluation of a run sees the same
     examples and its cost is bounded and comparable.
 
-    Args:
-        strategy: the training strategy (the model lives under its scope).
-        model: the model; called in inference mode, 'final_avg_pool' (h) is used.
-        source: the `DatasetSource`.
+    Args (besides `base.Evaluator`'s; `seed` draws the subsets):
         bank_split: labelled split whose features form the bank (eval-preprocessed).
         query_split: labelled split that is classified.
-        image_size: model input size.
-        batch_size: global batch of the feature extraction.
         k, temperature: the protocol (see module docstring).
         max_bank, max_queries: at most this many examples (0 = all).
-        seed: seed of the subsets.
+
+    `run(model, step)` -> {'knn/top_1_accuracy', 'knn/seconds', 'knn/global_step'}.
     """
 
-    def __init__(self, strategy, model, source, *, bank_split, query_split, image_size,
-                 batch_size=256, k=DEFAULT_K, temperature=DEFAULT_TEMPERATURE,
-                 max_bank=10_000, max_queries=10_000, seed=0):
-        features.check_strategy_and_model(strategy, model)
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int. Received: "
-                             f"batch_size={batch_size!r}")
+    def __init__(self, strategy, *, bank_split, query_split, k=DEFAULT_K,
+                 temperature=DEFAULT_TEMPERATURE, max_bank=10_000, max_queries=10_000,
+                 **common):
+        super().__init__(strategy, **common)
         rules.check_knn_k(k)
         rules.check_knn_temperature(temperature)
         for name, value in (("max_bank", max_bank), ("max_queries", max_queries)):
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0. Received: {name}={value!r}")
-        self.strategy, self.model, self.source = strategy, model, source
         self.k, self.temperature = int(k), float(temperature)
-        self.image_size, self.batch_size = image_size, batch_size
         self.bank_split, self.query_split = bank_split, query_split
-        self.bank_ids = features.bounded_ids(source, bank_split, max_bank, seed=seed)
-        self.query_ids = features.bounded_ids(source, query_split, max_queries, seed=seed)
-        self._extractor = features.FeatureExtractor(strategy, model)
+        self.bank_ids = features.bounded_ids(self.source, bank_split, max_bank,
+                                             seed=self.seed)
+        self.query_ids = features.bounded_ids(self.source, query_split, max_queries,
+                                              seed=self.seed)
+        # The extraction checks that exactly these many examples come out.
+        self.bank_size = self._size(bank_split, self.bank_ids)
+        self.num_queries = self._size(query_split, self.query_ids)
+        self._extractor = None
+
+    def _size(self, split, ids):
+        return self.source.num_examples(split) if ids is None else len(ids)
 
     def _features(self, split, ids):
         dataset = features.eval_dataset(self.source, split, image_size=self.image_size,
                                         batch_size=self.batch_size, example_ids=ids)
-        expected = (self.source.num_examples(split) if ids is None else len(ids))
-        return self._extractor(dataset, batch_size=self.batch_size, expected=expected)
+        return self._extractor(dataset, batch_size=self.batch_size,
+                               expected=self._size(split, ids))
 
-    def evaluate(self):
-        """dict(top_1_accuracy, seconds, bank_size, num_queries)."""
+    def run(self, model, step, *, checkpoint=None):
+        if self._extractor is None or self._extractor.model is not model:
+            # One extractor per model: its compiled step is traced once per run.
+            self._extractor = features.FeatureExtractor(self.strategy, model)
         start = time.perf_counter()
         bank = self._features(self.bank_split, self.bank_ids)
         queries = self._features(self.query_split, self.query_ids)
@@ -161,5 +163,11 @@ class KnnMonitor:
                                 queries[H], queries["labels"], k=self.k,
                                 temperature=self.temperature,
                                 num_classes=self.source.num_classes or None)
-        return dict(top_1_accuracy=accuracy, seconds=time.perf_counter() - start,
-                    bank_size=len(bank["labels"]), num_queries=len(queries["labels"]))
+        return {"knn/top_1_accuracy": accuracy, "knn/seconds": time.perf_counter() - start,
+                "knn/global_step": step}
+
+    def describe(self, values, *, step, checkpoint=None):
+        return (f"kNN at step {step}: top-1 {values['knn/top_1_accuracy']:.4f} on "
+                f"{self.query_split} ({self.num_queries} queries, bank of "
+                f"{self.bank_size} from {self.bank_split}, k={self.k}, "
+                f"T={self.temperature:g}) in {values['knn/seconds']:.1f} s")

@@ -8,14 +8,17 @@ and sums the loss over its labelled rows (label >= 0), and the counts are summed
 replicas. Counting instead of averaging makes the result the same for 1 or many
 replicas and any batch size (up to float rounding of the loss).
 
+`SupervisedEval` is the evaluator of --mode=eval (`simclr_tf.evaluation.base`): the
+counts of `SupervisedEvaluator` and the weight-decay term under the authors' names.
+
 Example:
 >>> evaluate(strategy, model, source, "test", image_size=32, batch_size=256)
 {'top_1_accuracy': 0.91, 'top_5_accuracy': 0.99, 'loss': 0.31, 'num_examples': 10000}
 """
 import tensorflow as tf
 
-from simclr_tf import losses
-from simclr_tf.evaluation import features
+from simclr_tf import losses, optimizers
+from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import LOGITS
 
 # What a replica returns per batch: all counts and sums, summed over replicas.
@@ -116,3 +119,49 @@ def evaluate(strategy, model, source, split, *, image_size, batch_size=256, step
     dataset = features.eval_dataset(source, split, image_size=image_size,
                                     batch_size=batch_size)
     return SupervisedEvaluator(strategy, model)(dataset, steps=steps, batch_size=batch_size)
+
+
+class SupervisedEval(base.Evaluator):
+    """The supervised head on a split, with the loss's weight-decay term at these
+    weights (the authors' eval/regularization_loss: with LARS the head's only).
+
+    Args (besides `base.Evaluator`'s):
+        split: the labelled split evaluated.
+        steps: evaluate at most this many batches (None: all).
+        optimizer, weight_decay: the run's; they decide which weights decay
+            (`optimizers.weight_decay_loss`).
+
+    `run` returns the authors' names ('eval/label_top_1_accuracy', ...,
+    'eval/regularization_loss'), ours beside them ('eval/supervised_loss',
+    'eval/num_examples') and 'global_step'.
+    """
+
+    def __init__(self, strategy, *, split, steps=None, optimizer="lars", weight_decay=0.0,
+                 **common):
+        super().__init__(strategy, **common)
+        self.split, self.steps = split, steps
+        self.optimizer, self.weight_decay = optimizer, weight_decay
+        self.dataset = features.eval_dataset(self.source, split, image_size=self.image_size,
+                                             batch_size=self.batch_size)
+        self._model = self._counts = self._regularization = None
+
+    def run(self, model, step, *, checkpoint=None):
+        if model is not self._model:
+            # Once per model: the compiled step and the decayed variables.
+            self._counts = SupervisedEvaluator(self.strategy, model)
+            self._regularization = optimizers.weight_decay_loss(model, self.optimizer,
+                                                                self.weight_decay)
+            self._model = model
+        metrics = self._counts(self.dataset, steps=self.steps)
+        # The authors' names; ours (supervised_loss, num_examples) beside them.
+        return {"eval/label_top_1_accuracy": metrics["top_1_accuracy"],
+                "eval/label_top_5_accuracy": metrics["top_5_accuracy"],
+                "eval/regularization_loss": float(self._regularization()),
+                "eval/supervised_loss": metrics["loss"],
+                "eval/num_examples": metrics["num_examples"], "global_step": step}
+
+    def describe(self, values, *, step, checkpoint=None):
+        return (f"Eval on {self.split} at step {step}: top-1 "
+                f"{values['eval/label_top_1_accuracy']:.4f}, top-5 "
+                f"{values['eval/label_top_5_accuracy']:.4f} "
+                f"({values['eval/num_examples']} examples, {checkpoint})")

@@ -11,6 +11,11 @@ directory is given), then runs both protocols on the same features:
 
 `write_table` writes the rows of several datasets as Markdown and CSV
 (`scripts/transfer_table.py` is the command line).
+
+The evaluators (`simclr_tf.evaluation.base`) of the frozen encoder: `LinearProbeEval`
+(--mode=linear_probe: both protocols, train split -> test split) and
+`FinalProbeEval` (--final_linear_probe: the probe of the trained encoder against a
+randomly initialised one).
 """
 import csv
 import os
@@ -18,7 +23,7 @@ import time
 
 import tensorflow as tf
 
-from simclr_tf.evaluation import features, knn, probe
+from simclr_tf.evaluation import base, features, knn, probe
 
 COLUMNS = ("dataset", "train_split", "test_split", "num_train", "num_test", "feature_dim",
            "knn_top_1", "linear_probe_top_1", "linear_probe_c", "seconds")
@@ -99,6 +104,88 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
                 linear_probe_c=probe_result["c"],
                 linear_probe_validation_accuracy=probe_result["validation_accuracy"],
                 seconds=time.perf_counter() - start, cached=train_cached and test_cached)
+
+
+class LinearProbeEval(base.Evaluator):
+    """`evaluate_protocols` on the train split -> test split, under the record names
+    of --mode=linear_probe ('linear_probe/top_1_accuracy', ..., 'knn/top_1_accuracy').
+
+    Args (besides `base.Evaluator`'s; `seed` splits the probe's held-out part):
+        train_split, test_split: the labelled splits.
+        k, temperature: the kNN protocol.
+        cache_dir: where features are cached (None: no cache); the cache is keyed by
+            the checkpoint `run` is given (`encoder_identity`), so weights in memory
+            (checkpoint None) are never cached.
+    """
+
+    def __init__(self, strategy, *, train_split, test_split, k=knn.DEFAULT_K,
+                 temperature=knn.DEFAULT_TEMPERATURE, cache_dir=None, **common):
+        super().__init__(strategy, **common)
+        self.train_split, self.test_split = train_split, test_split
+        self.k, self.temperature, self.cache_dir = k, temperature, cache_dir
+        self._cached = False  # whether the last run's features came from the cache
+
+    def run(self, model, step, *, checkpoint=None):
+        encoder_id = encoder_identity(checkpoint) if checkpoint else None
+        row = evaluate_protocols(
+            model, self.source, strategy=self.strategy, image_size=self.image_size,
+            train_split=self.train_split, test_split=self.test_split,
+            batch_size=self.batch_size, knn_k=self.k, knn_temperature=self.temperature,
+            cache_dir=self.cache_dir if encoder_id else None, encoder_id=encoder_id,
+            seed=self.seed)
+        self._cached = row["cached"]
+        return {"linear_probe/top_1_accuracy": row["linear_probe_top_1"],
+                "linear_probe/c": row["linear_probe_c"],
+                "linear_probe/validation_accuracy": row["linear_probe_validation_accuracy"],
+                "knn/top_1_accuracy": row["knn_top_1"], "linear_probe/checkpoint": checkpoint,
+                "linear_probe/num_train": row["num_train"],
+                "linear_probe/num_test": row["num_test"]}
+
+    def describe(self, values, *, step, checkpoint=None):
+        return (f"Linear probe (L-BFGS logistic regression on frozen h, "
+                f"C={values['linear_probe/c']:g} chosen on a held-out part of "
+                f"{self.train_split}): top-1 {values['linear_probe/top_1_accuracy']:.4f} on "
+                f"{self.test_split}; weighted kNN (k={self.k}) "
+                f"{values['knn/top_1_accuracy']:.4f}; {values['linear_probe/num_train']} / "
+                f"{values['linear_probe/num_test']} examples, features "
+                f"{'cached' if self._cached else 'computed'} ({checkpoint}).")
+
+
+class FinalProbeEval(base.Evaluator):
+    """The paper's linear probe of the trained encoder and of a baseline encoder (a
+    randomly initialised one): what pretraining bought, in one comparison.
+
+    Args (besides `base.Evaluator`'s; `seed` splits the probe's held-out part):
+        train_split, test_split: the labelled splits.
+        baseline: the encoder compared with, built by the caller under the same
+            strategy as the models `run` is given.
+
+    `run(model, step)` -> {'linear_probe/pretrained', 'linear_probe/random_init'}.
+    """
+
+    def __init__(self, strategy, *, train_split, test_split, baseline, **common):
+        super().__init__(strategy, **common)
+        features.check_strategy_and_model(strategy, baseline)
+        self.train_split, self.test_split, self.baseline = train_split, test_split, baseline
+
+    def run(self, model, step, *, checkpoint=None):
+        results = {}
+        for name, encoder in (("pretrained", model), ("random_init", self.baseline)):
+            extractor = features.FeatureExtractor(self.strategy, encoder, (features.H,))
+            train, test = (features.extract(self.strategy, encoder, self.source, split,
+                                            image_size=self.image_size,
+                                            batch_size=self.batch_size,
+                                            extractor=extractor)
+                           for split in (self.train_split, self.test_split))
+            result = probe.linear_probe(train[features.H], train["labels"],
+                                        test[features.H], test["labels"], seed=self.seed)
+            results[f"linear_probe/{name}"] = result["top_1_accuracy"]
+        return results
+
+    def describe(self, values, *, step, checkpoint=None):
+        return (f"Linear probe (L-BFGS logistic regression on frozen h, {self.test_split}): "
+                f"pretrained encoder {values['linear_probe/pretrained']:.4f} vs randomly "
+                f"initialised encoder {values['linear_probe/random_init']:.4f}")
 
 
 def _cell(value):

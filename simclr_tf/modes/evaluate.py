@@ -5,41 +5,28 @@ import time
 
 import tensorflow as tf
 
-from simclr_tf import checkpoints, optimizers
+from simclr_tf import checkpoints
 from simclr_tf.config import ConfigError
-from simclr_tf.evaluation import features, supervised
 from simclr_tf.modes import parts
+
+# What --mode=eval runs at each checkpoint (`simclr_tf.evaluation.registry` names).
+EVALUATORS = ("supervised",)
+
 
 def evaluate(config, strategy, context):
     """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = parts.build_model(config, strategy, context["num_classes"])
-    evaluator = supervised.SupervisedEvaluator(strategy, model)
-    # The weight-decay term of the loss at these weights (the authors'
-    # eval/regularization_loss): with LARS the supervised head's only.
-    regularization = optimizers.weight_decay_loss(model, config.optimizer,
-                                                  config.weight_decay)
-    dataset = features.eval_dataset(context["source"], config.eval_split,
-                                    image_size=config.image_size,
-                                    batch_size=config.eval_batch_size)
+    evaluators = parts.evaluators_for(config, strategy, context["source"], EVALUATORS)
     results = {}
     for path in _checkpoints_to_evaluate(config):
         flag = "checkpoint" if path == config.checkpoint else "model_dir"
         prefix = checkpoints.load_into(model, path, whole_model=True, flag=flag).prefix
         step = checkpoints.step_of(prefix, 0)
-        metrics = evaluator(dataset, steps=config.eval_steps or None)
-        print(f"Eval on {config.eval_split} at step {step}: top-1 "
-              f"{metrics['top_1_accuracy']:.4f}, top-5 {metrics['top_5_accuracy']:.4f} "
-              f"({metrics['num_examples']} examples, {prefix})", flush=True)
-        # The authors' names; ours (supervised_loss, num_examples) beside them.
-        results = {"eval/label_top_1_accuracy": metrics["top_1_accuracy"],
-                   "eval/label_top_5_accuracy": metrics["top_5_accuracy"],
-                   "eval/regularization_loss": float(regularization()),
-                   "eval/supervised_loss": metrics["loss"],
-                   "eval/num_examples": metrics["num_examples"], "global_step": step}
+        writer = tf.summary.create_file_writer(config.model_dir) if config.model_dir else None
+        results = parts.run_evaluators(evaluators, model, step, writer=writer,
+                                       checkpoint=prefix)
         if config.model_dir:
-            parts.write_scalars(tf.summary.create_file_writer(config.model_dir), step,
-                          {k: v for k, v in results.items() if "accuracy" in k or "loss" in k})
             parts.write_json(os.path.join(config.model_dir, f"result_{step}.json"), results)
     if not results:
         # Only a waiting evaluator gets here (preflight found nothing to load yet).

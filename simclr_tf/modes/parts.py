@@ -1,5 +1,6 @@
 """The parts every mode assembles from the Config: the model, the Trainer, the
-exported SavedModel, the encoder to evaluate, TensorBoard scalars and JSON records."""
+exported SavedModel, the encoder to evaluate, the evaluators and their loop (and the
+loop hook that runs them during training), TensorBoard scalars and JSON records."""
 import functools
 import json
 import os
@@ -7,9 +8,10 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, export, optimizers, preflight, schedules
+from simclr_tf import checkpoints, export, loop, optimizers, preflight, schedules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment
+from simclr_tf.evaluation import registry
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.train import Trainer
 
@@ -129,3 +131,70 @@ def load_trained_encoder(config, strategy, context):
                                             whole_model=False).prefix
     raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
                       "first or pass --checkpoint.")
+
+
+# ------------------------------------------------------------------ evaluators
+
+# Evaluator name -> its own arguments, read from the Config; the common ones
+# (`evaluators_for`) go to every evaluator, so one that reads no flag of its own
+# needs no entry.
+EVALUATOR_ARGUMENTS = {
+    "supervised": lambda config: dict(
+        split=config.eval_split, steps=config.eval_steps or None,
+        optimizer=config.optimizer, weight_decay=config.weight_decay),
+    "knn": lambda config: dict(
+        bank_split=preflight.knn_bank_split(config), query_split=config.knn_eval_split,
+        k=config.knn_k, temperature=config.knn_temperature,
+        max_bank=config.knn_max_bank, max_queries=config.knn_max_queries),
+    "linear_probe": lambda config: dict(
+        train_split=config.train_split, test_split=config.eval_split, k=config.knn_k,
+        temperature=config.knn_temperature,
+        cache_dir=os.path.join(config.model_dir, "features") if config.model_dir else None),
+    "final_probe": lambda config: dict(train_split=config.train_split,
+                                       test_split=config.eval_split),
+}
+
+
+def evaluators_for(config, strategy, source, names, **objects):
+    """The evaluators `names` (`simclr_tf.evaluation.registry`) of a run, built from
+    the Config here and nowhere else.
+
+    Args:
+        config: the run's Config.
+        strategy: the run's strategy (the evaluators run the models under it).
+        source: the `DatasetSource` evaluated.
+        names: registry names, in the order they run.
+        **objects: arguments that are objects, not flags (the final probe's
+            `baseline` encoder), given to each evaluator built.
+    """
+    common = dict(source=source, image_size=config.image_size,
+                  batch_size=config.eval_batch_size, seed=config.seed)
+    return [registry.get_evaluator(name)(
+        strategy, **common, **EVALUATOR_ARGUMENTS.get(name, lambda config: {})(config),
+        **objects) for name in names]
+
+
+def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None, verbose=True):
+    """Runs each evaluator on `model` at `step`: its scalars to `writer` (None: no
+    TensorBoard), its line printed when `verbose`. Returns their entries merged, under
+    the names they gave (the mode's result entries).
+
+    Args:
+        checkpoint: the prefix the weights came from (None: weights in memory).
+    """
+    results = {}
+    for evaluator in evaluators:
+        values = evaluator.run(model, step, checkpoint=checkpoint)
+        if writer is not None:
+            write_scalars(writer, step, evaluator.scalars(values))
+        if verbose:
+            print(evaluator.describe(values, step=step, checkpoint=checkpoint), flush=True)
+        results.update(values)
+    return results
+
+
+def evaluation_hook(every, evaluators, model, *, writer, verbose=True):
+    """A loop hook running `evaluators` on the training model every `every` steps
+    and after the last (`run_evaluators`); the run's results get the last entries."""
+    return loop.Every(every, lambda step, logs: run_evaluators(
+        evaluators, model, step, writer=writer, verbose=verbose))

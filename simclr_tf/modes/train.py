@@ -7,11 +7,15 @@ import tensorflow as tf
 from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
-from simclr_tf import checkpoints, loop, preflight, schedules
+from simclr_tf import checkpoints, loop, schedules
 from simclr_tf.data import pipeline, subsets
-from simclr_tf.evaluation import knn
 from simclr_tf.modes import parts
 from simclr_tf.progress import TrainingProgress
+
+# What runs on the training model every --knn_eval_every steps of pretraining
+# (`simclr_tf.evaluation.registry` names): the kNN monitor.
+TRAINING_EVALUATORS = ("knn",)
+
 
 def train(config, strategy, context):
     source = context["source"]
@@ -65,10 +69,9 @@ def train(config, strategy, context):
 
     hooks = [loop.Every(config.log_every_steps or plan.checkpoint_steps, log)]
     if config.knn_eval_split and config.train_mode == "pretrain":
-        monitor = make_knn_monitor(config, strategy, model, source)
-        hooks.append(loop.Every(config.knn_eval_every or plan.checkpoint_steps,
-                                lambda step, logs: run_knn_monitor(monitor, step, writer,
-                                                                   verbose=chief)))
+        monitors = parts.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
+        hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
+                                           monitors, model, writer=writer, verbose=chief))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
@@ -164,27 +167,3 @@ def write_view_summary(config, source, split, writer, num_images=8):
     with writer.as_default(step=0):
         tf.summary.image("train/views", images, max_outputs=num_images)
     writer.flush()
-
-
-def make_knn_monitor(config, strategy, model, source):
-    """The kNN monitor of a pretraining run (see `simclr_tf.evaluation.knn.KnnMonitor`)."""
-    return knn.KnnMonitor(
-        strategy, model, source, bank_split=preflight.knn_bank_split(config),
-        query_split=config.knn_eval_split, image_size=config.image_size,
-        batch_size=config.eval_batch_size, k=config.knn_k,
-        temperature=config.knn_temperature, max_bank=config.knn_max_bank,
-        max_queries=config.knn_max_queries, seed=config.seed)
-
-
-def run_knn_monitor(monitor, step, writer, verbose=True):
-    """Evaluates, logs to TensorBoard (knn/...) and prints; returns result entries."""
-    result = monitor.evaluate()
-    values = {"knn/top_1_accuracy": result["top_1_accuracy"],
-              "knn/seconds": result["seconds"]}
-    parts.write_scalars(writer, step, values)
-    if verbose:
-        print(f"kNN at step {step}: top-1 {result['top_1_accuracy']:.4f} on "
-              f"{monitor.query_split} ({result['num_queries']} queries, bank of "
-              f"{result['bank_size']} from {monitor.bank_split}, k={monitor.k}, "
-              f"T={monitor.temperature:g}) in {result['seconds']:.1f} s", flush=True)
-    return dict(values, **{"knn/global_step": step})

@@ -1,0 +1,108 @@
+"""The evaluator interface (`simclr_tf.evaluation.base`): an evaluator added in a test
+module, registered by name, built from the Config and run through the same path as
+the modes' (`parts.evaluators_for`, `parts.run_evaluators`), equals numpy on the
+model's h; its floats reach TensorBoard and nothing else does. The final linear probe
+builds both of its encoders under the run's strategy."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import checkpoints
+from simclr_tf.config import Config
+from simclr_tf.data import registry as datasets
+from simclr_tf.evaluation import base, features, registry
+from simclr_tf.modes import linear_probe, parts
+
+SPLIT = "test[:37]"  # batches of 16: the last one padded (rows that must not count)
+
+
+class MeanH(base.Evaluator):
+    """The mean of h over a split: the smallest evaluator there is."""
+
+    def __init__(self, strategy, *, split=SPLIT, **common):
+        super().__init__(strategy, **common)
+        self.split = split
+
+    def run(self, model, step, *, checkpoint=None):
+        h = features.extract(self.strategy, model, self.source, self.split,
+                             image_size=self.image_size, batch_size=self.batch_size)[features.H]
+        return {"toy/mean_h": float(np.mean(h)), "toy/num_examples": len(h)}
+
+    def describe(self, values, *, step, checkpoint=None):
+        return f"Mean h at step {step}: {values['toy/mean_h']:.6f}"
+
+
+def _config(tmp_path, **overrides):
+    return Config.from_dict(dict(
+        dict(dataset="digits", train_split="train[:100]", eval_split="test[:60]",
+             image_size=16, stem="cifar", resnet_depth=18, width_multiplier=0.125,
+             num_proj_layers=2, proj_out_dim=16, eval_batch_size=16, mode="train",
+             model_dir=str(tmp_path / "run")), **overrides)).validate()
+
+
+def _tags(log_dir):
+    tags = {}
+    for event_file in tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            for value in event.summary.value:
+                tags[value.tag] = (event.step, float(tf.make_ndarray(value.tensor)))
+    return tags
+
+
+def test_an_evaluator_added_by_a_test_runs_through_the_modes_path(tmp_path, monkeypatch,
+                                                                  capsys):
+    monkeypatch.setattr(registry, "EVALUATORS", dict(registry.EVALUATORS))
+    registry.register_evaluator("mean_h", MeanH)
+    cfg = _config(tmp_path)
+    strategy = tf.distribute.get_strategy()
+    source = datasets.get_dataset("digits")
+    model = parts.build_model(cfg, strategy, None)
+    evaluators = parts.evaluators_for(cfg, strategy, source, ["mean_h"])
+    writer = tf.summary.create_file_writer(str(tmp_path / "tb"))
+    results = parts.run_evaluators(evaluators, model, 7, writer=writer)
+
+    images = np.concatenate([
+        batch["image"].numpy()[batch["id"].numpy() >= 0]
+        for batch in features.eval_dataset(source, SPLIT, image_size=16, batch_size=16)])
+    h = model(images, training=False)[features.H].numpy()
+    assert results["toy/num_examples"] == len(h) == 37
+    np.testing.assert_allclose(results["toy/mean_h"], np.mean(h), rtol=1e-5)
+    # The float is a scalar (TensorBoard, at the step); the count goes to records only.
+    tags = _tags(str(tmp_path / "tb"))
+    assert set(tags) == {"toy/mean_h"} and tags["toy/mean_h"][0] == 7
+    np.testing.assert_allclose(tags["toy/mean_h"][1], results["toy/mean_h"], rtol=1e-6)
+    assert f"Mean h at step 7: {results['toy/mean_h']:.6f}" in capsys.readouterr().out
+
+
+def test_registry_names_the_problem_and_the_fix():
+    with pytest.raises(ValueError, match="Did you mean 'knn'.*register_evaluator"):
+        registry.get_evaluator("knnn")
+    with pytest.raises(ValueError, match="subclass of .*Evaluator"):
+        registry.register_evaluator("mine", object)
+    with pytest.raises(ValueError, match="Received: strategy='default'"):
+        MeanH("default", source=None, image_size=16)
+
+
+@pytest.mark.large  # 11-18 s (three ResNet-18s built and two run on 2 replicas)
+def test_final_probe_builds_both_encoders_under_the_runs_strategy(tmp_path, monkeypatch):
+    """--final_linear_probe under --strategy=mirrored: the trained and the random
+    encoder are the run's strategy's (they were the default strategy's: one device)."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    cfg = _config(tmp_path, final_linear_probe=True)
+    source = datasets.get_dataset("digits")
+    checkpoints.CheckpointState(cfg.model_dir, parts.build_model(cfg, strategy, 10)).save(2)
+    built = []
+    build_model = parts.build_model
+    monkeypatch.setattr(parts, "build_model", lambda *args: built.append(
+        build_model(*args)) or built[-1])
+    results = linear_probe.final_linear_probe(
+        cfg, strategy, dict(source=source, num_classes=10))
+    assert len(built) == 2
+    for model in built:
+        assert all(strategy.extended.variable_created_in_scope(v.value)
+                   for v in model.variables)
+    assert set(results) == {"linear_probe/pretrained", "linear_probe/random_init"}
+    for value in results.values():  # accuracies over the 60 test examples
+        assert 0.0 <= value <= 1.0 and round(value * 60) == pytest.approx(value * 60)
