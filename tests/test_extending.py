@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import experiment, modes
+from simclr_tf import checkpoints, experiment, modes
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import parts
 
@@ -50,3 +50,40 @@ def test_a_mode_needing_a_checkpoint_fails_before_any_model_is_built(
     with pytest.raises(ConfigError, match=r"--model_dir: has no checkpoint to "
                        r"count_weights in .*; train first\.$"):
         experiment.run(config(mode=count_weights_mode.name, model_dir=str(tmp_path)))
+
+
+@pytest.fixture
+def toy_encoder_and_dataset(monkeypatch):
+    """tiny_conv and stripes registered for this test only."""
+    from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
+    from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import encoders  # pylint: disable=import-outside-toplevel
+    from helpers import toy_dataset, toy_encoder  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(encoders, "ENCODERS", dict(encoders.ENCODERS))
+    monkeypatch.setattr(architecture, "ENCODERS", dict(architecture.ENCODERS))
+    monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))  # pylint: disable=protected-access
+    toy_encoder.register()
+    toy_dataset.register()
+    return toy_encoder, toy_dataset
+
+
+def test_an_encoder_and_a_dataset_in_one_module_each_train_evaluate_and_are_checked(
+        tmp_path, toy_encoder_and_dataset, skip_final_export):
+    from helpers.run_fixtures import config  # pylint: disable=import-outside-toplevel
+    toy_encoder, toy_dataset = toy_encoder_and_dataset
+    run = dict(encoder=toy_encoder.NAME, dataset=toy_dataset.NAME, train_split="train",
+               eval_split="test", train_batch_size=16, train_steps=2, checkpoint_steps=2,
+               width_multiplier=0.5, model_dir=str(tmp_path / "run"))
+    results = experiment.run(config(mode="train_then_eval", **run))
+    assert results["eval/num_examples"] == 32
+    assert results["eval/label_top_1_accuracy"] * 32 == round(
+        results["eval/label_top_1_accuracy"] * 32)
+    # The run's record rebuilds the toy encoder, 4 filters (8 x 0.5), and every
+    # variable loads from its checkpoint.
+    model, _, _ = checkpoints.open_encoder(run["model_dir"])
+    assert isinstance(model.encoder, toy_encoder.TinyConv)
+    assert tuple(model.encoder.conv.kernel.shape) == (3, 3, 3, 4)
+    # The table's variable flags are what a later run must agree with.
+    with pytest.raises(ConfigError, match=r"--model_dir: .* was written by a model of "
+                       r"another architecture .*pass --width_multiplier=0\.5"):
+        experiment.run(config(mode="eval", **dict(run, width_multiplier=1.0)))
