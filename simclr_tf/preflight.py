@@ -4,15 +4,14 @@ Everything that can be known from the Config, the dataset and the strategy is ch
 here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
 names the flag and the fix, before any expensive work starts.
 """
-import dataclasses
-import json
+import importlib
 import os
 
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, official, rules
-from simclr_tf.config import Config, ConfigError, architecture_mismatches
+from simclr_tf import checkpoints, official, records, rules
+from simclr_tf.config import ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
 from simclr_tf.models import encoders, hub
 
@@ -82,7 +81,7 @@ def _check_encoder(config):
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
         try:
-            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel
+            importlib.import_module("keras_hub")  # imported only when asked for
         except ImportError as error:
             raise ConfigError("encoder", f"{name} {hub.import_error_message(error)}") from None
         return  # hub.build names a bad spec before any weights exist
@@ -243,7 +242,9 @@ def check_official_architecture(config):
 
 def recorded_run_config(weights):
     """The Config recorded in flags.json by the run that wrote `weights` (a
-    `checkpoints.Weights` of ours), or None when there is none to read.
+    `checkpoints.Weights` of ours), or None when there is none to read. Read by
+    `records.read_config`'s rule (unknown keys ignored, missing ones today's
+    default), the rule `checkpoints.open_encoder` reads it by.
 
     A checkpoint's run directory holds it; an export `run/saved_model/<step>/
     variables/variables` is two levels below its run directory.
@@ -251,14 +252,11 @@ def recorded_run_config(weights):
     directory = os.path.dirname(weights.prefix)
     if weights.kind == checkpoints.EXPORT:
         directory = os.path.dirname(os.path.dirname(os.path.dirname(directory)))
-    path = os.path.join(directory, "flags.json")
+    path = records.record_path(directory, records.FLAGS, "train")
     try:
         if not tf.io.gfile.exists(path):
             return None
-        with tf.io.gfile.GFile(path) as f:
-            values = json.loads(f.read())
-        known = {f.name for f in dataclasses.fields(Config)}
-        return Config.from_dict({k: v for k, v in values.items() if k in known})
+        return records.read_config(path)
     except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
         logging.warning("Cannot read %s (%s); the architecture of %s is checked when "
                         "it loads.", path, error, weights.prefix)

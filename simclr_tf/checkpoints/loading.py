@@ -10,7 +10,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import export, official
+from simclr_tf import export, official, records
 from simclr_tf.checkpoints.files import _first_line, candidates, latest, step_of, \
     unreadable_reason
 from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError
@@ -254,7 +254,6 @@ def open_encoder(path, *, strategy=None):
     Raises:
         FileNotFoundError: nothing loadable at `path`.
     """
-    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
     from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
     strategy = strategy or tf.distribute.get_strategy()
     if official.is_official_savedmodel(path):
@@ -265,13 +264,12 @@ def open_encoder(path, *, strategy=None):
         encoder = _SavedModelEncoder(path)
         return encoder, encoder.image_size, f"SavedModel {path}"
     run_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-    flags_file = os.path.join(run_dir, "flags.json")
+    flags_file = records.record_path(run_dir, records.FLAGS, "train")
     if not tf.io.gfile.exists(flags_file):
         raise FileNotFoundError(
             f"No encoder at {path!r}: expected a run directory or checkpoint prefix with "
             "flags.json beside it, a SavedModel export, or an authors' released model.")
-    with tf.io.gfile.GFile(flags_file) as f:
-        config = Config.from_json(f.read())
+    config = records.read_config(flags_file)  # the rule preflight reads it by
     weights = resolve(path)
     with strategy.scope():
         model = SimCLRModel(**config.model_kwargs(None))

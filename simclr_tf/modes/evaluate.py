@@ -1,11 +1,10 @@
 """--mode=eval: the supervised head's top-1/top-5 on the eval split, for the latest
 checkpoint or each new one of a running job."""
-import os
 import time
 
 import tensorflow as tf
 
-from simclr_tf import checkpoints, optimizers
+from simclr_tf import checkpoints, optimizers, records
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features, supervised
 from simclr_tf.modes import parts
@@ -40,7 +39,8 @@ def evaluate(config, strategy, context):
         if config.model_dir:
             parts.write_scalars(tf.summary.create_file_writer(config.model_dir), step,
                           {k: v for k, v in results.items() if "accuracy" in k or "loss" in k})
-            parts.write_json(os.path.join(config.model_dir, f"result_{step}.json"), results)
+            records.write_json(records.record_path(config.model_dir, records.RESULT,
+                                                   config.mode, step=step), results)
     if not results:
         # Only a waiting evaluator gets here (preflight found nothing to load yet).
         raise ConfigError("eval_wait_secs", f"no checkpoint appeared in "

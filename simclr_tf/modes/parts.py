@@ -1,8 +1,7 @@
 """The parts every mode assembles from the Config: the model, the Trainer, the
-exported SavedModel, the encoder to evaluate, TensorBoard scalars and JSON records."""
+exported SavedModel, the encoder to evaluate, TensorBoard scalars (JSON records:
+`simclr_tf.records`)."""
 import functools
-import json
-import os
 
 import tensorflow as tf
 from absl import logging
@@ -94,14 +93,6 @@ def export_model(model, config, step):
             f"failed: {str(error).strip().splitlines()[0][:300]}. The checkpoints are "
             "saved and intact; free space (or fix the path) and run the same flags with "
             "--mode=export.") from None
-
-
-def write_json(path, values):
-    """Writes JSON atomically (temporary file, then rename): a kill never leaves half."""
-    temporary = f"{path}.tmp{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(json.dumps(values, indent=2, sort_keys=True, default=float))
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def is_chief(strategy):
