@@ -4,6 +4,7 @@ Everything that can be known from the Config, the dataset and the strategy is ch
 here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
 names the flag and the fix, before any expensive work starts.
 """
+import contextlib
 import importlib
 import os
 
@@ -11,7 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import checkpoints, official, records, rules
-from simclr_tf.config import ConfigError, architecture_mismatches
+from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
 from simclr_tf.models import encoders, hub
 
@@ -274,6 +275,43 @@ def _check_recorded_architecture(config, weights, flag):
         raise ConfigError(flag, f"{weights.prefix!r} was written by a model of another "
                           "architecture (its run's flags.json records it): pass "
                           f"{' '.join(mismatched)} (the flags say otherwise).")
+
+
+@contextlib.contextmanager
+def flag_errors(flag):
+    """Turns the checkpoints package's errors into the ConfigError of `flag`, the
+    flag that named the path, saying which flags to check.
+
+    The package names no flag (a library user has none); the modes wrap their loads
+    in this, so that `run.py` reports e.g. `--model_dir: ... does not fit the model`.
+
+    Args:
+        flag: 'model_dir' or 'checkpoint'.
+
+    Example:
+        >>> with preflight.flag_errors("model_dir"):
+        ...     checkpoints.load_into(model, config.model_dir, whole_model=True)
+    """
+    try:
+        yield
+    except checkpoints.CheckpointMismatchError as error:
+        flags = " ".join(f"--{name}" for name in ARCHITECTURE_FLAGS)
+        raise ConfigError(flag, f"{error.prefix!r} does not fit the model the flags "
+                          f"describe ({error.reason}). Pass the flags of the run that "
+                          f"wrote it ({flags}); for its supervised head also a --dataset "
+                          "with as many classes.") from None
+    except checkpoints.UnrecoverableCheckpointsError as error:
+        raise ConfigError(
+            flag, "no checkpoint in %r loads, and these are not interrupted writes:\n  %s"
+            "\nNothing was changed. To start this run again from step 0, move them out "
+            "of model_dir (or use another --model_dir); to go on from one of them, "
+            "repair it or pass the flags of the run that wrote it."
+            % (error.directory, "\n  ".join(error.failures))) from None
+    except checkpoints.NoLoadableCheckpointError as error:
+        if error.failures:  # its message names no flag
+            raise ConfigError(flag, str(error)) from None
+        raise ConfigError(flag, f"has no checkpoint in {error.directory!r}; train "
+                          "first.") from None
 
 
 def _onednn_cpu_training(strategy):

@@ -6,7 +6,7 @@ import pytest
 
 from simclr_tf import records
 from simclr_tf.config import Config, ConfigError
-from tests.helpers.run_fixtures import TINY, config, write_run
+from helpers.run_fixtures import TINY, config, write_run
 
 
 def test_record_paths_of_the_modes():

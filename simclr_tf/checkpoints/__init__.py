@@ -11,19 +11,28 @@
 - `CheckpointState`: a training run's checkpoints in model_dir (object-based
   `tf.train.Checkpoint`s of model + optimizer, slots and step included): save,
   resume with fallbacks, clean-up of interrupted writes.
+
+The package names no flag: a checkpoint that does not fit raises
+`CheckpointMismatchError`, a directory without one that loads
+`NoLoadableCheckpointError` (`UnrecoverableCheckpointsError` from `recover`), and
+`preflight.flag_errors(flag)` turns them into the ConfigError of the flag that named
+the path.
 """
 from simclr_tf.checkpoints.files import (
     STATE_FILE, UNLOADABLE_DIR, candidates, latest, missing_data_bytes, non_finite_variables,
     read_state, step_of, unreadable_reason)
 from simclr_tf.checkpoints.loading import (
-    CHECKPOINT, EXPORT, RELEASED, Weights, initialize_from, load_into, load_latest,
-    open_encoder, resolve, resolve_checkpoint_path, restore_model)
-from simclr_tf.checkpoints.state import CheckpointState, NonFiniteWeightsError
+    CHECKPOINT, EXPORT, RELEASED, CheckpointMismatchError, NoLoadableCheckpointError, Weights,
+    initialize_from, load_into, load_latest, open_encoder, resolve, resolve_checkpoint_path,
+    restore_model)
+from simclr_tf.checkpoints.state import CheckpointState, NonFiniteWeightsError, \
+    UnrecoverableCheckpointsError
 
 __all__ = [
-    "CHECKPOINT", "EXPORT", "RELEASED", "STATE_FILE", "UNLOADABLE_DIR", "CheckpointState",
-    "NonFiniteWeightsError", "Weights", "candidates", "initialize_from", "latest",
-    "load_into", "load_latest", "missing_data_bytes", "non_finite_variables", "open_encoder",
-    "read_state", "resolve", "resolve_checkpoint_path", "restore_model", "step_of",
-    "unreadable_reason",
+    "CHECKPOINT", "EXPORT", "RELEASED", "STATE_FILE", "UNLOADABLE_DIR",
+    "CheckpointMismatchError", "CheckpointState", "NoLoadableCheckpointError",
+    "NonFiniteWeightsError", "UnrecoverableCheckpointsError", "Weights", "candidates",
+    "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
+    "non_finite_variables", "open_encoder", "read_state", "resolve",
+    "resolve_checkpoint_path", "restore_model", "step_of", "unreadable_reason",
 ]

@@ -13,9 +13,44 @@ from absl import logging
 from simclr_tf import export, official, records
 from simclr_tf.checkpoints.files import _first_line, candidates, latest, step_of, \
     unreadable_reason
-from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError
-
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose variables the model cannot take: another architecture (or
+    a supervised head of another number of classes).
+
+    The caller knows which flag named the checkpoint: `preflight.flag_errors` turns
+    this into the ConfigError naming it and the flags to check.
+
+    Attributes:
+        prefix: the checkpoint prefix.
+        reason: what did not fit (the first line of TensorFlow's error).
+    """
+
+    def __init__(self, prefix, reason):
+        self.prefix, self.reason = prefix, reason
+        super().__init__(f"{prefix!r} does not fit the model ({reason}). Pass the flags "
+                         "of the run that wrote it (its flags.json records them); for its "
+                         "supervised head also a dataset with as many classes.")
+
+
+class NoLoadableCheckpointError(ValueError):
+    """A directory holds no checkpoint, or none that loads into the model.
+
+    Attributes:
+        directory: the directory searched.
+        failures: '<prefix>: <why it does not load>' for each checkpoint tried
+            (empty: there was none).
+    """
+
+    def __init__(self, directory, failures=(), message=None):
+        self.directory, self.failures = directory, list(failures)
+        if message is None and self.failures:
+            message = ("no checkpoint in %r loads into the model of these flags:\n  %s\n"
+                       "Pass the flags of the run that wrote them (its flags.json), or "
+                       "train first." % (directory, "\n  ".join(self.failures)))
+        super().__init__(message or f"{directory!r} has no checkpoint; train first.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +83,7 @@ def resolve(path):
     return Weights(path, kind, prefix, step_of(prefix))
 
 
-def load_into(model, path, *, whole_model, supervised_head=True, flag="checkpoint"):
+def load_into(model, path, *, whole_model, supervised_head=True):
     """Loads the weights at `path` (or a `Weights`) into a built `SimCLRModel`.
 
     Args:
@@ -61,16 +96,18 @@ def load_into(model, path, *, whole_model, supervised_head=True, flag="checkpoin
             source has one with as many classes (any source: ours or released).
         supervised_head: with `whole_model=False`, whether a supervised head that
             fits is loaded (False for `--zero_init_logits_layer`: it stays at zero).
-        flag: the flag that named `path`, for the ConfigError raised when the
-            checkpoint does not fit the model ('checkpoint' or 'model_dir').
 
     Returns:
         The `Weights` that were read.
+
+    Raises:
+        CheckpointMismatchError: the checkpoint does not fit the model.
+        NoLoadableCheckpointError: a run directory has no checkpoint that loads.
     """
     if whole_model and not isinstance(path, Weights) and tf.io.gfile.isdir(path) \
             and candidates(path)[0]:
         # A run directory: its newest checkpoint that loads.
-        return resolve(load_latest(model, path, flag=flag))
+        return resolve(load_latest(model, path))
     weights = path if isinstance(path, Weights) else resolve(path)
     if weights.kind == RELEASED:
         head = model.supervised_head
@@ -80,10 +117,9 @@ def load_into(model, path, *, whole_model, supervised_head=True, flag="checkpoin
                                        supervised_head=fits and (supervised_head
                                                                  or whole_model))
     elif whole_model:
-        restore_model(model, weights.prefix, flag=flag)
+        restore_model(model, weights.prefix)
     else:
-        initialize_from(model, weights.prefix, supervised_head=supervised_head,
-                        flag=flag)
+        initialize_from(model, weights.prefix, supervised_head=supervised_head)
     return weights
 
 
@@ -124,13 +160,15 @@ def resolve_checkpoint_path(path):
         "'/run/ckpt-1000', or a SavedModel directory.")
 
 
-def load_latest(model, model_dir, *, flag="model_dir"):
+def load_latest(model, model_dir):
     """Restores every variable of `model` from model_dir's newest checkpoint that
     loads, falling back to older ones with a warning; returns its prefix.
 
     Raises:
-        ConfigError(flag): model_dir has no checkpoint, or none of them loads (each
-            named with its reason).
+        NoLoadableCheckpointError: model_dir has no checkpoint, or none of them loads
+            (each named with its reason).
+        CheckpointMismatchError: the newest readable one is of another model (the
+            older ones of the run do not fit either).
     """
     paths, _ = candidates(model_dir) if model_dir else ([], None)
     failures = []
@@ -138,21 +176,16 @@ def load_latest(model, model_dir, *, flag="model_dir"):
         reason = unreadable_reason(prefix)
         if reason is None:
             try:
-                restore_model(model, prefix, flag=flag)
+                restore_model(model, prefix)
                 return prefix
-            except ConfigError:
+            except CheckpointMismatchError:
                 raise  # another architecture: older checkpoints of the run do not fit either
             except _LOAD_ERRORS as error:
                 reason = _first_line(error)
         failures.append(f"{prefix}: {reason}")
         logging.warning("Checkpoint %s does not load (%s); trying the previous one.",
                         prefix, reason)
-    if failures:
-        raise ConfigError(flag, "no checkpoint in %r loads into the model of these "
-                          "flags:\n  %s\nPass the flags of the run that wrote them "
-                          "(its flags.json), or train first." % (
-                              model_dir, "\n  ".join(failures)))
-    raise ConfigError(flag, f"has no checkpoint in {model_dir!r}; train first.")
+    raise NoLoadableCheckpointError(model_dir, failures)
 
 
 # Damaged files surface as OpErrors, or IndexError ('Read less bytes'); a checkpoint
@@ -160,12 +193,12 @@ def load_latest(model, model_dir, *, flag="model_dir"):
 _LOAD_ERRORS = (tf.errors.OpError, ValueError, AssertionError, IndexError)
 
 
-def restore_model(model, prefix, *, flag="checkpoint"):
+def restore_model(model, prefix):
     """Restores every variable of `model` (no optimizer) from a checkpoint prefix.
 
-    Raises ConfigError (naming `flag` and the flags to check) if any variable of the
-    model finds nothing to load or a tensor of another shape, so evaluating with a
-    mismatched model fails instead of reporting a random model's accuracy.
+    Raises CheckpointMismatchError if any variable of the model finds nothing to load
+    or a tensor of another shape, so evaluating with a mismatched model fails instead
+    of reporting a random model's accuracy.
     """
     # `read` (not `restore`): the checkpoint's own save counter is not required, so a
     # SavedModel's variables/ (an export) restores too.
@@ -173,21 +206,18 @@ def restore_model(model, prefix, *, flag="checkpoint"):
         status = tf.train.Checkpoint(model=model).read(prefix)
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
-        raise _does_not_fit(prefix, error, flag) from None
+        raise _does_not_fit(prefix, error) from None
     status.expect_partial()  # the optimizer's slots stay unread
 
 
-def _does_not_fit(prefix, error, flag):
-    """The ConfigError for a checkpoint whose variables the model cannot take (the
+def _does_not_fit(prefix, error):
+    """The error for a checkpoint whose variables the model cannot take (the
     preflight compares flags.json when there is one; this is the check without)."""
     reason = str(error).strip().splitlines()[0].split(", likely")[0][:200]
-    flags = " ".join(f"--{name}" for name in ARCHITECTURE_FLAGS)
-    return ConfigError(flag, f"{prefix!r} does not fit the model the flags describe "
-                       f"({reason}). Pass the flags of the run that wrote it ({flags}); "
-                       "for its supervised head also a --dataset with as many classes.")
+    return CheckpointMismatchError(prefix, reason)
 
 
-def initialize_from(model, path, *, supervised_head=True, flag="checkpoint"):
+def initialize_from(model, path, *, supervised_head=True):
     """Loads the encoder and projection head of `model` from another run's checkpoint,
     and its supervised head when `supervised_head` and the checkpoint has one of the
     same shape (the online linear head of a pretraining run on the same classes).
@@ -196,10 +226,12 @@ def initialize_from(model, path, *, supervised_head=True, flag="checkpoint"):
         model: a built `SimCLRModel`.
         path: checkpoint prefix or directory of ours (see `resolve_checkpoint_path`).
         supervised_head: load a supervised head that fits.
-        flag: the flag named in the ConfigError when the checkpoint does not fit.
 
     Returns:
         The checkpoint prefix that was read.
+
+    Raises:
+        CheckpointMismatchError: the encoder does not load from it.
     """
     prefix = resolve_checkpoint_path(path)
     items = dict(encoder=model.encoder, projection_head=model.projection_head)
@@ -212,7 +244,7 @@ def initialize_from(model, path, *, supervised_head=True, flag="checkpoint"):
         tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
             prefix).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
-        raise _does_not_fit(prefix, error, flag) from None
+        raise _does_not_fit(prefix, error) from None
     return prefix
 
 

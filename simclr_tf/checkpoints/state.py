@@ -9,12 +9,30 @@ from absl import logging
 from simclr_tf.checkpoints.files import _BASE, STATE_FILE, UNLOADABLE_DIR, _first_line, \
     _groups, _unreadable_tensor, candidates, latest, non_finite_variables, read_state, \
     step_of, unreadable_reason
-from simclr_tf.checkpoints.loading import _LOAD_ERRORS, restore_model
-from simclr_tf.config import ConfigError
+from simclr_tf.checkpoints.loading import _LOAD_ERRORS, NoLoadableCheckpointError, \
+    restore_model
 
 
 class NonFiniteWeightsError(FloatingPointError):
     """The weights to save hold NaN or infinite values."""
+
+
+class UnrecoverableCheckpointsError(NoLoadableCheckpointError):
+    """`CheckpointState.recover`: model_dir has checkpoints, none loads, and not all of
+    them are interrupted writes; nothing was changed.
+
+    Attributes:
+        directory: model_dir.
+        failures: 'ckpt-<step>: <why it does not load>' for each kept checkpoint.
+    """
+
+    def __init__(self, directory, failures):
+        failures = list(failures)
+        super().__init__(directory, failures, message=(
+            "no checkpoint in %r loads, and these are not interrupted writes:\n  %s\n"
+            "Nothing was changed. To start this run again from step 0, move them out of "
+            "the directory (or use another one); to go on from one of them, repair it or "
+            "pass the flags of the run that wrote it." % (directory, "\n  ".join(failures))))
 
 
 class CheckpointState:
@@ -125,8 +143,8 @@ class CheckpointState:
             The restored prefix, or None when model_dir has no checkpoint.
 
         Raises:
-            ConfigError(model_dir): checkpoints are there but none loads and not all
-                of them are interrupted writes (nothing is changed then).
+            UnrecoverableCheckpointsError: checkpoints are there but none loads and
+                not all of them are interrupted writes (nothing is changed then).
         """
         recorded, _ = read_state(self.model_dir) if self.state_problem is None else ([], None)
         groups = _groups(self.model_dir)
@@ -151,13 +169,8 @@ class CheckpointState:
         if not self.owns_model_dir:
             return restored
         if restored is None and kept:
-            raise ConfigError(
-                "model_dir", "no checkpoint in %r loads, and these are not interrupted "
-                "writes:\n  %s\nNothing was changed. To start this run again from step "
-                "0, move them out of model_dir (or use another --model_dir); to go on "
-                "from one of them, repair it or pass the flags of the run that wrote it."
-                % (self.model_dir, "\n  ".join(
-                    f"{_BASE}-{step}: {reason}" for step, reason in kept)))
+            raise UnrecoverableCheckpointsError(
+                self.model_dir, [f"{_BASE}-{step}: {reason}" for step, reason in kept])
         for step, _ in interrupted:
             self._remove(groups.get(step, []))
         for step, reason in kept:

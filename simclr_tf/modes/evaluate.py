@@ -4,7 +4,7 @@ import time
 
 import tensorflow as tf
 
-from simclr_tf import checkpoints, optimizers, records
+from simclr_tf import checkpoints, optimizers, preflight, records
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features, supervised
 from simclr_tf.modes import parts
@@ -24,7 +24,8 @@ def evaluate(config, strategy, context):
     results = {}
     for path in _checkpoints_to_evaluate(config):
         flag = "checkpoint" if path == config.checkpoint else "model_dir"
-        prefix = checkpoints.load_into(model, path, whole_model=True, flag=flag).prefix
+        with preflight.flag_errors(flag):
+            prefix = checkpoints.load_into(model, path, whole_model=True).prefix
         step = checkpoints.step_of(prefix, 0)
         metrics = evaluator(dataset, steps=config.eval_steps or None)
         print(f"Eval on {config.eval_split} at step {step}: top-1 "

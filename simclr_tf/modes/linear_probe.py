@@ -5,7 +5,7 @@ import os
 import keras
 import tensorflow as tf
 
-from simclr_tf import checkpoints
+from simclr_tf import checkpoints, preflight
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features, probe, transfer
 from simclr_tf.modes import parts
@@ -43,7 +43,8 @@ def final_linear_probe(config, context):
     if checkpoints.latest(config.model_dir) is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
                           f"{config.model_dir!r}; train first.")
-    checkpoints.load_into(trained, config.model_dir, whole_model=True, flag="model_dir")
+    with preflight.flag_errors("model_dir"):
+        checkpoints.load_into(trained, config.model_dir, whole_model=True)
     keras.utils.set_random_seed(config.seed + 1)
     random_init = parts.build_model(config, strategy, context["num_classes"])
     results = {}

@@ -113,10 +113,12 @@ def load_trained_encoder(config, strategy, context):
     else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
     model = build_model(config, strategy, None)
     if checkpoints.latest(config.model_dir) is not None:
-        return model, checkpoints.load_into(model, config.model_dir, whole_model=True,
-                                            flag="model_dir").prefix
+        with preflight.flag_errors("model_dir"):
+            return model, checkpoints.load_into(model, config.model_dir,
+                                                whole_model=True).prefix
     if config.checkpoint:
-        return model, checkpoints.load_into(model, config.checkpoint,
-                                            whole_model=False).prefix
+        with preflight.flag_errors("checkpoint"):
+            return model, checkpoints.load_into(model, config.checkpoint,
+                                                whole_model=False).prefix
     raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
                       "first or pass --checkpoint.")
