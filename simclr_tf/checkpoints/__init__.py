@@ -10,7 +10,8 @@
 - `step_of(prefix)`: the global step of a checkpoint.
 - `CheckpointState`: a training run's checkpoints in model_dir (object-based
   `tf.train.Checkpoint`s of model + optimizer, slots and step included): save,
-  resume with fallbacks, clean-up of interrupted writes.
+  resume with fallbacks, clean-up of interrupted writes; what `recover` restores,
+  removes and sets aside is `plan.plan_recovery`, decided without I/O.
 
 The package names no flag: a checkpoint that does not fit raises
 `CheckpointMismatchError`, a directory without one that loads

@@ -9,6 +9,7 @@ from absl import logging
 from simclr_tf.checkpoints.files import _BASE, STATE_FILE, UNLOADABLE_DIR, _first_line, \
     _groups, _unreadable_tensor, candidates, latest, non_finite_variables, read_state, \
     step_of, unreadable_reason
+from simclr_tf.checkpoints import plan
 from simclr_tf.checkpoints.loading import _LOAD_ERRORS, NoLoadableCheckpointError, \
     restore_model
 
@@ -52,6 +53,9 @@ class CheckpointState:
       other is moved, whole, to `model_dir/unloadable/` with a warning;
     - when none loads but some are not interrupted writes, it stops with an error
       naming them rather than starting again from step 0.
+
+    What to restore, remove and set aside is decided by `plan.recovery_order` and
+    `plan.plan_recovery`, pure functions tested without files; `recover` does the I/O.
 
     `save` refuses weights that are not finite (`NonFiniteWeightsError`).
 
@@ -146,56 +150,49 @@ class CheckpointState:
             UnrecoverableCheckpointsError: checkpoints are there but none loads and
                 not all of them are interrupted writes (nothing is changed then).
         """
-        recorded, _ = read_state(self.model_dir) if self.state_problem is None else ([], None)
+        recorded = None  # a damaged or missing state file proves nothing
+        if self.state_problem is None:
+            recorded = {step_of(p, -1) for p in read_state(self.model_dir)[0]
+                        if p == os.path.normpath(self._prefix(step_of(p, -1)))}
         groups = _groups(self.model_dir)
-        steps = set(groups) | {step_of(p, -1) for p in recorded}
-        restored, interrupted, kept = None, [], []
-        for step in sorted(steps, reverse=True):
-            prefix = os.path.join(self.model_dir, f"{_BASE}-{step}")
-            suspect = self._maybe_interrupted(step, groups, recorded)
+        unreadable, not_restored, restored = {}, {}, None
+        for step, suspect in plan.recovery_order(groups, recorded):
+            prefix = self._prefix(step)
             # A suspect is read in full before it is restored: a partial write must
             # never leave half-assigned weights behind.
             reason = unreadable_reason(prefix) or (suspect and _unreadable_tensor(prefix))
             if reason:
-                (interrupted if suspect else kept).append((step, reason))
+                unreadable[step] = reason
                 continue
             reason = self._restore(prefix)
             if reason is None:
-                restored = prefix
+                restored = step
                 break
-            kept.append((step, reason))
-        for step, reason in interrupted + kept:
+            not_restored[step] = reason
+        decided = plan.plan_recovery(groups, recorded, unreadable, not_restored, restored)
+        restored = None if restored is None else self._prefix(restored)
+        for step, reason, _ in decided.remove + decided.set_aside:
             logging.warning("Checkpoint %s-%d does not load (%s).", _BASE, step, reason)
         if not self.owns_model_dir:
             return restored
-        if restored is None and kept:
+        if decided.refuse:
             raise UnrecoverableCheckpointsError(
-                self.model_dir, [f"{_BASE}-{step}: {reason}" for step, reason in kept])
-        for step, _ in interrupted:
-            self._remove(groups.get(step, []))
-        for step, reason in kept:
-            self._set_aside(groups.get(step, []), reason)
-        done = {step for step, _ in interrupted}
-        for step, names in groups.items():  # a finished write whose _temp folder remained
-            if step not in done:
-                self._remove([n for n in names if "_temp" in n])
-        if restored is not None and (self.state_problem or interrupted or kept
-                                     or os.path.normpath(restored) not in recorded):
+                self.model_dir, [f"{_BASE}-{step}: {reason}"
+                                 for step, reason, _ in decided.set_aside])
+        for _, _, names in decided.remove:
+            self._remove(names)
+        for _, reason, names in decided.set_aside:
+            self._set_aside(names, reason)
+        for names in decided.remove_temp:  # a finished write whose _temp folder remained
+            self._remove(names)
+        if decided.rewrite_state:
             self._rewrite_state(restored)
-        if restored is not None and (interrupted or kept):
+        if restored is not None and (decided.remove or decided.set_aside):
             logging.warning("Resuming from %s, the newest checkpoint that loads.", restored)
         return restored
 
-    def _maybe_interrupted(self, step, groups, recorded):
-        """Whether `step` may be a write that never finished: its `_temp` folder is
-        still there, it has no index, or an intact state file does not record it
-        (TensorFlow records a checkpoint after writing it). If it then does not read,
-        it is an interrupted write."""
-        names = groups.get(step, [])
-        if any("_temp" in name for name in names) or f"{_BASE}-{step}.index" not in names:
-            return True
-        prefix = os.path.normpath(os.path.join(self.model_dir, f"{_BASE}-{step}"))
-        return self.state_problem is None and prefix not in recorded
+    def _prefix(self, step):
+        return os.path.join(self.model_dir, f"{_BASE}-{step}")
 
     def _remove(self, names):
         for name in names:
