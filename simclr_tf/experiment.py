@@ -1,25 +1,25 @@
 """One run of `run.py`: dispatches `--mode` and assembles the parts from the Config.
 
 `run(config)`: seeds, strategy, `preflight` (every check before a model exists, no
-side effects), model_dir and flags.json, then the functions of the mode's row in
-`simclr_tf.modes.MODES` (one module each), then optionally the final linear probe, and result.json.
+side effects), model_dir and its flags record, then the functions of the mode's row
+in `simclr_tf.modes.MODES` (one module each), then optionally the final linear probe,
+and the result record (both written by `simclr_tf.records`: flags.json, result.json).
 The modes assemble their parts (`simclr_tf.modes.parts`: the model, the Trainer);
 checkpoints (`simclr_tf.checkpoints`), the loop (`simclr_tf.loop`) and the evaluators
 (`simclr_tf.evaluation`) do the work.
 """
 import contextlib
-import json
-import os
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import distribute, modes, preflight
+from simclr_tf import distribute, modes, preflight, records
 from simclr_tf import run_lock
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import linear_probe, parts
-from simclr_tf.modes.parts import ExportError, write_json  # noqa: F401  (run.py's errors)
+
+ExportError = parts.ExportError  # run.py catches it as experiment.ExportError
 
 
 def run(config):
@@ -42,7 +42,7 @@ def run(config):
         _create_model_dir(config)
     with _lock(config, writes):
         if writes:
-            _start_record(config)
+            records.start_run_record(config)
         results = {}
         for part in mode.functions():
             results.update(part(config, strategy, context))
@@ -52,48 +52,15 @@ def run(config):
             results.update(linear_probe.final_linear_probe(config, strategy, context))
         results.update(skipped_images_record(source))
         if results and writes:
-            write_json(record_path(config, "result"), results)
+            records.write_json(records.record_path(config.model_dir, records.RESULT,
+                                                   config.mode), results)
     return results
-
-
-def record_path(config, kind):
-    """model_dir/<kind>.json for a mode that trains, model_dir/<kind>.<mode>.json
-    otherwise (see `modes.Mode.trains`)."""
-    trains = modes.get(config.mode).trains
-    name = f"{kind}.json" if trains else f"{kind}.{config.mode}.json"
-    return os.path.join(config.model_dir, name)
 
 
 def _lock(config, writes):
     if not writes or not modes.get(config.mode).takes_lock:
         return contextlib.nullcontext()
     return run_lock.acquire(config.model_dir, config.mode, force=config.break_lock)
-
-
-def _start_record(config):
-    """The run's flags, written once preflight has passed and the lock is held; the
-    mode's previous result is removed so that a run that fails leaves none."""
-    flags_path = record_path(config, "flags")
-    if modes.get(config.mode).trains and tf.io.gfile.exists(flags_path):
-        _log_changed_flags(flags_path, config)
-    write_json(flags_path, config.to_dict())
-    result_path = record_path(config, "result")
-    if tf.io.gfile.exists(result_path):
-        tf.io.gfile.remove(result_path)
-
-
-def _log_changed_flags(path, config):
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            before = json.load(f)
-    except (ValueError, OSError, tf.errors.OpError):
-        return
-    now = config.to_dict()
-    changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now)
-               if k in before and before[k] != now[k]]
-    if changed:
-        logging.warning("model_dir's flags.json records other flags; continuing with "
-                        "the new ones (%s).", "; ".join(changed))
 
 
 def skipped_images_record(source):

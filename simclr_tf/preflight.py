@@ -4,15 +4,15 @@ Everything that can be known from the Config, the dataset and the strategy is ch
 here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
 names the flag and the fix, before any expensive work starts.
 """
-import dataclasses
-import json
+import contextlib
+import importlib
 import os
 
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import architecture, checkpoints, modes, official, rules
-from simclr_tf.config import Config, ConfigError, architecture_mismatches
+from simclr_tf import architecture, checkpoints, modes, official, records, rules
+from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry
 from simclr_tf.models import encoders, hub
 
@@ -82,7 +82,7 @@ def _check_encoder(config):
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
         try:
-            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel
+            importlib.import_module("keras_hub")  # imported only when asked for
         except ImportError as error:
             raise ConfigError("encoder", f"{name} {hub.import_error_message(error)}") from None
         return  # hub.build names a bad spec before any weights exist
@@ -251,7 +251,9 @@ def check_official_architecture(config):
 
 def recorded_run_config(weights):
     """The Config recorded in flags.json by the run that wrote `weights` (a
-    `checkpoints.Weights` of ours), or None when there is none to read.
+    `checkpoints.Weights` of ours), or None when there is none to read. Read by
+    `records.read_config`'s rule (unknown keys ignored, missing ones today's
+    default), the rule `checkpoints.open_encoder` reads it by.
 
     A checkpoint's run directory holds it; an export `run/saved_model/<step>/
     variables/variables` is two levels below its run directory.
@@ -259,14 +261,11 @@ def recorded_run_config(weights):
     directory = os.path.dirname(weights.prefix)
     if weights.kind == checkpoints.EXPORT:
         directory = os.path.dirname(os.path.dirname(os.path.dirname(directory)))
-    path = os.path.join(directory, "flags.json")
+    path = records.record_path(directory, records.FLAGS, "train")
     try:
         if not tf.io.gfile.exists(path):
             return None
-        with tf.io.gfile.GFile(path) as f:
-            values = json.loads(f.read())
-        known = {f.name for f in dataclasses.fields(Config)}
-        return Config.from_dict({k: v for k, v in values.items() if k in known})
+        return records.read_config(path)
     except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
         logging.warning("Cannot read %s (%s); the architecture of %s is checked when "
                         "it loads.", path, error, weights.prefix)
@@ -284,6 +283,43 @@ def _check_recorded_architecture(config, weights, flag):
         raise ConfigError(flag, f"{weights.prefix!r} was written by a model of another "
                           "architecture (its run's flags.json records it): pass "
                           f"{' '.join(mismatched)} (the flags say otherwise).")
+
+
+@contextlib.contextmanager
+def flag_errors(flag):
+    """Turns the checkpoints package's errors into the ConfigError of `flag`, the
+    flag that named the path, saying which flags to check.
+
+    The package names no flag (a library user has none); the modes wrap their loads
+    in this, so that `run.py` reports e.g. `--model_dir: ... does not fit the model`.
+
+    Args:
+        flag: 'model_dir' or 'checkpoint'.
+
+    Example:
+        >>> with preflight.flag_errors("model_dir"):
+        ...     checkpoints.load_into(model, config.model_dir, whole_model=True)
+    """
+    try:
+        yield
+    except checkpoints.CheckpointMismatchError as error:
+        flags = " ".join(f"--{name}" for name in ARCHITECTURE_FLAGS)
+        raise ConfigError(flag, f"{error.prefix!r} does not fit the model the flags "
+                          f"describe ({error.reason}). Pass the flags of the run that "
+                          f"wrote it ({flags}); for its supervised head also a --dataset "
+                          "with as many classes.") from None
+    except checkpoints.UnrecoverableCheckpointsError as error:
+        raise ConfigError(
+            flag, "no checkpoint in %r loads, and these are not interrupted writes:\n  %s"
+            "\nNothing was changed. To start this run again from step 0, move them out "
+            "of model_dir (or use another --model_dir); to go on from one of them, "
+            "repair it or pass the flags of the run that wrote it."
+            % (error.directory, "\n  ".join(error.failures))) from None
+    except checkpoints.NoLoadableCheckpointError as error:
+        if error.failures:  # its message names no flag
+            raise ConfigError(flag, str(error)) from None
+        raise ConfigError(flag, f"has no checkpoint in {error.directory!r}; train "
+                          "first.") from None
 
 
 def _onednn_cpu_training(strategy):

@@ -24,6 +24,7 @@ import uuid
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf import records
 from simclr_tf.config import ConfigError
 
 LOCK_FILE = ".simclr_lock"
@@ -51,7 +52,7 @@ class ModelDirLock:
                 return
             self.record["heartbeat"] = time.time()
             try:
-                _replace(self.path, json.dumps(self.record))
+                records.atomic_write(self.path, json.dumps(self.record))
             except (OSError, tf.errors.OpError) as error:
                 logging.warning("Could not refresh the lock %s: %s", self.path, error)
 
@@ -186,10 +187,3 @@ def _create(path, text):
             f.write(text)
     finally:
         os.remove(temporary)
-
-
-def _replace(path, text):
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -199,8 +199,10 @@ def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
         model = parts.build_model(config(model_dir=str(tmp_path), **overrides),
                                        strategy, 10)
         for whole_model, flag in ((True, "model_dir"), (False, "checkpoint")):
-            with pytest.raises(ConfigError) as info:
-                checkpoints.load_into(model, str(bare), whole_model=whole_model, flag=flag)
+            with pytest.raises(checkpoints.CheckpointMismatchError, match="does not fit"):
+                checkpoints.load_into(model, str(bare), whole_model=whole_model)
+            with pytest.raises(ConfigError) as info, preflight.flag_errors(flag):
+                checkpoints.load_into(model, str(bare), whole_model=whole_model)
             message = str(info.value)
             assert info.value.flag == flag and "does not fit the model" in message
             assert "--resnet_depth --width_multiplier" in message, message

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, run_lock
+from simclr_tf import checkpoints, experiment, loop, preflight, run_lock
 from simclr_tf.modes import evaluate as modes_evaluate
 from simclr_tf.modes import parts
 from simclr_tf.config import ConfigError
@@ -139,7 +139,9 @@ def test_when_nothing_loads_nothing_is_changed_and_the_error_says_what_to_do(tmp
     _saved(tmp_path, (1,))
     (tmp_path / "ckpt-1.index").write_bytes(b"garbage")
     before = {n: (tmp_path / n).read_bytes() for n in _files(tmp_path)}
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(checkpoints.UnrecoverableCheckpointsError):
+        _state(tmp_path)[0].recover()
+    with pytest.raises(ConfigError) as info, preflight.flag_errors("model_dir"):
         _state(tmp_path)[0].recover()
     assert info.value.flag == "model_dir"
     assert "ckpt-1" in str(info.value) and "Nothing was changed" in str(info.value)

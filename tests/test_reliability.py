@@ -129,7 +129,13 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, capl
     # Recorded, so not an interrupted write: kept, set aside.
     assert (tmp_path / checkpoints.UNLOADABLE_DIR / "ckpt-2.index").exists()
     (tmp_path / "ckpt-1.index").write_bytes(b"garbage")
-    with pytest.raises(ConfigError, match="no checkpoint in .* loads"):
+    with pytest.raises(checkpoints.UnrecoverableCheckpointsError,
+                       match="no checkpoint in .* loads") as info:
+        _tiny_state(tmp_path)[0].recover()
+    assert info.value.failures[0].startswith("ckpt-1: ")
+    with pytest.raises(ConfigError, match="(?s)--model_dir: no checkpoint in .* loads, and "
+                       "these are not interrupted writes:\n  ckpt-1: .*or use another "
+                       "--model_dir"), preflight.flag_errors("model_dir"):
         _tiny_state(tmp_path)[0].recover()
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import rules
+from simclr_tf import records, rules
 from simclr_tf.data import image_formats
 
 
@@ -188,11 +188,8 @@ def scan_image_files(folder: str, files: Sequence[str], *, full: bool = False,
                    "files": entries}
         try:
             os.makedirs(cache_dir, exist_ok=True)
-            temporary = f"{cache_file}.tmp{os.getpid()}"
-            with open(temporary, "w") as f:
-                json.dump(payload, f)
-            os.replace(temporary, cache_file)
-        except OSError as error:
+            records.atomic_write(cache_file, json.dumps(payload))
+        except (OSError, tf.errors.OpError) as error:
             logging.warning("Could not cache the image scan in %s: %s", cache_file, error)
     return results
 

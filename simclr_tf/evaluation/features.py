@@ -23,10 +23,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import distribute
+from simclr_tf import distribute, records
 from simclr_tf.data import augment
-from simclr_tf.models.outputs import H, Z  # noqa: F401  (re-exported: features.H, features.Z)
+from simclr_tf.models import outputs
 
+H, Z = outputs.H, outputs.Z  # re-exported: features.H, features.Z
 
 
 # ---------------------------------------------------------------- data
@@ -260,9 +261,9 @@ def cached_features(path, key, compute):
     features = compute()
     if path:
         tf.io.gfile.makedirs(os.path.dirname(path))
-        scratch = path + ".partial.npz"
-        np.savez(scratch, _key=np.asarray(key), **features)
-        os.replace(scratch, path)  # a killed write never leaves a bad cache
+        # A killed write never leaves a bad cache.
+        records.atomic_write(path, lambda scratch: np.savez(scratch, _key=np.asarray(key),
+                                                            **features))
     return features, False
 
 

@@ -1,11 +1,10 @@
 """--mode=eval: the supervised head's top-1/top-5 on the eval split, for the latest
 checkpoint or each new one of a running job."""
-import os
 import time
 
 import tensorflow as tf
 
-from simclr_tf import checkpoints
+from simclr_tf import checkpoints, preflight, records
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import parts
 
@@ -21,13 +20,15 @@ def evaluate(config, strategy, context):
     results = {}
     for path in _checkpoints_to_evaluate(config):
         flag = "checkpoint" if path == config.checkpoint else "model_dir"
-        prefix = checkpoints.load_into(model, path, whole_model=True, flag=flag).prefix
+        with preflight.flag_errors(flag):
+            prefix = checkpoints.load_into(model, path, whole_model=True).prefix
         step = checkpoints.step_of(prefix, 0)
         writer = tf.summary.create_file_writer(config.model_dir) if config.model_dir else None
         results = parts.run_evaluators(evaluators, model, step, writer=writer,
                                        checkpoint=prefix)
         if config.model_dir:
-            parts.write_json(os.path.join(config.model_dir, f"result_{step}.json"), results)
+            records.write_json(records.record_path(config.model_dir, records.RESULT,
+                                                   config.mode, step=step), results)
     if not results:
         # Only a waiting evaluator gets here (preflight found nothing to load yet).
         raise ConfigError("eval_wait_secs", f"no checkpoint appeared in "

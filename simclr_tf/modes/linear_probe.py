@@ -2,7 +2,7 @@
 probe of a training run (--final_linear_probe)."""
 import keras
 
-from simclr_tf import checkpoints
+from simclr_tf import checkpoints, preflight
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import parts
 
@@ -23,8 +23,8 @@ def final_linear_probe(config, strategy, context):
     if checkpoints.latest(config.model_dir) is None:
         raise ConfigError("final_linear_probe", f"needs a trained checkpoint in "
                           f"{config.model_dir!r}; train first.")
-    weights = checkpoints.load_into(trained, config.model_dir, whole_model=True,
-                                    flag="model_dir")
+    with preflight.flag_errors("model_dir"):
+        weights = checkpoints.load_into(trained, config.model_dir, whole_model=True)
     keras.utils.set_random_seed(config.seed + 1)
     random_init = parts.build_model(config, strategy, context["num_classes"])
     evaluators = parts.evaluators_for(config, strategy, context["source"], ["final_probe"],

@@ -1,8 +1,8 @@
 """The parts every mode assembles from the Config: the model, the Trainer, the
 exported SavedModel, the encoder to evaluate, the evaluators and their loop (and the
-loop hook that runs them during training), TensorBoard scalars and JSON records."""
+loop hook that runs them during training), TensorBoard scalars (JSON records:
+`simclr_tf.records`)."""
 import functools
-import json
 import os
 
 import tensorflow as tf
@@ -98,14 +98,6 @@ def export_model(model, config, step):
             "--mode=export.") from None
 
 
-def write_json(path, values):
-    """Writes JSON atomically (temporary file, then rename): a kill never leaves half."""
-    temporary = f"{path}.tmp{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(json.dumps(values, indent=2, sort_keys=True, default=float))
-    tf.io.gfile.rename(temporary, path, overwrite=True)
-
-
 def is_chief(strategy):
     resolver = getattr(strategy, "cluster_resolver", None)
     return resolver is None or resolver.task_type in (None, "chief") or (
@@ -124,11 +116,13 @@ def load_trained_encoder(config, strategy, context):
     else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
     model = build_model(config, strategy, None)
     if checkpoints.latest(config.model_dir) is not None:
-        return model, checkpoints.load_into(model, config.model_dir, whole_model=True,
-                                            flag="model_dir").prefix
+        with preflight.flag_errors("model_dir"):
+            return model, checkpoints.load_into(model, config.model_dir,
+                                                whole_model=True).prefix
     if config.checkpoint:
-        return model, checkpoints.load_into(model, config.checkpoint,
-                                            whole_model=False).prefix
+        with preflight.flag_errors("checkpoint"):
+            return model, checkpoints.load_into(model, config.checkpoint,
+                                                whole_model=False).prefix
     raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
                       "first or pass --checkpoint.")
 

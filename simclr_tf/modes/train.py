@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
-from simclr_tf import checkpoints, loop, schedules
+from simclr_tf import checkpoints, loop, preflight, schedules
 from simclr_tf.data import pipeline, subsets
 from simclr_tf.modes import parts
 from simclr_tf.progress import TrainingProgress
@@ -90,7 +90,8 @@ def initialize(config, model, state):
     """The weights a training run starts from: model_dir's newest checkpoint that
     loads (resume), else --checkpoint, else random. Returns what was used, for the
     record ("resumed <prefix>", the prefix read, or "random")."""
-    resumed = state.recover()
+    with preflight.flag_errors("model_dir"):
+        resumed = state.recover()
     if resumed:
         print(f"Resumed from {resumed}.", flush=True)
         initialized_from = f"resumed {resumed}"
@@ -98,9 +99,10 @@ def initialize(config, model, state):
         # A supervised head that fits is loaded, from any source (the authors' TF2
         # behaviour), unless --zero_init_logits_layer keeps it at zero (their TF1
         # protocol, the paper's).
-        weights = checkpoints.load_into(
-            model, config.checkpoint, whole_model=False,
-            supervised_head=not config.zero_init_logits_layer)
+        with preflight.flag_errors("checkpoint"):
+            weights = checkpoints.load_into(
+                model, config.checkpoint, whole_model=False,
+                supervised_head=not config.zero_init_logits_layer)
         print(f"Initialised from {weights.prefix} ({weights.kind}).", flush=True)
         initialized_from = weights.prefix
     else:

@@ -21,13 +21,15 @@ def write_run(directory, *, flags_json=True, **overrides):
         The Config.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
     from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
     cfg = config(**dict(dict(model_dir=str(directory), train_steps=1), **overrides))
     model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
                                max_to_keep=1).save(checkpoint_number=1)
     if flags_json:
-        parts.write_json(f"{directory}/flags.json", cfg.to_dict())
+        records.write_json(records.record_path(str(directory), records.FLAGS, "train"),
+                           cfg.to_dict())
     return cfg
 
 

@@ -1,0 +1,170 @@
+"""A run directory's records: the one owner of flags.json and result.json.
+
+A run directory tells every later mode, script and notebook what wrote it (as
+keras-hub's `from_preset(dir)` reads `config.json`), so it is written and read here
+only:
+
+- `record_path(model_dir, kind, mode)`: where a mode's flags and results go.
+- `write_json` / `atomic_write`: a killed process never leaves half a file (temporary
+  file, then rename); every atomic file write of the package calls `atomic_write`.
+- `read_config(path)`: the Config a run recorded, read by one tolerant rule (below),
+  so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
+  run directories open.
+- `read_json(path)`: a result (or any record) as a dict.
+
+This module needs only TensorFlow's file API and `config` (pure Python), so the data
+and evaluation layers use its `atomic_write` too.
+"""
+import dataclasses
+import json
+import os
+import uuid
+
+import tensorflow as tf
+from absl import logging
+
+from simclr_tf import modes
+from simclr_tf.config import Config
+
+# A mode that trains (`modes.Mode.trains`) keeps flags.json / result.json (what
+# `open_encoder` and users read); the others never overwrite them and write
+# flags.<mode>.json / result.<mode>.json.
+FLAGS, RESULT = "flags", "result"
+# Config.to_dict() writes it beside the flags; it follows from stem and image_size.
+DERIVED_KEYS = ("resolved_stem",)
+
+
+def record_path(model_dir, kind, mode, *, step=None):
+    """The path of a record in `model_dir`.
+
+    Args:
+        model_dir: the run directory.
+        kind: FLAGS ('flags') or RESULT ('result').
+        mode: the `--mode` that writes it: a mode that trains writes `<kind>.json`,
+            the others `<kind>.<mode>.json` (an unknown mode too).
+        step: for the result of one evaluated checkpoint (`--mode=eval`):
+            `result_<step>.json`.
+
+    Example:
+        >>> record_path("/run", "flags", "train")
+        '/run/flags.json'
+        >>> record_path("/run", "result", "eval", step=100)
+        '/run/result_100.json'
+    """
+    if kind not in (FLAGS, RESULT):
+        raise ValueError(f"kind must be {FLAGS!r} or {RESULT!r}. Received: kind={kind!r}")
+    if step is not None:
+        if kind != RESULT:
+            raise ValueError(f"only a result has a step. Received: kind={kind!r}, "
+                             f"step={step!r}")
+        return os.path.join(model_dir, f"{RESULT}_{step}.json")
+    trains = mode in modes.MODES and modes.MODES[mode].trains
+    name = f"{kind}.json" if trains else f"{kind}.{mode}.json"
+    return os.path.join(model_dir, name)
+
+
+def atomic_write(path, content):
+    """Writes `path` so that a reader sees the old file or the whole new one, never a
+    part: into a temporary file beside it, then renamed over it. A failed write
+    leaves the old file and no temporary one.
+
+    Args:
+        path: the file (local or any filesystem `tf.io.gfile` knows).
+        content: str or bytes to write, or a callable that writes the file at the
+            temporary path it is given (which ends like `path`, so
+            `lambda scratch: np.savez(scratch, **arrays)` adds no second '.npz').
+    """
+    root, extension = os.path.splitext(path)
+    temporary = f"{root}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}{extension}"
+    try:
+        if callable(content):
+            content(temporary)
+        else:
+            with tf.io.gfile.GFile(temporary, "w" if isinstance(content, str) else "wb") as f:
+                f.write(content)
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+    except BaseException:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.remove(temporary)
+        raise
+
+
+def write_json(path, values):
+    """Writes `values` as JSON, atomically (the records' one format: indented, keys
+    sorted, numpy and other numbers as floats)."""
+    atomic_write(path, json.dumps(values, indent=2, sort_keys=True, default=float))
+
+
+def read_json(path):
+    """The JSON record at `path` as a dict.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is not JSON (json.JSONDecodeError).
+    """
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"No record at {path!r}; a run writes it once its "
+                                "checks have passed.")
+    with tf.io.gfile.GFile(path) as f:
+        return json.loads(f.read())
+
+
+def read_config(path):
+    """The Config a run recorded in its flags file (`record_path(.., "flags", mode)`).
+
+    The rule, the one for every reader of a run directory (preflight, `open_encoder`,
+    the scripts), so that a directory which passes preflight also opens elsewhere:
+
+    - a key this version does not know is ignored and named in one warning: the
+      record is from a newer version (a flag added since) or an older one (a flag
+      removed since);
+    - a key the record lacks takes today's default: every flag added since was added
+      with the old behaviour as its default, so the default is what the old run did;
+    - derived keys (`resolved_stem`, which follows from stem and image_size) are
+      ignored.
+
+    Args:
+        path: the flags file, e.g. `record_path(run_dir, "flags", "train")`.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is not a JSON object of settings.
+    """
+    values = read_json(path)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path!r} holds {type(values).__name__}, not a JSON object of "
+                         "settings; rewrite it with the run's flags or remove it.")
+    known = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(values) - known - set(DERIVED_KEYS))
+    if unknown:
+        logging.warning("%s records settings this version does not know (%s): a record "
+                        "of a newer or older version; ignoring them.", path,
+                        ", ".join(unknown))
+    return Config.from_dict({k: v for k, v in values.items() if k in known})
+
+
+def start_run_record(config):
+    """The run's flags in model_dir, written once preflight has passed and the lock is
+    held; the mode's previous result is removed so that a run that fails leaves none.
+    A training run's flags.json that records other flags is named in a warning (the
+    checkpoints were written by those)."""
+    flags_path = record_path(config.model_dir, FLAGS, config.mode)
+    if modes.get(config.mode).trains and tf.io.gfile.exists(flags_path):
+        _log_changed_flags(flags_path, config)
+    write_json(flags_path, config.to_dict())
+    result_path = record_path(config.model_dir, RESULT, config.mode)
+    if tf.io.gfile.exists(result_path):
+        tf.io.gfile.remove(result_path)
+
+
+def _log_changed_flags(path, config):
+    try:
+        before = read_json(path)
+    except (ValueError, OSError, tf.errors.OpError):
+        return
+    now = config.to_dict()
+    changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now)
+               if k in before and before[k] != now[k]]
+    if changed:
+        logging.warning("model_dir's flags.json records other flags; continuing with "
+                        "the new ones (%s).", "; ".join(changed))

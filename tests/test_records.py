@@ -1,0 +1,126 @@
+"""simclr_tf.records: the run directory's flags and results, and the one atomic write."""
+import json
+import os
+
+import pytest
+
+from simclr_tf import records
+from simclr_tf.config import Config, ConfigError
+from helpers.run_fixtures import TINY, config, write_run
+
+
+def test_record_paths_of_the_modes():
+    assert records.record_path("/r", "flags", "train") == "/r/flags.json"
+    assert records.record_path("/r", "result", "train_then_eval") == "/r/result.json"
+    assert records.record_path("/r", "flags", "eval") == "/r/flags.eval.json"
+    assert records.record_path("/r", "result", "linear_probe") == "/r/result.linear_probe.json"
+    assert records.record_path("/r", "result", "eval", step=7) == "/r/result_7.json"
+    with pytest.raises(ValueError, match="Received: kind='flag'"):
+        records.record_path("/r", "flag", "train")
+    with pytest.raises(ValueError, match="only a result has a step"):
+        records.record_path("/r", "flags", "eval", step=7)
+
+
+def test_write_json_round_trips_in_the_records_format(tmp_path):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    path = str(tmp_path / "result.json")
+    values = {"b": 1, "a": {"x": [1, 2]}, "f": np.float32(0.5)}
+    records.write_json(path, values)
+    # The format every record has had (byte for byte): indented, keys sorted.
+    assert open(path).read() == json.dumps(values, indent=2, sort_keys=True, default=float)
+    assert records.read_json(path) == {"a": {"x": [1, 2]}, "b": 1, "f": 0.5}
+    assert os.listdir(tmp_path) == ["result.json"]  # no temporary file left
+    with pytest.raises(FileNotFoundError, match="No record at"):
+        records.read_json(str(tmp_path / "missing.json"))
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    path = str(tmp_path / "cache.npz")
+    records.atomic_write(path, b"old")
+
+    def half_then_fail(scratch):
+        assert scratch.endswith(".npz") and os.path.dirname(scratch) == str(tmp_path)
+        with open(scratch, "wb") as f:
+            f.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        records.atomic_write(path, half_then_fail)
+    assert open(path, "rb").read() == b"old"
+    assert os.listdir(tmp_path) == ["cache.npz"]
+    records.atomic_write(path, "new")  # str: text mode
+    assert open(path).read() == "new"
+
+
+def _warnings(monkeypatch):
+    said = []
+    monkeypatch.setattr(records.logging, "warning", lambda *args: said.append(args[0] % args[1:]))
+    return said
+
+
+def test_read_config_ignores_unknown_keys_with_one_warning_and_defaults_missing_ones(
+        tmp_path, monkeypatch):
+    values = dict(config(model_dir="/m").to_dict(), a_flag_from_the_future=1,
+                  another_one="x")
+    del values["grad_cache_chunk"], values["encoder"]  # flags added after the record
+    path = str(tmp_path / "flags.json")
+    records.write_json(path, values)
+    said = _warnings(monkeypatch)
+    recorded = records.read_config(path)
+    assert len(said) == 1 and "a_flag_from_the_future, another_one" in said[0], said
+    assert "resolved_stem" not in said[0]  # derived: not unknown
+    defaults = Config()
+    assert recorded.grad_cache_chunk == defaults.grad_cache_chunk
+    assert recorded.encoder == defaults.encoder
+    assert recorded.resnet_depth == TINY["resnet_depth"] and recorded.model_dir == "/m"
+    records.write_json(path, config(model_dir="/m").to_dict())
+    said.clear()
+    assert records.read_config(path) == config(model_dir="/m") and not said
+    records.write_json(path, [1, 2])
+    with pytest.raises(ValueError, match="not a JSON object of settings"):
+        records.read_config(path)
+
+
+def test_start_run_record_writes_the_flags_and_removes_the_old_result(tmp_path):
+    cfg = config(model_dir=str(tmp_path), mode="train")
+    records.write_json(str(tmp_path / "result.json"), {"old": 1})
+    records.start_run_record(cfg)
+    assert records.read_config(str(tmp_path / "flags.json")) == cfg
+    assert not (tmp_path / "result.json").exists()
+    evaluation = config(model_dir=str(tmp_path), mode="eval")
+    records.start_run_record(evaluation)  # beside training's record, not over it
+    assert records.read_config(str(tmp_path / "flags.eval.json")).mode == "eval"
+    assert records.read_config(str(tmp_path / "flags.json")) == cfg
+
+
+@pytest.fixture(scope="module")
+def old_run(tmp_path_factory):
+    """A run directory written by another version: its flags.json has a key this
+    version does not know and lacks one added since."""
+    directory = tmp_path_factory.mktemp("old_run")
+    write_run(directory)
+    path = str(directory / "flags.json")
+    values = records.read_json(path)
+    values["a_flag_removed_since"] = True
+    del values["grad_cache_chunk"]
+    records.write_json(path, values)
+    return directory
+
+
+def test_an_old_run_directory_opens_in_open_encoder(old_run):
+    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    model, image_size, description = checkpoints.open_encoder(str(old_run))
+    assert image_size == TINY["image_size"] and description.endswith("ckpt-1")
+    assert model.encoder is not None
+
+
+def test_an_old_run_directory_passes_preflight(old_run):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import checkpoints, preflight  # pylint: disable=import-outside-toplevel
+    recorded = preflight.recorded_run_config(checkpoints.resolve(str(old_run)))
+    assert recorded is not None and recorded.resnet_depth == TINY["resnet_depth"]
+    cfg = config(model_dir=str(old_run), mode="export")
+    preflight.check(cfg, tf.distribute.get_strategy(), preflight.load_source(cfg))
+    wrong = config(model_dir=str(old_run), mode="export", resnet_depth=34)
+    with pytest.raises(ConfigError, match="pass --resnet_depth=18"):  # the record is read
+        preflight.check(wrong, tf.distribute.get_strategy(), preflight.load_source(wrong))
