@@ -17,6 +17,8 @@ keras-team/keras#20585: use `run.py --strategy=multiworker`), `compile(loss=...)
 metrics (the loss is SimCLR's), `evaluate` (use `simclr_tf.evaluation` on `network`),
 saving the whole model as .keras (save weights; the network saves on its own).
 """
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -32,9 +34,11 @@ class SimCLR(keras.Model):
         network: a built Keras model following the Trainer's contract (a dict with
             'proj_head_output', 'logits_sup' when it has a supervised head;
             `network.supervised_head`), e.g. `simclr_tf.models.SimCLRModel`.
-        train_mode, temperature, hidden_norm, weight_decay_loss, blur_fn, view_fn,
-            grad_cache_chunk, seed: as for `simclr_tf.train.Trainer`.
-        **kwargs: `keras.Model` arguments (name, ...).
+        options: the step's `simclr_tf.train.StepOptions`; or give its fields as
+            keywords instead (train_mode, temperature, ...).
+        weight_decay_loss: as for `simclr_tf.train.Trainer`.
+        **kwargs: `StepOptions` fields (without `options`) and `keras.Model`
+            arguments (name, ...).
 
     Example:
         with strategy.scope():
@@ -48,13 +52,12 @@ class SimCLR(keras.Model):
         model.fit(dataset, epochs=10, steps_per_epoch=100)
     """
 
-    def __init__(self, network, *, train_mode="pretrain", temperature=0.1, hidden_norm=True,
-                 weight_decay_loss=None, blur_fn=None, view_fn=None, grad_cache_chunk=0,
-                 seed=0, **kwargs):
+    def __init__(self, network, options=None, *, weight_decay_loss=None, **kwargs):
+        fields = [f.name for f in dataclasses.fields(train.StepOptions)]
+        self.options = train.step_options(
+            options, **{name: kwargs.pop(name) for name in fields if name in kwargs})
         super().__init__(**kwargs)
-        train.check_arguments(network, train_mode=train_mode, temperature=temperature,
-                              blur_fn=blur_fn, view_fn=view_fn,
-                              grad_cache_chunk=grad_cache_chunk)
+        train.check_arguments(network)
         network_strategy = getattr(network, "distribute_strategy", self.distribute_strategy)
         if network_strategy is not self.distribute_strategy:
             raise ValueError(
@@ -62,14 +65,7 @@ class SimCLR(keras.Model):
                 f"network under {type(network_strategy).__name__}, SimCLR under "
                 f"{type(self.distribute_strategy).__name__}")
         self.network = network
-        self.train_mode = train_mode
-        self.temperature = temperature
-        self.hidden_norm = hidden_norm
         self.weight_decay_loss = weight_decay_loss
-        self.blur_fn = blur_fn
-        self.view_fn = view_fn
-        self.grad_cache_chunk = grad_cache_chunk
-        self.seed = seed
         self._trainer = None
         self._trackers = {}
         self._logged = ()
@@ -100,11 +96,8 @@ class SimCLR(keras.Model):
                         steps_per_execution=steps_per_execution, jit_compile=jit_compile,
                         auto_scale_loss=auto_scale_loss)
         self._trainer = train.Trainer(
-            self.distribute_strategy, self.network, self.optimizer,
-            train_mode=self.train_mode, temperature=self.temperature,
-            hidden_norm=self.hidden_norm, weight_decay_loss=self.weight_decay_loss,
-            blur_fn=self.blur_fn, seed=self.seed, view_fn=self.view_fn,
-            grad_cache_chunk=self.grad_cache_chunk)
+            self.distribute_strategy, self.network, self.optimizer, self.options,
+            weight_decay_loss=self.weight_decay_loss)
         # Created before any step is traced: metric variables cannot be created inside
         # a replica context. Which of them a step updates is known once it is traced.
         with self.distribute_strategy.scope():

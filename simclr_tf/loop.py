@@ -246,7 +246,7 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
         logs = trainer.train_steps(iterator, calls)
         elapsed = time.perf_counter() - start
         done += calls
-        check_finite(logs, trainer.step, temperature=trainer.temperature,
+        check_finite(logs, trainer.step, temperature=trainer.options.temperature,
                      loss_scaling=isinstance(trainer.optimizer,
                                              keras.optimizers.LossScaleOptimizer))
         # Images per second (a pretraining example is one image, two views).

@@ -12,6 +12,9 @@ Batches (see docs/design.md):
 
 Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
+import dataclasses
+from typing import Callable, Optional
+
 import keras
 import tensorflow as tf
 from absl import logging
@@ -43,6 +46,72 @@ def reduce_op(name):
     return tf.distribute.ReduceOp.SUM if name in _SUMMED else tf.distribute.ReduceOp.MEAN
 
 
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """What a training step computes, besides the model and the optimizer: built once
+    (from the Config by `simclr_tf.modes.parts.step_options`), taken by `Trainer`
+    and `simclr_tf.keras_fit.SimCLR`. Checked when made.
+
+    Attributes:
+        train_mode: 'pretrain' (two views, NT-Xent plus the supervised loss on the
+            labelled examples) or 'finetune' (one view, supervised loss only).
+        temperature: NT-Xent temperature.
+        hidden_norm: L2-normalise projections in NT-Xent.
+        blur_fn: optional callable `blur_fn(views, seed=...)` applied on device to
+            the list `[view1, view2]` of view batches, returning the blurred list
+            (e.g. `functools.partial(simclr_tf.data.augment.batch_random_blur,
+            height=..., width=...)`). Pretraining only. `seed` is a stateless seed
+            from `augment.view_seed(seed, step, replica[, chunk])`: a resumed run
+            blurs as an uninterrupted one, and both passes of gradient caching blur
+            a chunk alike.
+        view_fn: optional callable run on device that turns the first element of a
+            pretraining batch into `(view1, view2)` (augmentation on the device,
+            `simclr_tf.data.device_augment.make_view_fn`). None: the batch carries
+            the views.
+        grad_cache_chunk: 0 (off) or the number of images per chunk for gradient
+            caching (`simclr_tf.grad_cache`): the per-replica batch is processed
+            in chunks of this many images (2x views), activation memory bounded by
+            one chunk; BN then normalises with per-chunk statistics. Pretraining only;
+            must divide the per-replica batch.
+        seed: the run's seed, for the blur's seeds.
+    """
+    train_mode: str = "pretrain"
+    temperature: float = 0.1
+    hidden_norm: bool = True
+    blur_fn: Optional[Callable] = None
+    view_fn: Optional[Callable] = None
+    grad_cache_chunk: int = 0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.train_mode not in TRAIN_MODES:
+            raise ValueError(f"train_mode must be one of {TRAIN_MODES}. Received: "
+                             f"train_mode={self.train_mode!r}")
+        rules.check_temperature(self.temperature)
+        for name in ("blur_fn", "view_fn"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ValueError(f"{name} must be callable or None. Received: "
+                                 f"{name}={value!r}")
+        rules.check_grad_cache_chunk(self.grad_cache_chunk)
+        rules.check_grad_cache_mode(self.grad_cache_chunk, self.train_mode)
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "hidden_norm", bool(self.hidden_norm))
+        object.__setattr__(self, "seed", int(self.seed))
+
+
+def step_options(options=None, **kwargs):
+    """`options`, or a `StepOptions` of `kwargs` (its fields) when None; not both."""
+    if options is None:
+        return StepOptions(**kwargs)
+    if not isinstance(options, StepOptions):
+        raise ValueError(f"options must be a StepOptions. Received: options={options!r}")
+    if kwargs:
+        raise ValueError("Pass the step's options either as a StepOptions or as its "
+                         f"fields, not both. Received: options and {sorted(kwargs)}")
+    return options
+
+
 class Trainer:
     """Runs SimCLR training steps under any `tf.distribute` strategy.
 
@@ -56,34 +125,16 @@ class Trainer:
         optimizer: a Keras optimizer (e.g. from `optimizers.build_optimization`),
             wrapped in `keras.optimizers.LossScaleOptimizer` when the model
             computes in float16. Built here on `model.trainable_variables`.
-        train_mode: 'pretrain' (two views, NT-Xent plus the supervised loss on the
-            labelled examples) or 'finetune' (one view, supervised loss only).
-        temperature: NT-Xent temperature.
-        hidden_norm: L2-normalise projections in NT-Xent.
+        options: the step's `StepOptions` (train mode, temperature, blur, views,
+            gradient caching, seed); or give its fields as keywords instead.
         weight_decay_loss: the weight decay that enters the loss, an
             `optimizers.LossWeightDecay` (from `optimizers.build_optimization`,
             which resolves its variables once); None for none.
-        blur_fn: optional callable `blur_fn(views, seed=...)` applied on device to
-            the list `[view1, view2]` of view batches, returning the blurred list
-            (e.g. `functools.partial(simclr_tf.data.augment.batch_random_blur,
-            height=..., width=...)`). Pretraining only. `seed` is a stateless seed
-            from `augment.view_seed(seed, step, replica[, chunk])`: a resumed run
-            blurs as an uninterrupted one, and both passes of gradient caching blur
-            a chunk alike.
-        seed: the run's seed, for the blur's seeds.
         steps_per_loop: training steps per call of the compiled function (fewer
             host round trips, e.g. on TPU); `simclr_tf.loop` sees every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
             it fails under MirroredStrategy.
-        view_fn: optional callable run on device that turns the first element of a
-            pretraining batch into `(view1, view2)` (augmentation on the device,
-            `simclr_tf.data.device_augment.make_view_fn`). None: the batch carries
-            the views.
-        grad_cache_chunk: 0 (off) or the number of images per chunk for gradient
-            caching (`simclr_tf.grad_cache`): the per-replica batch is processed
-            in chunks of this many images (2x views), activation memory bounded by
-            one chunk; BN then normalises with per-chunk statistics. Pretraining only;
-            must divide the per-replica batch.
+        **option_fields: `StepOptions` fields, when `options` is not given.
 
     Example:
         with strategy.scope():
@@ -95,27 +146,17 @@ class Trainer:
         logs = trainer.train_steps(iter(strategy.experimental_distribute_dataset(ds)), steps)
     """
 
-    def __init__(self, strategy, model, optimizer, *, train_mode="pretrain",
-                 temperature=0.1, hidden_norm=True, weight_decay_loss=None, blur_fn=None,
-                 seed=0, steps_per_loop=1, jit_compile=False, view_fn=None,
-                 grad_cache_chunk=0):
-        check_arguments(model, train_mode=train_mode, temperature=temperature,
-                        blur_fn=blur_fn, view_fn=view_fn, steps_per_loop=steps_per_loop,
-                        grad_cache_chunk=grad_cache_chunk)
+    def __init__(self, strategy, model, optimizer, options=None, *, weight_decay_loss=None,
+                 steps_per_loop=1, jit_compile=False, **option_fields):
+        self.options = step_options(options, **option_fields)
+        check_arguments(model, steps_per_loop=steps_per_loop)
         _check_optimizer(model, optimizer)
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
-        self.train_mode = train_mode
-        self.temperature = float(temperature)
-        self.hidden_norm = bool(hidden_norm)
         self.weight_decay_loss = weight_decay_loss or optimizers.LossWeightDecay([], 0.0)
-        self.blur_fn = blur_fn
-        self.seed = int(seed)
         self.steps_per_loop = steps_per_loop
         self.jit_compile = jit_compile
-        self.view_fn = view_fn
-        self.grad_cache_chunk = grad_cache_chunk
         with strategy.scope():
             optimizer.build(model.trainable_variables)
         self._train_function = None
@@ -129,7 +170,7 @@ class Trainer:
 
     def train_step(self, batch):
         """One optimisation step for `train_mode`; returns this replica's metrics."""
-        if self.train_mode == "pretrain":
+        if self.options.train_mode == "pretrain":
             return self.pretrain_step(batch)
         return self.finetune_step(batch)
 
@@ -146,7 +187,7 @@ class Trainer:
         num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
         # Both views of an image carry its label (online linear evaluation).
         labels = tf.concat([labels, labels], axis=0)
-        if self.grad_cache_chunk:
+        if self.options.grad_cache_chunk:
             metrics = self._optimize_cached(views, labels)
         else:
             images = tf.concat(self._views(views), axis=0)  # [2n, H, W, 3]: BN sees both
@@ -163,17 +204,17 @@ class Trainer:
     def _views(self, views, chunk=None):
         """(view1, view2) of a batch (or of chunk `chunk`'s part of it): drawn by
         `view_fn` when the batch carries source images, then blurred."""
-        view1, view2 = views if self.view_fn is None else self.view_fn(views)
-        if self.blur_fn is None:
+        view1, view2 = views if self.options.view_fn is None else self.options.view_fn(views)
+        if self.options.blur_fn is None:
             return view1, view2
-        seed = augment.view_seed(self.seed, self.optimizer.iterations,
+        seed = augment.view_seed(self.options.seed, self.optimizer.iterations,
                                  distribute.replica_id(), chunk)
-        return tuple(self.blur_fn([view1, view2], seed=seed))
+        return tuple(self.options.blur_fn([view1, view2], seed=seed))
 
     def _pretrain_loss(self, z1, z2, logits, labels):
         """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
-        contrastive = losses.nt_xent(z1, z2, temperature=self.temperature,
-                                     hidden_norm=self.hidden_norm)
+        contrastive = losses.nt_xent(z1, z2, temperature=self.options.temperature,
+                                     hidden_norm=self.options.hidden_norm)
         metrics = dict(contrast_loss=contrastive.loss,
                        contrast_acc=losses.contrast_acc(contrastive),
                        contrast_entropy=losses.contrast_entropy(contrastive))
@@ -194,13 +235,13 @@ class Trainer:
         ever exist: the step holds the (uint8) source batch, one chunk's activations
         and the cached embeddings. Both passes draw the same views (stateless seeds).
         """
-        n, chunk = tf.nest.flatten(views)[0].shape[0], self.grad_cache_chunk
+        n, chunk = tf.nest.flatten(views)[0].shape[0], self.options.grad_cache_chunk
         if n is None:
             raise ValueError("Gradient caching needs batches of a static size.")
         rules.check_grad_cache_chunk(chunk, n)
         num_chunks = n // chunk
         split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
-        if self.view_fn is None:
+        if self.options.view_fn is None:
             view1, view2 = (split(v) for v in self._views(views))
 
             def chunk_images(i):
@@ -375,26 +416,14 @@ def _with_gradients(grads, variables):
     return pairs
 
 
-def check_arguments(model, *, train_mode, temperature, blur_fn, view_fn, grad_cache_chunk,
-                    steps_per_loop=1):
-    """The Trainer's own arguments but the optimizer (the loss and the optimizer check
-    theirs); also checked by `simclr_tf.keras_fit.SimCLR` before it has an optimizer."""
-    if train_mode not in TRAIN_MODES:
-        raise ValueError(
-            f"train_mode must be one of {TRAIN_MODES}. Received: train_mode={train_mode!r}")
-    rules.check_temperature(temperature)
+def check_arguments(model, *, steps_per_loop=1):
+    """The Trainer's own arguments but the optimizer and the step's options (the
+    loss, the optimizer and `StepOptions` check theirs); also checked by
+    `simclr_tf.keras_fit.SimCLR` before it has an optimizer."""
     if not isinstance(steps_per_loop, int) or steps_per_loop < 1:
         raise ValueError(
             "steps_per_loop must be a positive int. Received: "
             f"steps_per_loop={steps_per_loop!r}")
-    if blur_fn is not None and not callable(blur_fn):
-        raise ValueError(f"blur_fn must be callable or None. Received: blur_fn={blur_fn!r}")
-    if view_fn is not None and not callable(view_fn):
-        raise ValueError(f"view_fn must be callable or None. Received: view_fn={view_fn!r}")
-    rules.check_grad_cache_chunk(grad_cache_chunk)
-    if grad_cache_chunk and train_mode != "pretrain":
-        raise ValueError("grad_cache_chunk applies to pretraining only. Received: "
-                         f"train_mode={train_mode!r}")
     if not model.built:
         raise ValueError("The model must be built (called once) before the Trainer.")
 

@@ -101,9 +101,14 @@ def _check_combinations(config):
     if config.mixed_precision == "float16" and (config.use_tpu or config.strategy == "tpu"):
         raise ConfigError("mixed_precision", "TPUs do not support float16; use "
                           "--mixed_precision=bfloat16.")
-    if config.grad_cache_chunk and config.train_mode != "pretrain":
-        raise ConfigError("grad_cache_chunk", "applies to --train_mode=pretrain only "
-                          "(the supervised loss needs no whole-batch coupling).")
+    if mode.trains and config.augment_on == "device" and config.train_mode != "pretrain":
+        raise ConfigError("augment_on", "device draws the two pretraining views in the "
+                          "train step; fine-tuning's crops run on the host: drop "
+                          "--augment_on=device (or pretrain).")
+    try:
+        rules.check_grad_cache_mode(config.grad_cache_chunk, config.train_mode)
+    except ValueError as error:
+        raise ConfigError.from_rule("grad_cache_chunk", error) from None
     if config.jit_compile and config.strategy == "mirrored":
         raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                           "TensorFlow 2.21 (XLA cannot reach the other replicas' "

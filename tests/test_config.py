@@ -254,3 +254,20 @@ def test_an_explicit_flag_must_agree_with_the_variant(argv, ok):
         assert argv[0].split("=")[1] in str(info.value) and flag in str(info.value)
     finally:
         values.unparse_flags()
+
+
+def test_device_views_with_fine_tuning_are_a_flag_error_not_a_silent_host():
+    with pytest.raises(ConfigError, match=r"^--augment_on: device draws the two "
+                       r"pretraining views .*drop --augment_on=device"):
+        Config.from_dict(_bad(augment_on="device", train_mode="finetune")).validate()
+    Config.from_dict(_bad(augment_on="device", train_mode="finetune", mode="eval")).validate()
+
+
+def test_grad_cache_is_for_pretraining_with_one_rule_for_flags_and_library():
+    from simclr_tf import train  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ConfigError) as flag_error:
+        Config.from_dict(_bad(grad_cache_chunk=8, train_mode="finetune")).validate()
+    with pytest.raises(ValueError) as library_error:
+        train.StepOptions(grad_cache_chunk=8, train_mode="finetune")
+    assert str(flag_error.value) == "--" + str(library_error.value).replace(
+        "grad_cache_chunk ", "grad_cache_chunk: ", 1)

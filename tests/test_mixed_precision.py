@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from simclr_tf import optimizers, train
 from simclr_tf.config import Config
-from simclr_tf.experiment import POLICIES, build_model
+from simclr_tf.modes.parts import POLICIES, build_model
 from helpers.standin_model import random_batch
 
 IMAGE_SIZE = 16

@@ -5,12 +5,14 @@ gradients (NT-Xent gathers negatives with gradient, BN is synchronized, the loss
 divided by K inside the tape), and, after several LARS steps, weights and BN moving
 statistics. Stopping the gather's gradient must break that (the control).
 """
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import distribute, loop, losses, optimizers, schedules, train
+from simclr_tf import distribute, loop, losses, models, optimizers, schedules, train
 from simclr_tf.evaluation import supervised
 from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
 
@@ -134,7 +136,7 @@ def test_lars_steps_match_one_replica():
 
 @pytest.mark.large  # 56 s
 def test_real_model_two_replicas_match_one():
-    models = pytest.importorskip("simclr_tf.models")
+
 
     def model_fn():
         model = models.SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.25, stem="cifar"),
@@ -334,3 +336,21 @@ def test_head_learning_rate_leaves_the_encoder_bit_exact():
             np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert plain_logs["contrast_loss"] == slow_logs["contrast_loss"]
     assert plain_logs["sup_loss"] != slow_logs["sup_loss"]
+
+
+def test_step_options_are_made_once_and_taken_by_trainer_and_fit():
+    from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
+    strategy = tf.distribute.get_strategy()
+    model = models.SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125,
+                                                    stem="cifar"), num_classes=10)
+    model.build((None, 32, 32, 3))
+    options = train.StepOptions(temperature=0.5, seed=3)
+    trainer = train.Trainer(strategy, model, keras.optimizers.SGD(0.1), options)
+    assert trainer.options is options
+    assert keras_fit.SimCLR(model, options).options is options
+    assert train.Trainer(strategy, model, keras.optimizers.SGD(0.1),
+                         temperature=0.5, seed=3).options == options  # its fields
+    with pytest.raises(ValueError, match="either as a StepOptions or as its fields"):
+        train.Trainer(strategy, model, keras.optimizers.SGD(0.1), options, seed=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.seed = 4

@@ -13,7 +13,7 @@ from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment
 from simclr_tf.evaluation import registry
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
-from simclr_tf.train import Trainer
+from simclr_tf.train import StepOptions, Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
@@ -55,11 +55,17 @@ def build_trainer(config, strategy, model, *, plan=None):
     if config.jit_compile and preflight.all_cpu(strategy):
         logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
                         "oneDNN kernels here (docs/performance.md); drop it on CPU.")
-    return Trainer(strategy, model, optimizer, train_mode=config.train_mode,
-                   temperature=config.temperature, hidden_norm=config.hidden_norm,
-                   weight_decay_loss=decay, blur_fn=blur_fn(config), seed=config.seed,
-                   jit_compile=config.jit_compile, view_fn=view_fn(config),
-                   grad_cache_chunk=config.grad_cache_chunk)
+    return Trainer(strategy, model, optimizer, step_options(config),
+                   weight_decay_loss=decay, jit_compile=config.jit_compile)
+
+
+def step_options(config):
+    """The train step's `StepOptions` of `config`, made once (`Trainer` and
+    `keras_fit.SimCLR` take them)."""
+    return StepOptions(train_mode=config.train_mode, temperature=config.temperature,
+                       hidden_norm=config.hidden_norm, blur_fn=blur_fn(config),
+                       view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk,
+                       seed=config.seed)
 
 
 def blur_fn(config):
@@ -72,7 +78,7 @@ def blur_fn(config):
 
 def view_fn(config):
     """--augment_on=device: the views are drawn in the train step."""
-    if config.train_mode != "pretrain" or config.augment_on != "device":
+    if config.augment_on != "device":  # pretraining only (validation)
         return None
     return device_augment.make_view_fn(config.image_size,
                                        color_jitter_strength=config.color_jitter_strength)

@@ -49,7 +49,7 @@ def train(config, strategy, context):
         train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
         seed=config.seed, label_subset_ids=subset_ids, start_step=step,
-        augment_on=config.augment_on if config.train_mode == "pretrain" else "host")
+        augment_on=config.augment_on)
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if step == 0 and chief:
         write_hparams(writer, config)
