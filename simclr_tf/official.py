@@ -30,7 +30,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from simclr_tf.models.resnet import BLOCKS, GROUP_WIDTHS, scaled_width
+from simclr_tf import variants
+from simclr_tf.models.resnet import GROUP_WIDTHS, scaled_width
 from simclr_tf.models.simclr import SimCLRModel
 from simclr_tf.official_roles import official_roles, our_roles
 from simclr_tf.variants import SK_RATIO
@@ -207,10 +208,10 @@ def infer_official_config(shapes):
         return tuple(int(d) for d in shapes[roles[role]])
 
     kind, counts = facts["kind"], tuple(facts["blocks"])
-    depth = next((d for d, spec in BLOCKS.items() if spec == (kind, counts)), None)
+    depth = next((d for d, spec in variants.BLOCKS.items() if spec == (kind, counts)), None)
     if depth is None:
         raise ValueError(f"No ResNet depth has {kind} blocks {counts} per group; "
-                         f"known: {BLOCKS}.")
+                         f"known: {variants.BLOCKS}.")
     group_widths = [shape(("block", g, 0, "conv1", "kernel"))[-1] for g in range(4)]
     width = None
     for g in (0, 3, 1, 2):

@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from simclr_tf import rules
 
-OPTIMIZERS = rules.OPTIMIZERS
 # The layers whose weights the loss's weight decay leaves alone under momentum and
 # Adam (the reference: batch norm; a ViT's LayerNorm is their counterpart).
 NORMALIZATION_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
@@ -92,9 +91,9 @@ def weight_decay_loss_variables(model, optimizer_name):
             declares, biases included: the reference's rule) or 'adamw' (none: its
             decay is decoupled, in the update).
     """
-    if optimizer_name not in OPTIMIZERS:
+    if optimizer_name not in rules.OPTIMIZERS:
         raise ValueError(
-            f"optimizer_name must be one of {OPTIMIZERS}. Received: "
+            f"optimizer_name must be one of {rules.OPTIMIZERS}. Received: "
             f"optimizer_name={optimizer_name!r}")
     if optimizer_name == "adamw":
         return []
@@ -371,8 +370,8 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
     Returns:
         A `keras.optimizers.Optimizer`; build it under the strategy's scope.
     """
-    if name not in OPTIMIZERS:
-        raise ValueError(f"name must be one of {OPTIMIZERS}. Received: name={name!r}")
+    if name not in rules.OPTIMIZERS:
+        raise ValueError(f"name must be one of {rules.OPTIMIZERS}. Received: name={name!r}")
     head_variables = []
     if head_rate_multiplier != 1.0:
         head = getattr(model, "supervised_head", None)

@@ -27,7 +27,6 @@ from simclr_tf import rules
 from simclr_tf.data import augment
 from simclr_tf.models.outputs import LOGITS, Z
 
-TRAIN_MODES = rules.TRAIN_MODES
 
 # Every metric a step can return; which ones it does depends on train_mode, the
 # supervised head and loss scaling. Known up front for `simclr_tf.keras_fit`, whose
@@ -84,8 +83,8 @@ class StepOptions:
     seed: int = 0
 
     def __post_init__(self):
-        if self.train_mode not in TRAIN_MODES:
-            raise ValueError(f"train_mode must be one of {TRAIN_MODES}. Received: "
+        if self.train_mode not in rules.TRAIN_MODES:
+            raise ValueError(f"train_mode must be one of {rules.TRAIN_MODES}. Received: "
                              f"train_mode={self.train_mode!r}")
         rules.check_temperature(self.temperature)
         for name in ("blur_fn", "view_fn"):

@@ -8,7 +8,6 @@ from simclr_tf.models.layers import (PACKAGE, BatchNormRelu, CheckpointListsMixi
                                      TracedOutputShapeMixin, build_by_tracing)
 from simclr_tf.models.outputs import Z
 
-PROJ_HEAD_MODES = rules.PROJ_HEAD_MODES
 
 
 def head_initializer():
@@ -77,8 +76,8 @@ class ProjectionHead(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.
     def __init__(self, mode="nonlinear", num_proj_layers=3, proj_out_dim=128,
                  ft_proj_selector=0, batch_norm_decay=0.9, global_bn=True, **kwargs):
         super().__init__(**kwargs)
-        if mode not in PROJ_HEAD_MODES:
-            raise ValueError(f"mode must be one of {PROJ_HEAD_MODES}. Received: mode={mode!r}")
+        if mode not in rules.PROJ_HEAD_MODES:
+            raise ValueError(f"mode must be one of {rules.PROJ_HEAD_MODES}. Received: mode={mode!r}")
         rules.check_num_proj_layers(mode, num_proj_layers)
         rules.check_proj_out_dim(proj_out_dim)
         self.mode = mode

@@ -16,7 +16,6 @@ from simclr_tf.models.layers import (
     SqueezeExcitation, TracedOutputShapeMixin, build_by_tracing)
 from simclr_tf.models.outputs import H
 
-BLOCKS = variants.BLOCKS  # depth -> (block kind, blocks per group)
 STEMS = ("imagenet", "cifar")
 FEATURE_NAMES = ("initial_conv", "initial_max_pool", "block_group1", "block_group2",
                  "block_group3", "block_group4", H)
@@ -315,7 +314,7 @@ class ResNet(TracedOutputShapeMixin, CheckpointListsMixin, keras.Model):
         self.stem_type = stem
         self.batch_norm_decay = float(batch_norm_decay)
         self.global_bn = bool(global_bn)
-        block, counts = BLOCKS[self.depth]
+        block, counts = variants.BLOCKS[self.depth]
         self.block_expansion = BLOCK_CLASSES[block].expansion
         self.stem = Stem(stem, width_multiplier, resnet_d=self.sk_ratio > 0,
                          batch_norm_decay=self.batch_norm_decay, global_bn=self.global_bn,
