@@ -87,3 +87,19 @@ def test_an_encoder_and_a_dataset_in_one_module_each_train_evaluate_and_are_chec
     with pytest.raises(ConfigError, match=r"--model_dir: .* was written by a model of "
                        r"another architecture .*pass --width_multiplier=0\.5"):
         experiment.run(config(mode="eval", **dict(run, width_multiplier=1.0)))
+
+
+def test_the_tables_the_flags_ask_import_no_tensorflow():
+    """run.py checks the flags before TensorFlow is imported: the Config, its checks,
+    the mode and encoder tables and the rules they read must not import it."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    code = ("import sys\n"
+            "import simclr_tf.config, simclr_tf.validation, simclr_tf.architecture, "
+            "simclr_tf.modes, simclr_tf.rules, simclr_tf.variants, simclr_tf.errors\n"
+            "heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, cwd=os.path.dirname(os.path.dirname(
+                                os.path.abspath(__file__))))
+    assert result.returncode == 0, result.stderr
