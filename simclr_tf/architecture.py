@@ -30,6 +30,10 @@ class EncoderSpec:
         odd_batch_onednn_crash: options -> whether fine-tuning with an odd
             per-replica batch aborts TensorFlow 2.21's oneDNN CPU kernels (ResNet's
             strided 1x1 shortcut convolutions: Conv2DBackpropFilter).
+        patch_size: a patch-based encoder's patch side, which must divide
+            --image_size (None: any size). Stated here so that preflight checks it
+            without making the encoder (making Keras layers draws seeds from the
+            global RNG: a check must not change the run's initialisation).
     """
     flags: dict
     variable_flags: tuple = ()
@@ -37,6 +41,7 @@ class EncoderSpec:
     fine_tune_after_block: Optional[tuple] = None
     fine_tune_reason: str = ""
     odd_batch_onednn_crash: Callable = lambda options: False
+    patch_size: Optional[int] = None
 
 
 _RESNET = EncoderSpec(
@@ -46,7 +51,7 @@ _RESNET = EncoderSpec(
     exclusive_flags=("variant", "sk_ratio", "se_ratio"),
     # With selective kernels the shortcut pools first, then a stride-1 convolution.
     odd_batch_onednn_crash=lambda options: options["sk_ratio"] == 0)
-_VIT = EncoderSpec(flags=dict(vit_pool="vit_pool"))
+_VIT16 = EncoderSpec(flags=dict(vit_pool="vit_pool"), patch_size=16)
 HUB = EncoderSpec(
     flags=dict(encoder_config="hub_config", vit_pool="vit_pool"),
     exclusive_flags=("encoder_config",),
@@ -55,7 +60,7 @@ HUB = EncoderSpec(
                      f"{rules.FINE_TUNE_AFTER_BLOCK_CHOICES[-1]} freezes it")
 
 # --encoder -> its spec; 'hub:<...>' names use HUB.
-ENCODERS = {"resnet": _RESNET, "vit_s16": _VIT, "vit_b16": _VIT}
+ENCODERS = {"resnet": _RESNET, "vit_s16": _VIT16, "vit_b16": _VIT16}
 
 
 def encoder_spec(name):

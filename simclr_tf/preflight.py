@@ -77,8 +77,9 @@ def check(config, strategy, source):
 def _check_encoder(config):
     """--encoder names an encoder of the table (`models.encoders.ENCODERS`, the one
     list of names) or a keras-hub backbone (keras-hub imports), and a patch-based one
-    divides the image size. The encoder object is made without weights: nothing is
-    built."""
+    divides the image size (`architecture.EncoderSpec.patch_size`). Nothing is made:
+    making the encoder would draw seeds from the global RNG and change the run's
+    initialisation."""
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
         try:
@@ -89,8 +90,8 @@ def _check_encoder(config):
     if name not in encoders.ENCODERS:
         raise ConfigError("encoder", f"must be one of {', '.join(encoders.ENCODERS)} or "
                           f"{rules.HUB_ENCODER_PREFIX}<backbone>; got {name!r}.")
-    options = config.model_kwargs()["encoder_options"]
-    patch = getattr(encoders.build_encoder(name, **options), "patch_size", None)
+    spec = architecture.encoder_spec(name)
+    patch = spec.patch_size if spec else None
     if patch and config.image_size % patch:
         size = config.image_size
         raise ConfigError("image_size", f"{size} is not a multiple of the patch size "

@@ -348,3 +348,10 @@ def test_the_flags_encoder_table_names_the_models_encoders():
     from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
     from simclr_tf.models import encoders  # pylint: disable=import-outside-toplevel
     assert set(architecture.ENCODERS) == set(encoders.ENCODERS)
+
+
+def test_the_encoder_table_states_the_vit_patch_sizes():
+    from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import vit  # pylint: disable=import-outside-toplevel
+    for name, preset in vit.PRESETS.items():
+        assert architecture.ENCODERS[name].patch_size == preset["patch_size"], name

@@ -242,10 +242,14 @@ def test_the_encoder_is_checked_before_any_weights(overrides, flag, message, tmp
 
 
 def test_an_encoder_added_to_the_table_is_known_to_the_flags(tmp_path, monkeypatch):
-    """One file: a builder in models/encoders.py's table is a valid --encoder."""
+    """One call: a registered builder and its spec make a valid --encoder."""
+    from simclr_tf import architecture
     from simclr_tf.models import encoders, vit
-    monkeypatch.setitem(encoders.ENCODERS, "vit_t8", lambda options, dtype: vit.ViT(
-        patch_size=8, hidden_dim=16, depth=1, num_heads=1, mlp_dim=16, dtype=dtype))
+    monkeypatch.setattr(encoders, "ENCODERS", dict(encoders.ENCODERS))
+    monkeypatch.setattr(architecture, "ENCODERS", dict(architecture.ENCODERS))
+    encoders.register_encoder("vit_t8", lambda options, dtype: vit.ViT(
+        patch_size=8, hidden_dim=16, depth=1, num_heads=1, mlp_dim=16, dtype=dtype),
+        architecture.EncoderSpec(flags={}, patch_size=8))
     _check(config(model_dir=str(tmp_path / "ok"), encoder="vit_t8", image_size=16))
     with pytest.raises(ConfigError, match="patch size 8"):
         _check(config(model_dir=str(tmp_path / "bad"), encoder="vit_t8", image_size=20))
@@ -263,3 +267,15 @@ def test_a_mode_that_reads_weights_needs_some_before_anything_is_built(
         _check(config(model_dir=str(tmp_path), mode=mode, eval_wait_secs=0))
     assert str(info.value) == (f"--model_dir: has no checkpoint to {mode} in "
                                f"{str(tmp_path)!r}; train first{alternatives}")
+
+
+def test_the_checks_leave_the_global_rng_alone(tmp_path):
+    """Making a Keras layer draws seeds from Python's RNG: a check that made one would
+    change the run's initialisation (it did: preflight made the encoder)."""
+    import random  # pylint: disable=import-outside-toplevel
+    for overrides in (dict(), dict(encoder="vit_s16", vit_pool="mean")):
+        random.seed(0)
+        _check(config(model_dir=str(tmp_path / "run"), train_steps=1, **overrides))
+        after = random.random()
+        random.seed(0)
+        assert after == random.random(), overrides
