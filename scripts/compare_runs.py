@@ -74,7 +74,10 @@ def compare(a, b):
                   if not np.array_equal(ta[k], tb[k])]
         count = len(ta.files)
     with open(os.path.join(a, "results.json")) as fa, open(os.path.join(b, "results.json")) as fb:
-        ra, rb = json.load(fa), json.load(fb)
+        # Paths inside the outputs (the fine-tune's initialized_from) name their own
+        # output folder: compared relative to it.
+        ra = _relative(json.load(fa), a)
+        rb = _relative(json.load(fb), b)
     results_differ = [f"{run}/{k}" for run in sorted(set(ra) | set(rb))
                       for k in sorted(set(ra.get(run, {})) | set(rb.get(run, {})))
                       if ra.get(run, {}).get(k) != rb.get(run, {}).get(k)]
@@ -83,6 +86,11 @@ def compare(a, b):
     for name in (differ + only + results_differ)[:20]:
         print("  ", name)
     return 0 if not (differ or only or results_differ) else 1
+
+
+def _relative(results, out):
+    return {run: {k: v.replace(os.path.abspath(out), "<out>") if isinstance(v, str) else v
+                  for k, v in values.items()} for run, values in results.items()}
 
 
 def main(argv=None):
