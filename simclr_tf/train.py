@@ -34,7 +34,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "sup_loss",
            "label_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples")
 # Metrics that are counts: summed over replicas. All others are per-replica means
-# over equally sized local batches, so their mean over replicas is the global value.
+# over equally sized local batches, so their mean over replicas is the global value
+# (grad_norm is already global: `global_grad_norm`, equal on every replica).
 _SUMMED = ("num_examples",)
 # Logs that train_steps reports for the last step of a call, not as a mean.
 LAST = ("learning_rate", "num_examples")
@@ -323,7 +324,7 @@ class Trainer:
             # Checked after the step (`_check_finite`); an Inf gradient with a finite
             # loss would otherwise only show up as a NaN loss one step later. (Loss
             # scaling handles non-finite float16 gradients itself by skipping.)
-            metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(grads), tf.float32)
+            metrics["grad_norm"] = global_grad_norm(grads)
         self.optimizer.apply_gradients(_with_gradients(grads, variables))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics
@@ -395,6 +396,18 @@ class Trainer:
             self._train_function = self._make_train_function()
         logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
         return {name: value.numpy() for name, value in logs.items()}
+
+
+def global_grad_norm(grads):
+    """The norm of the gradient the optimizer applies: over every variable, of the
+    gradients summed over replicas (the optimizer all-reduces them before its update),
+    the same value on every replica. A mean of the replicas' local norms is not it:
+    the local gradients do not point the same way. With one replica the local
+    gradients are the global ones; with several this costs one more all-reduce of
+    the gradients (the optimizer's reduction is internal to Keras), for the metric
+    only: the update is unchanged."""
+    summed = distribute.cross_replica_sum([g for g in grads if g is not None])
+    return tf.cast(tf.linalg.global_norm(summed), tf.float32)
 
 
 def _with_gradients(grads, variables):
