@@ -123,12 +123,13 @@ def main(argv):
     with _tensorflow_start_up_filtered():
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
         from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
     try:
         results = experiment.run(config)
     except ConfigError as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except (NonFiniteLossError, experiment.ExportError) as error:
+    except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError) as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

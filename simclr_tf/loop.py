@@ -14,7 +14,7 @@ checkpoint at the current step and returns `interrupted=True` and the `signal` (
 then exits with 128 + its number, 143 or 130, as a shell reports a process killed by
 it, so schedulers retry); a non-finite loss, or weights that are not finite when a checkpoint is due,
 raise `NonFiniteLossError` naming the last good checkpoint, and nothing after it is
-saved.
+saved; a checkpoint write that finds no space raises `CheckpointWriteError` naming it.
 Segments only decide how many steps one call runs: the same steps run in more or
 fewer calls, so cadences never change training numerics.
 """
@@ -26,7 +26,7 @@ import time
 import keras
 import numpy as np
 
-from simclr_tf.checkpoints import NonFiniteWeightsError, step_of
+from simclr_tf.checkpoints import CheckpointWriteError, NonFiniteWeightsError, step_of
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""
@@ -183,7 +183,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
 
 def _save(checkpoints, step):
     """Saves; weights that are not finite are never saved (NonFiniteLossError naming
-    the last good checkpoint)."""
+    the last good checkpoint); a full disk is a CheckpointWriteError saying what to do."""
     try:
         return checkpoints.save(step)
     except NonFiniteWeightsError as error:
@@ -191,6 +191,11 @@ def _save(checkpoints, step):
             f"{error} Likely a learning rate or weight decay too large for float32, or "
             "a temperature too low. Last good checkpoint (kept, not overwritten): "
             f"{checkpoints.latest or 'none yet'}.") from None
+    except CheckpointWriteError as error:
+        raise CheckpointWriteError(
+            f"{error} Free space there (or keep fewer checkpoints: "
+            "--keep_checkpoint_max), then run the same command again: it resumes from "
+            "that checkpoint.") from None
 
 
 def _save_on_signal(step, checkpoints, signum):

@@ -196,9 +196,37 @@ def test_the_loop_stops_before_saving_non_finite_weights(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
 
 
+def _disk_full(monkeypatch, from_step):
+    """Checkpoint writes from step `from_step` on fail as on a full disk."""
+    real = tf.train.CheckpointManager.save
+
+    def save(self, checkpoint_number=None, **kwargs):
+        if checkpoint_number >= from_step:
+            raise tf.errors.ResourceExhaustedError(
+                None, None, "ckpt_temp/part-00000-of-00001.data: No space left on device")
+        return real(self, checkpoint_number=checkpoint_number, **kwargs)
+
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
+
+
+def test_a_full_disk_at_a_checkpoint_names_the_last_good_one(tmp_path, monkeypatch):
+    """No ResourceExhaustedError traceback: a CheckpointWriteError naming the step, the
+    last good checkpoint (still recorded) and what to do."""
+    state, model = _state(tmp_path)
+    _disk_full(monkeypatch, from_step=4)
+    with pytest.raises(checkpoints.CheckpointWriteError) as info:
+        loop.train(trainer=_SignalledTrainer(model, None), iterator=None, checkpoints=state,
+                   total_steps=6, checkpoint_steps=2)
+    message = str(info.value)
+    for part in ("checkpoint of step 4", "no space left", "ckpt-2", "Free space",
+                 "--keep_checkpoint_max", "run the same command again"):
+        assert part in message, message
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+
 class _SignalledTrainer(_ExplodingTrainer):
-    """Finite weights; the process receives `signum` during step 3 (as from Ctrl-C or
-    a scheduler)."""
+    """Finite weights; the process receives `signum` (unless None) during step 3 (as
+    from Ctrl-C or a scheduler)."""
 
     def __init__(self, model, signum):
         super().__init__(model)
@@ -207,7 +235,7 @@ class _SignalledTrainer(_ExplodingTrainer):
     def train_steps(self, iterator, calls):
         self.step += calls
         self.model.v.assign(tf.fill([64], float(self.step)))
-        if self.step == 3:
+        if self.step == 3 and self.signum is not None:
             os.kill(os.getpid(), self.signum)
         return dict(loss=np.float32(1.0), learning_rate=np.float32(0.1), num_examples=1)
 

@@ -188,6 +188,40 @@ def test_run_py_reports_a_non_finite_loss_without_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+# A run.py whose checkpoint writes fail from step 4 on as on a full disk.
+_DISK_FULL_RUN = """
+import runpy, sys
+import tensorflow as tf
+real = tf.train.CheckpointManager.save
+def save(self, checkpoint_number=None, **kwargs):
+    if checkpoint_number >= 4:
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+    return real(self, checkpoint_number=checkpoint_number, **kwargs)
+tf.train.CheckpointManager.save = save
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.large  # 45 s
+def test_run_py_reports_a_full_disk_at_a_checkpoint_without_a_traceback(tmp_path):
+    model_dir = tmp_path / "run"
+    command = [sys.executable, "-c", _DISK_FULL_RUN, os.path.join(REPO, "run.py"),
+               "--train_steps=4", "--checkpoint_steps=2", f"--model_dir={model_dir}",
+               "--mode=train", "--train_split=train[:64]", "--train_batch_size=16",
+               "--nofinal_linear_probe"]
+    command += [f"--{k}={v}" for k, v in TINY.items()
+                if k not in ("train_split", "train_batch_size")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=REPO,
+                            env=_env())
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "run.py: error: Writing the checkpoint of step 4" in result.stderr, \
+        result.stderr[-3000:]
+    assert "ckpt-2" in result.stderr and "run the same command again" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-2")
+
+
 # ------------------------------------------------------------------ broken images
 
 
