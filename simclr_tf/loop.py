@@ -18,7 +18,6 @@ saved; a checkpoint write that finds no space raises `CheckpointWriteError` nami
 Segments only decide how many steps one call runs: the same steps run in more or
 fewer calls, so cadences never change training numerics.
 """
-import math
 import signal
 import threading
 import time
@@ -27,6 +26,7 @@ import keras
 import numpy as np
 
 from simclr_tf.checkpoints import CheckpointWriteError, NonFiniteWeightsError, step_of
+from simclr_tf.train import non_finite_logs
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""
@@ -281,12 +281,9 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
 
 def check_finite(logs, step, *, temperature, loss_scaling):
     """Raises NonFiniteLossError when the loss or the gradient norm is not finite."""
-    loss = float(logs["loss"])
-    grad_norm = float(logs.get("grad_norm", 0.0))
-    if math.isfinite(loss) and math.isfinite(grad_norm):
+    what = non_finite_logs(logs)
+    if what is None:
         return
-    what = (f"loss is {loss}" if not math.isfinite(loss)
-            else f"gradient norm is {grad_norm} (loss {loss:g})")
     raise NonFiniteLossError(
         f"The training {what} at step {step}; stopping. Likely causes: "
         f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
