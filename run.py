@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import signal
 import sys
 import tempfile
 import typing
@@ -122,18 +123,24 @@ def main(argv):
     with _tensorflow_start_up_filtered():
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
         from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
     try:
         results = experiment.run(config)
     except ConfigError as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except (NonFiniteLossError, experiment.ExportError) as error:
+    except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError) as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        # Ctrl-C outside the training steps (which save a checkpoint and return).
+        print("run.py: interrupted (SIGINT) outside the training steps; the checkpoints "
+              "already written are kept: run the same command again to resume.",
+              file=sys.stderr)
+        sys.exit(interrupted_exit_status(signal.SIGINT))
     if results.get("interrupted"):
-        # Stopped by SIGTERM after saving a checkpoint: not finished. 128 + SIGTERM, as
-        # a shell reports a process killed by it, so schedulers retry the run.
-        sys.exit(EXIT_INTERRUPTED)
+        # Stopped by SIGTERM or SIGINT after saving a checkpoint: not finished.
+        sys.exit(interrupted_exit_status(results["signal"]))
 
 
 # What TensorFlow's C++ code writes to stderr before absl's log is initialised, whatever
@@ -175,8 +182,11 @@ def _tensorflow_start_up_filtered():
             sys.stderr.flush()
 
 
-# Exit status after a SIGTERM that saved a checkpoint (run the same command to resume).
-EXIT_INTERRUPTED = 143
+def interrupted_exit_status(signum):
+    """The exit status after a stop signal (run the same command to resume): 128 + its
+    number, as a shell reports a process killed by it (SIGTERM 143, SIGINT 130), so
+    schedulers retry the run."""
+    return 128 + int(signum)
 
 
 def console_main():

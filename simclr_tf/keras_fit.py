@@ -12,6 +12,12 @@ the step's metrics first (means, `num_examples` summed: `train.reduce_op`), so e
 replica holds the global values and both reductions return them. The logs are the
 loop's: means over the epoch's steps, the learning rate and the batch size of the last.
 
+A step whose loss or gradient norm is not finite, or an epoch that ends with weights
+that are not, stops `fit` with `NonFiniteTrainingError` before any other callback sees
+it (a guard callback runs first): TerminateOnNaN would only stop the epoch, after
+which ModelCheckpoint writes the NaN weights and BackupAndRestore deletes its backup.
+What they wrote before holds the last finite state.
+
 Not supported: MultiWorkerMirroredStrategy (`fit` fails there upstream,
 keras-team/keras#20585: use `run.py --strategy=multiworker`), `compile(loss=...)` or
 metrics (the loss is SimCLR's), `evaluate` (use `simclr_tf.evaluation` on `network`),
@@ -23,6 +29,11 @@ import keras
 import tensorflow as tf
 
 from simclr_tf import train
+
+
+class NonFiniteTrainingError(FloatingPointError):
+    """`SimCLR.fit` stopped: a step's loss or gradient norm, or the weights at the end
+    of an epoch, are NaN or infinite; no callback saw them."""
 
 
 class SimCLR(keras.Model):
@@ -110,6 +121,17 @@ class SimCLR(keras.Model):
         # SimCLR's input is a tf.data pipeline that shuffles itself; Keras' default
         # shuffle=True would only warn that it ignores it on every fit.
         kwargs.setdefault("shuffle", False)
+        if len(args) > 5:
+            raise ValueError("Pass fit's callbacks (and the arguments after them) by "
+                             "keyword: callbacks=[...].")
+        callbacks = kwargs.get("callbacks")
+        guard = _FiniteGuard(self)
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            guard.set_model(self)
+            callbacks.callbacks.insert(0, guard)
+        else:
+            # First: its check runs before any other callback's batch or epoch end.
+            kwargs["callbacks"] = [guard, *(callbacks or [])]
         return super().fit(*args, **kwargs)
 
     @property
@@ -165,6 +187,42 @@ class _LastValue(keras.metrics.Metric):
 
     def reset_state(self):
         self.value.assign(tf.zeros_like(self.value))
+
+
+class _FiniteGuard(keras.callbacks.Callback):
+    """Raises NonFiniteTrainingError at the end of a step whose loss or gradient norm
+    is not finite, and at the end of an epoch whose weights are not (a finite step
+    can still leave them infinite, e.g. an infinite rate), before the callbacks
+    after it run their batch or epoch end."""
+
+    def __init__(self, simclr):
+        super().__init__()
+        self._simclr = simclr
+
+    def _step(self):
+        return int(self._simclr.optimizer.iterations.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        # The logs are running means over the epoch: one non-finite step makes them so.
+        what = train.non_finite_logs(logs) if logs and "loss" in logs else None
+        if what is not None:
+            self._stop(f"the training {what} by step {self._step()}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        model = self._simclr
+        bad = train.non_finite_variables(model.network.weights + model.optimizer.variables)
+        if bad:
+            self._stop(f"after step {self._step()} (epoch {epoch + 1}), {len(bad)} weight "
+                       f"or optimizer tensors hold NaN or infinite values (e.g. "
+                       f"{', '.join(bad[:3])})")
+
+    @staticmethod
+    def _stop(what):
+        raise NonFiniteTrainingError(
+            f"SimCLR.fit stopped: {what}. No callback has seen these weights: what "
+            "ModelCheckpoint and BackupAndRestore wrote before holds the last finite "
+            "state (resume from it). Likely a learning rate too high (the schedule's "
+            "base rate, or the warmup), a temperature too low, or float16 overflow.")
 
 
 def _check_strategy(strategy):

@@ -9,15 +9,15 @@
         every hook whose cadence divides the step (or at the last step)
       every hook's `end` (export, last kNN result, ...)
 
-A SIGTERM (preemption on cloud VMs, Kubernetes, Slurm) saves a checkpoint at the
-current step and returns `interrupted=True` (run.py then exits with 143, so schedulers
-retry); a non-finite loss, or weights that are not finite when a checkpoint is due,
+A SIGTERM (preemption on cloud VMs, Kubernetes, Slurm) or a SIGINT (Ctrl-C) saves a
+checkpoint at the current step and returns `interrupted=True` and the `signal` (run.py
+then exits with 128 + its number, 143 or 130, as a shell reports a process killed by
+it, so schedulers retry); a non-finite loss, or weights that are not finite when a checkpoint is due,
 raise `NonFiniteLossError` naming the last good checkpoint, and nothing after it is
-saved.
+saved; a checkpoint write that finds no space raises `CheckpointWriteError` naming it.
 Segments only decide how many steps one call runs: the same steps run in more or
 fewer calls, so cadences never change training numerics.
 """
-import math
 import signal
 import threading
 import time
@@ -25,7 +25,8 @@ import time
 import keras
 import numpy as np
 
-from simclr_tf.checkpoints import NonFiniteWeightsError, step_of
+from simclr_tf.checkpoints import CheckpointWriteError, NonFiniteWeightsError, step_of
+from simclr_tf.train import non_finite_logs
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""
@@ -77,34 +78,42 @@ class AtEnd(Hook):
         return self._fn(step, logs) or {}
 
 
+# The signals that stop training with a checkpoint at the current step.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 class _Terminated(Exception):
-    """Raised after a compiled call once a SIGTERM arrived."""
+    """Raised after a compiled call once a stop signal arrived."""
 
 
-class _StopOnSigterm:
-    """While active, a SIGTERM makes `check()` raise `_Terminated`, so the loop stops
-    between two steps. The previous handler is restored after. Only the main thread
-    can install handlers; elsewhere this does nothing."""
+class _StopOnSignals:
+    """While active, a SIGTERM or SIGINT makes `check()` raise `_Terminated`, so the
+    loop stops between two steps (a second one while the checkpoint is written changes
+    nothing: the write finishes). Without this, Ctrl-C would raise KeyboardInterrupt
+    in the middle of a step and lose everything since the last checkpoint. The
+    previous handlers are restored after. Only the main thread can install
+    handlers; elsewhere this does nothing."""
 
     def __init__(self):
-        self.received = False
-        self._previous = None
+        self.received = None  # the first signal's number
+        self._previous = {}
 
     def _handle(self, signum, frame):  # pylint: disable=unused-argument
-        self.received = True
+        if self.received is None:
+            self.received = signum
 
     def check(self):
-        if self.received:
+        if self.received is not None:
             raise _Terminated()
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc_info):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
         return False
 
 
@@ -129,7 +138,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     Returns:
         dict(global_step, train_seconds, logs=means over the last checkpoint interval
         (`Means`), interrupted=False, **the entries of every hook's `end`); after a
-        SIGTERM only dict(global_step, interrupted=True).
+        SIGTERM or SIGINT only dict(global_step, interrupted=True, signal=its number).
 
     Raises:
         NonFiniteLossError: naming the step and the last good checkpoint.
@@ -141,12 +150,12 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     # summaries are interval means); the results get the last checkpoint interval's.
     intervals = {id(hook): Means() for hook in hooks if hook.every}
     since_checkpoint = Means()
-    with _StopOnSigterm() as sigterm:
+    with _StopOnSignals() as stop:
         while step < total_steps:
             segment = min([total_steps - step] + [every - step % every for every in cadences])
             try:
                 segment_logs = run_steps(trainer, iterator, segment,
-                                         after_call=sigterm.check, progress=progress)
+                                         after_call=stop.check, progress=progress)
             except NonFiniteLossError as error:
                 # Nothing after the last good checkpoint is saved: the weights of the
                 # failing step are not finite.
@@ -154,7 +163,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
                     f"{error} Last good checkpoint (kept, not overwritten): "
                     f"{checkpoints.latest or 'none yet'}.") from None
             except _Terminated:
-                return _save_on_sigterm(trainer.step, checkpoints)
+                return _save_on_signal(trainer.step, checkpoints, stop.received)
             step = trainer.step
             last = step == total_steps
             for means in [since_checkpoint, *intervals.values()]:
@@ -174,7 +183,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
 
 def _save(checkpoints, step):
     """Saves; weights that are not finite are never saved (NonFiniteLossError naming
-    the last good checkpoint)."""
+    the last good checkpoint); a full disk is a CheckpointWriteError saying what to do."""
     try:
         return checkpoints.save(step)
     except NonFiniteWeightsError as error:
@@ -182,14 +191,19 @@ def _save(checkpoints, step):
             f"{error} Likely a learning rate or weight decay too large for float32, or "
             "a temperature too low. Last good checkpoint (kept, not overwritten): "
             f"{checkpoints.latest or 'none yet'}.") from None
+    except CheckpointWriteError as error:
+        raise CheckpointWriteError(
+            f"{error} Free space there (or keep fewer checkpoints: "
+            "--keep_checkpoint_max), then run the same command again: it resumes from "
+            "that checkpoint.") from None
 
 
-def _save_on_sigterm(step, checkpoints):
+def _save_on_signal(step, checkpoints, signum):
     latest = checkpoints.latest
     path = latest if latest and step_of(latest) == step else _save(checkpoints, step)
-    print(f"SIGTERM received: saved a checkpoint at step {step} ({path}) and "
-          "stopped; run the same command again to resume.", flush=True)
-    return dict(global_step=step, interrupted=True)
+    print(f"{signal.Signals(signum).name} received: saved a checkpoint at step {step} "
+          f"({path}) and stopped; run the same command again to resume.", flush=True)
+    return dict(global_step=step, interrupted=True, signal=int(signum))
 
 
 # Logs that are a state, not a per-step quantity: intervals report the last value.
@@ -267,12 +281,9 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
 
 def check_finite(logs, step, *, temperature, loss_scaling):
     """Raises NonFiniteLossError when the loss or the gradient norm is not finite."""
-    loss = float(logs["loss"])
-    grad_norm = float(logs.get("grad_norm", 0.0))
-    if math.isfinite(loss) and math.isfinite(grad_norm):
+    what = non_finite_logs(logs)
+    if what is None:
         return
-    what = (f"loss is {loss}" if not math.isfinite(loss)
-            else f"gradient norm is {grad_norm} (loss {loss:g})")
     raise NonFiniteLossError(
         f"The training {what} at step {step}; stopping. Likely causes: "
         f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "

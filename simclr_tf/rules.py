@@ -157,6 +157,22 @@ def scaled_learning_rate(base_learning_rate, batch_size, scaling):
                      f"Received: scaling={scaling!r}")
 
 
+def checked_peak_learning_rate(base_learning_rate, batch_size, scaling):
+    """`scaled_learning_rate`, refused (ValueError naming the values) where it is not
+    a finite float32: TensorFlow holds the rate in float32, and an infinite rate turns
+    every weight NaN at the first update."""
+    peak = scaled_learning_rate(base_learning_rate, batch_size, scaling)
+    try:
+        check_float32("learning_rate", peak)
+    except ValueError:
+        raise ValueError(
+            f"base_learning_rate={base_learning_rate!r} scaled by scaling={scaling!r} "
+            f"for batch_size={batch_size!r} is {peak!r}, beyond float32's range "
+            f"(|x| <= {FLOAT32_MAX:.4g}): use a smaller base rate, e.g. 0.3 (linear) or "
+            "0.075 (sqrt).") from None
+    return peak
+
+
 def check_contrastive_batch_size(batch_size):
     """NT-Xent needs a global batch of >= 2 images: each image's negatives are the
     other images' views; with one image there are none and the loss is exactly 0."""

@@ -105,6 +105,9 @@ class WarmUpAndCosine(keras.optimizers.schedules.LearningRateSchedule):
         total_steps: steps of the whole run (> 0); the rate is 0 from there on.
         scaling: 'linear' (base * batch / 256) or 'sqrt' (base * sqrt(batch)).
 
+    Raises:
+        ValueError: a negative base rate, or a scaled one beyond float32's range.
+
     Example:
         plan = compute_steps(num_examples=50000, batch_size=512, train_epochs=1000,
                              warmup_epochs=10)
@@ -117,7 +120,7 @@ class WarmUpAndCosine(keras.optimizers.schedules.LearningRateSchedule):
         _check_non_negative("base_learning_rate", base_learning_rate)
         _check_non_negative("warmup_steps", warmup_steps)
         _check_positive("total_steps", total_steps)
-        self.peak = scaled_learning_rate(base_learning_rate, batch_size, scaling)
+        self.peak = rules.checked_peak_learning_rate(base_learning_rate, batch_size, scaling)
         self.base_learning_rate = base_learning_rate
         self.batch_size = batch_size
         self.warmup_steps = int(warmup_steps)

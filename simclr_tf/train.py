@@ -13,6 +13,7 @@ Batches (see docs/design.md):
 Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
 import dataclasses
+import math
 from typing import Callable, Optional
 
 import keras
@@ -34,7 +35,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "sup_loss",
            "label_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples")
 # Metrics that are counts: summed over replicas. All others are per-replica means
-# over equally sized local batches, so their mean over replicas is the global value.
+# over equally sized local batches, so their mean over replicas is the global value
+# (grad_norm is already global: `global_grad_norm`, equal on every replica).
 _SUMMED = ("num_examples",)
 # Logs that train_steps reports for the last step of a call, not as a mean.
 LAST = ("learning_rate", "num_examples")
@@ -323,7 +325,7 @@ class Trainer:
             # Checked after the step (`_check_finite`); an Inf gradient with a finite
             # loss would otherwise only show up as a NaN loss one step later. (Loss
             # scaling handles non-finite float16 gradients itself by skipping.)
-            metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(grads), tf.float32)
+            metrics["grad_norm"] = global_grad_norm(grads)
         self.optimizer.apply_gradients(_with_gradients(grads, variables))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics
@@ -395,6 +397,37 @@ class Trainer:
             self._train_function = self._make_train_function()
         logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
         return {name: value.numpy() for name, value in logs.items()}
+
+
+def non_finite_logs(logs):
+    """What is wrong with a step's logs, e.g. 'loss is nan' or 'gradient norm is inf
+    (loss 2.3)'; None when the loss and the gradient norm are finite (the weights
+    after a step with either non-finite are not: nothing may save them)."""
+    loss = float(logs["loss"])
+    grad_norm = float(logs.get("grad_norm", 0.0))
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        return None
+    return (f"loss is {loss}" if not math.isfinite(loss)
+            else f"gradient norm is {grad_norm} (loss {loss:g})")
+
+
+def non_finite_variables(variables):
+    """Names of the floating-point variables holding NaN or infinite values."""
+    return [v.path if hasattr(v, "path") else v.name for v in variables
+            if tf.as_dtype(v.dtype).is_floating
+            and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))]
+
+
+def global_grad_norm(grads):
+    """The norm of the gradient the optimizer applies: over every variable, of the
+    gradients summed over replicas (the optimizer all-reduces them before its update),
+    the same value on every replica. A mean of the replicas' local norms is not it:
+    the local gradients do not point the same way. With one replica the local
+    gradients are the global ones; with several this costs one more all-reduce of
+    the gradients (the optimizer's reduction is internal to Keras), for the metric
+    only: the update is unchanged."""
+    summed = distribute.cross_replica_sum([g for g in grads if g is not None])
+    return tf.cast(tf.linalg.global_norm(summed), tf.float32)
 
 
 def _with_gradients(grads, variables):

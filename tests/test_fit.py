@@ -5,6 +5,7 @@ epoch logs the loop's means, on 1 and 2 replicas; BackupAndRestore must resume a
 exactly; the errors for what fit cannot do must say so.
 """
 import json
+import os
 
 import keras
 import numpy as np
@@ -153,10 +154,12 @@ def test_terminate_on_nan_stops_at_the_first_nan_loss():
     model.compile(optimizer=optimizer)
     dataset = _dataset("pretrain", 3).map(lambda views, labels: (
         tf.nest.map_structure(lambda v: v * np.nan, views), labels))
-    history = model.fit(dataset, epochs=2, steps_per_epoch=3, verbose=0,
-                        callbacks=[keras.callbacks.TerminateOnNaN()])
+    # Stopped by SimCLR's guard, which runs before TerminateOnNaN would only end the
+    # epoch (and let the epoch-end callbacks save the NaN weights).
+    with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError, match="loss is nan"):
+        model.fit(dataset, epochs=2, steps_per_epoch=3, verbose=0,
+                  callbacks=[keras.callbacks.TerminateOnNaN()])
     assert int(optimizer.iterations.numpy()) == 1
-    assert np.isnan(history.history["loss"][0])
 
 
 def test_call_returns_the_networks_outputs():
@@ -204,3 +207,57 @@ def test_multiworker_strategy_is_refused_with_the_way_out():
     with pytest.raises(ValueError, match=message):
         model.fit(_dataset("pretrain", 1), verbose=0)
 
+
+
+def _all_finite_h5(path):
+    import h5py  # pylint: disable=import-outside-toplevel
+    arrays = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: arrays.append(item[()])
+                     if isinstance(item, h5py.Dataset) and item.dtype.kind == "f" else None)
+    return arrays and all(np.isfinite(a).all() for a in arrays)
+
+
+class _Poison(keras.callbacks.Callback):
+    """Makes a weight infinite after the last step of epoch 1 (a finite step can leave
+    infinite weights, e.g. an infinite rate)."""
+
+    def __init__(self, network):
+        super().__init__()
+        self.network = network
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 1:
+            self.network.proj.kernel.assign(self.network.proj.kernel * np.inf)
+
+
+def test_fit_never_lets_a_callback_save_non_finite_weights(tmp_path):  # 8 s
+    """The README's callbacks: a NaN step stops fit with NonFiniteTrainingError before
+    TerminateOnNaN ends the epoch, so ModelCheckpoint keeps the last finite weights and
+    BackupAndRestore its backup; infinite weights at an epoch's end stop it too."""
+    network, optimizer, decay = _parts(tf.distribute.get_strategy(), total_steps=6)
+    model = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay)
+    model.compile(optimizer=optimizer)
+    finite = _dataset("pretrain", 2)
+    poisoned = finite.map(lambda views, labels: ((views[0] * np.nan, views[1]), labels))
+    checkpoint, backup = tmp_path / "last.weights.h5", tmp_path / "backup"
+    callbacks = [keras.callbacks.TerminateOnNaN(),
+                 keras.callbacks.ModelCheckpoint(str(checkpoint), save_weights_only=True),
+                 keras.callbacks.BackupAndRestore(str(backup))]
+    with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError,
+                       match=r"loss is nan by step 3.*No callback has seen"):
+        model.fit(finite.concatenate(poisoned), epochs=2, steps_per_epoch=2, verbose=0,
+                  callbacks=callbacks)
+    assert _all_finite_h5(checkpoint)  # epoch 1's
+    assert os.listdir(backup)  # kept: a rerun resumes from epoch 1
+
+    network, optimizer, decay = _parts(tf.distribute.get_strategy(), total_steps=6)
+    model = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay)
+    model.compile(optimizer=optimizer)
+    later = tmp_path / "later.weights.h5"
+    with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError,
+                       match=r"after step 2 \(epoch 1\), 1 weight.*" + network.proj.kernel.path):
+        model.fit(finite, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[
+            _Poison(network), keras.callbacks.ModelCheckpoint(str(later),
+                                                              save_weights_only=True)])
+    assert not later.exists()

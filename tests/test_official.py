@@ -192,6 +192,28 @@ def test_num_classes_override_keeps_a_fresh_head_and_loads_the_rest(small_offici
     assert official.load_official(path, num_classes=None).supervised_head is None
 
 
+def test_float64_loading_computes_in_float64(small_official):  # 4 s
+    """dtype='float64' (documented): every variable and output float64, the batch
+    norms included (TF's fused kernel has none: they compute unfused), equal to the
+    float32 model to float32 rounding, and resolving inputs float32 cannot hold."""
+    path, original = small_official
+    model = official.load_official(path, dtype="float64")
+    assert {v.dtype for v in model.weights} == {"float64"}
+    x = images(32).astype(np.float64)
+    for training in (False, True):
+        got = model(x, training=training)
+        expected = original(x.astype(np.float32), training=training)
+        for key in ("final_avg_pool", "proj_head_output", "logits_sup"):
+            assert got[key].dtype == tf.float64, key
+            # float32's rounding, amplified by batch statistics over 2 images.
+            assert max_relative_error(got[key], expected[key]) < 1e-3, (key, training)
+    # A change below float32's resolution moves a float64 model's activations (the
+    # random weights shrink activations ~100x per block group: read the first ones).
+    for key in ("initial_conv", "block_group1"):
+        nudged = model(x + 1e-12, training=False)[key]
+        assert np.abs(nudged - model(x, training=False)[key]).max() > 0, key
+
+
 def test_a_checkpoint_in_the_authors_layout_round_trips(small_official, tmp_path):
     """load_official then the writer: every variable back under its name, exactly (a
     small model in the authors' layout, BN moving statistics included)."""

@@ -3,6 +3,7 @@ non-finite weights never saved, one writer per model_dir (issue 17)."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, preflight, run_lock
+from simclr_tf import checkpoints, experiment, loop, preflight, run_lock, train
 from simclr_tf.modes import evaluate as modes_evaluate
 from simclr_tf.modes import parts
 from simclr_tf.config import ConfigError
@@ -172,7 +173,8 @@ def test_non_finite_weights_are_never_saved(tmp_path):
 class _ExplodingTrainer:
     """Finite losses, but the weights go to inf at step 3 (as a learning rate that is
     inf in float32 does)."""
-    steps_per_loop, temperature, optimizer = 1, 0.5, None
+    steps_per_loop, optimizer = 1, None
+    options = train.StepOptions(temperature=0.5)  # what run_steps reads
 
     def __init__(self, model):
         self.model, self.step = model, 0
@@ -192,6 +194,64 @@ def test_the_loop_stops_before_saving_non_finite_weights(tmp_path):
     assert "After step 4" in message and "not saving" in message
     assert message.rstrip(".").endswith("ckpt-2")
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+
+def _disk_full(monkeypatch, from_step):
+    """Checkpoint writes from step `from_step` on fail as on a full disk."""
+    real = tf.train.CheckpointManager.save
+
+    def save(self, checkpoint_number=None, **kwargs):
+        if checkpoint_number >= from_step:
+            raise tf.errors.ResourceExhaustedError(
+                None, None, "ckpt_temp/part-00000-of-00001.data: No space left on device")
+        return real(self, checkpoint_number=checkpoint_number, **kwargs)
+
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
+
+
+def test_a_full_disk_at_a_checkpoint_names_the_last_good_one(tmp_path, monkeypatch):
+    """No ResourceExhaustedError traceback: a CheckpointWriteError naming the step, the
+    last good checkpoint (still recorded) and what to do."""
+    state, model = _state(tmp_path)
+    _disk_full(monkeypatch, from_step=4)
+    with pytest.raises(checkpoints.CheckpointWriteError) as info:
+        loop.train(trainer=_SignalledTrainer(model, None), iterator=None, checkpoints=state,
+                   total_steps=6, checkpoint_steps=2)
+    message = str(info.value)
+    for part in ("checkpoint of step 4", "no space left", "ckpt-2", "Free space",
+                 "--keep_checkpoint_max", "run the same command again"):
+        assert part in message, message
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+
+class _SignalledTrainer(_ExplodingTrainer):
+    """Finite weights; the process receives `signum` (unless None) during step 3 (as
+    from Ctrl-C or a scheduler)."""
+
+    def __init__(self, model, signum):
+        super().__init__(model)
+        self.signum = signum
+
+    def train_steps(self, iterator, calls):
+        self.step += calls
+        self.model.v.assign(tf.fill([64], float(self.step)))
+        if self.step == 3 and self.signum is not None:
+            os.kill(os.getpid(), self.signum)
+        return dict(loss=np.float32(1.0), learning_rate=np.float32(0.1), num_examples=1)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_saves_the_current_step_and_returns(tmp_path, signum):
+    """Ctrl-C (SIGINT) as SIGTERM: a checkpoint at the step reached, then the loop
+    returns `interrupted` with the signal (run.py exits 128 + it); no KeyboardInterrupt,
+    and the previous handlers are back afterwards."""
+    before = {s: signal.getsignal(s) for s in loop.STOP_SIGNALS}
+    state, model = _state(tmp_path)
+    results = loop.train(trainer=_SignalledTrainer(model, signum), iterator=None,
+                         checkpoints=state, total_steps=10, checkpoint_steps=2)
+    assert results == dict(global_step=3, interrupted=True, signal=int(signum))
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
+    assert {s: signal.getsignal(s) for s in loop.STOP_SIGNALS} == before
 
 
 # ------------------------------------------------------------------ model_dir lock

@@ -60,8 +60,12 @@ def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     assert result.returncode == 0
 
 
-@pytest.mark.large  # 24 s
-def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_143(tmp_path):
+@pytest.mark.large  # 30 s each
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_saves_a_checkpoint_at_the_current_step_and_exits(tmp_path, signum,
+                                                                       status):
+    """SIGTERM (preemption) exits 143, SIGINT (Ctrl-C) 130: both after a checkpoint
+    at the step reached, without a traceback."""
     model_dir = tmp_path / "run"
     command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=400",
                "--checkpoint_steps=400", f"--model_dir={model_dir}", "--mode=train",
@@ -82,18 +86,19 @@ def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_143(tmp_path):
     try:
         assert started.wait(120), "".join(lines)[-3000:]
         time.sleep(4)  # into the training steps
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     reader.join(5)
     output = "".join(lines)
-    assert process.returncode == 143, output[-3000:]  # not finished: schedulers retry
+    assert process.returncode == status, output[-3000:]  # not finished: schedulers retry
     assert "Traceback" not in output
     # Quiet by default (issue 15): no INFO lines of TensorFlow or ours.
     assert not re.search(r"^I\d{4} ", output, re.M), output[-3000:]
-    step = int(output.split("SIGTERM received: saved a checkpoint at step ")[1].split()[0])
+    name = signal.Signals(signum).name
+    step = int(output.split(f"{name} received: saved a checkpoint at step ")[1].split()[0])
     assert 0 < step < 400
     assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{step}")
     assert not (model_dir / "saved_model").exists()  # stopped, not finished
@@ -181,6 +186,40 @@ def test_run_py_reports_a_non_finite_loss_without_a_traceback(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     assert "run.py: error: The training" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# A run.py whose checkpoint writes fail from step 4 on as on a full disk.
+_DISK_FULL_RUN = """
+import runpy, sys
+import tensorflow as tf
+real = tf.train.CheckpointManager.save
+def save(self, checkpoint_number=None, **kwargs):
+    if checkpoint_number >= 4:
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+    return real(self, checkpoint_number=checkpoint_number, **kwargs)
+tf.train.CheckpointManager.save = save
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.large  # 45 s
+def test_run_py_reports_a_full_disk_at_a_checkpoint_without_a_traceback(tmp_path):
+    model_dir = tmp_path / "run"
+    command = [sys.executable, "-c", _DISK_FULL_RUN, os.path.join(REPO, "run.py"),
+               "--train_steps=4", "--checkpoint_steps=2", f"--model_dir={model_dir}",
+               "--mode=train", "--train_split=train[:64]", "--train_batch_size=16",
+               "--nofinal_linear_probe"]
+    command += [f"--{k}={v}" for k, v in TINY.items()
+                if k not in ("train_split", "train_batch_size")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=REPO,
+                            env=_env())
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "run.py: error: Writing the checkpoint of step 4" in result.stderr, \
+        result.stderr[-3000:]
+    assert "ckpt-2" in result.stderr and "run the same command again" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-2")
 
 
 # ------------------------------------------------------------------ broken images

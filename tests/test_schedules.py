@@ -127,3 +127,13 @@ def test_schedule_arguments_are_validated():
     with pytest.raises(ValueError, match="scaling='cubic'"):
         schedules.WarmUpAndCosine(1.0, batch_size=256, warmup_steps=0, total_steps=5,
                                   scaling="cubic")
+
+
+def test_schedule_refuses_rates_beyond_float32_after_batch_scaling():
+    """1e45 is inf in float32 (every weight NaN at the first update); 1e38 is finite
+    but not once scaled for a batch of 4096 (1.6e39)."""
+    for base, batch in ((1e45, 256), (1e38, 4096), (float("inf"), 256)):
+        with pytest.raises(ValueError, match=r"base_learning_rate=.*beyond float32"):
+            schedules.WarmUpAndCosine(base, batch_size=batch, warmup_steps=1, total_steps=10)
+    assert schedules.WarmUpAndCosine(1e37, batch_size=4096, warmup_steps=1,
+                                     total_steps=10).peak == pytest.approx(1.6e38)

@@ -354,3 +354,33 @@ def test_step_options_are_made_once_and_taken_by_trainer_and_fit():
         train.Trainer(strategy, model, keras.optimizers.SGD(0.1), options, seed=4)
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.seed = 4
+
+
+def _grad_norm(num_replicas, weights, batch, **options):
+    """train/grad_norm of one plain-SGD pretraining step on `batch` (global)."""
+    strategy = _strategy(num_replicas)
+    with strategy.scope():
+        model = make_model(IMAGE_SIZE, with_head=False)
+        model.set_weights(weights)
+        optimizer = keras.optimizers.SGD(0.1)
+    trainer = train.Trainer(strategy, model, optimizer, temperature=0.2, **options)
+    return trainer.train_steps(distributed_pretrain_iterator(strategy, [batch]))["grad_norm"]
+
+
+@pytest.mark.large  # 32 s (1, 2, 4 replicas and a cached step)
+def test_grad_norm_is_the_global_gradients_norm(initial_weights):
+    """The norm of the gradient the optimizer applies (summed over replicas), not a
+    mean of the replicas' local norms: K replicas equal one on the same global batch
+    and the closed form sqrt(sum over variables of the squared global gradient)."""
+    batch = random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=2)
+    _, grads = _gradients(1, initial_weights, batch[0], batch[1])
+    expected = np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in grads))
+    norm_1 = _grad_norm(1, initial_weights, batch)
+    np.testing.assert_allclose(norm_1, expected, rtol=1e-5)
+    for num_replicas in (2, 4):
+        np.testing.assert_allclose(_grad_norm(num_replicas, initial_weights, batch),
+                                   expected, rtol=1e-5, err_msg=str(num_replicas))
+    # Gradient caching reports the same global norm (one chunk per replica: exact).
+    np.testing.assert_allclose(
+        _grad_norm(2, initial_weights, batch, grad_cache_chunk=GLOBAL_BATCH // 2),
+        expected, rtol=1e-5)

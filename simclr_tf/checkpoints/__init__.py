@@ -26,12 +26,13 @@ from simclr_tf.checkpoints.loading import (
     CHECKPOINT, EXPORT, RELEASED, CheckpointMismatchError, NoLoadableCheckpointError, Weights,
     initialize_from, load_into, load_latest, open_encoder, resolve, resolve_checkpoint_path,
     restore_model)
-from simclr_tf.checkpoints.state import CheckpointState, NonFiniteWeightsError, \
-    UnrecoverableCheckpointsError
+from simclr_tf.checkpoints.state import CheckpointState, CheckpointWriteError, \
+    NonFiniteWeightsError, UnrecoverableCheckpointsError
 
 __all__ = [
     "CHECKPOINT", "EXPORT", "RELEASED", "STATE_FILE", "UNLOADABLE_DIR",
-    "CheckpointMismatchError", "CheckpointState", "NoLoadableCheckpointError",
+    "CheckpointMismatchError", "CheckpointState", "CheckpointWriteError",
+    "NoLoadableCheckpointError",
     "NonFiniteWeightsError", "UnrecoverableCheckpointsError", "Weights", "candidates",
     "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
     "non_finite_variables", "open_encoder", "read_state", "resolve",

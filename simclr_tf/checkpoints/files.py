@@ -11,6 +11,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf import train
+
 STATE_FILE = "checkpoint"  # TensorFlow's state file: the recorded checkpoints
 UNLOADABLE_DIR = "unloadable"  # where checkpoints that do not load are set aside
 _BASE = "ckpt"
@@ -160,11 +162,9 @@ def _first_line(error):
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
 
-def non_finite_variables(variables):
-    """Names of the floating-point variables holding NaN or infinite values."""
-    return [v.path if hasattr(v, "path") else v.name for v in variables
-            if tf.as_dtype(v.dtype).is_floating
-            and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))]
+# Names of the floating-point variables holding NaN or infinite values (the engine's
+# rule: `SimCLR.fit` applies it too).
+non_finite_variables = train.non_finite_variables
 
 
 

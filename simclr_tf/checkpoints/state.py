@@ -18,6 +18,15 @@ class NonFiniteWeightsError(FloatingPointError):
     """The weights to save hold NaN or infinite values."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (no space left on the device): the previous
+    checkpoint stays recorded, the partial files go when the run resumes."""
+
+
+# What TensorFlow's file system raises when a write runs out of space (ENOSPC, EDQUOT).
+_NO_SPACE = (tf.errors.ResourceExhaustedError,)
+
+
 class UnrecoverableCheckpointsError(NoLoadableCheckpointError):
     """`CheckpointState.recover`: model_dir has checkpoints, none loads, and not all of
     them are interrupted writes; nothing was changed.
@@ -243,10 +252,20 @@ class CheckpointState:
         Raises:
             NonFiniteWeightsError: some weight or optimizer slot is NaN or infinite
                 (nothing is written).
+            CheckpointWriteError: no space left to write it; the state file still
+                records the last good checkpoint (named in the message), and the
+                partial files are an interrupted write that `recover` removes.
         """
         bad = non_finite_variables(self._variables())
         if bad:
             raise NonFiniteWeightsError(
                 f"After step {step}, {len(bad)} weight or optimizer tensors hold NaN or "
                 f"infinite values (e.g. {', '.join(bad[:3])}); not saving them.")
-        return self.manager.save(checkpoint_number=int(step))
+        try:
+            return self.manager.save(checkpoint_number=int(step))
+        except _NO_SPACE as error:
+            raise CheckpointWriteError(
+                f"Writing the checkpoint of step {step} to {self.model_dir} failed: no "
+                f"space left on the device ({_first_line(error)}). Nothing "
+                f"is lost: the last good checkpoint, {self.latest or 'none yet'}, is kept "
+                "and still recorded.") from None

@@ -30,7 +30,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from simclr_tf.models.layers import PACKAGE, TracedOutputShapeMixin, build_by_tracing
+from simclr_tf.models.layers import (PACKAGE, TracedOutputShapeMixin, build_by_tracing,
+                                     output_float)
 from simclr_tf.models.outputs import H
 
 # keras-hub 0.32.0's requirements (its METADATA) are keras, absl-py, numpy, packaging,
@@ -272,8 +273,8 @@ class HubEncoder(TracedOutputShapeMixin, keras.layers.Layer):
             x = x * ops.cast(self._scale, x.dtype) + ops.cast(self._offset, x.dtype)
         outputs = self.features(x, training=training)
         features = {name: outputs[name] for name in self._pyramid_names}
-        # h in float32 whatever the compute dtype: heads and probes read it.
-        final = ops.cast(outputs[_OUTPUT], "float32")
+        # h in float32 whatever the compute dtype (float64 stays): heads and probes read it.
+        final = output_float(outputs[_OUTPUT])
         if len(final.shape) == 4:
             pooled = ops.mean(final, axis=(1, 2))
         elif self.pool == "token":

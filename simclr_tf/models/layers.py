@@ -115,6 +115,17 @@ class Conv2DFixedPadding(keras.layers.Layer):
         return config
 
 
+def output_float(x):
+    """`x` as an output the heads, losses and probes read (h, z, logits): float32
+    whatever the compute dtype (bfloat16/float16 under mixed precision), except
+    float64, which stays float64 (a float64 model computes in float64 throughout)."""
+    return x if keras.backend.standardize_dtype(x.dtype) == "float64" else ops.cast(x, "float32")
+
+
+# The activation dtypes of TF's FusedBatchNormV3 (its statistics are float32).
+_FUSED_DTYPES = ("float16", "bfloat16", "float32")
+
+
 def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, is_training):
     """TF's fused batch norm (NHWC) with exactly `epsilon`.
 
@@ -144,12 +155,16 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     Falls back to Keras' own computation where the kernel does not apply: a mask,
     renorm, a channel axis other than the last, an input rank other than 2 or 4, a
-    tensor `training`, or synchronised batch statistics with more than one replica (the
-    kernel only sees the local batch; inference with moving statistics stays fused).
+    tensor `training`, synchronised batch statistics with more than one replica (the
+    kernel only sees the local batch; inference with moving statistics stays fused),
+    or a compute dtype the kernel has no version of (float64: the layer then computes
+    in float64 throughout, as its dtype says).
     """
 
     def _fusable(self, inputs, training, mask):
         if mask is not None or self.renorm or not isinstance(training, (bool, type(None))):
+            return False
+        if self.compute_dtype not in _FUSED_DTYPES:
             return False
         rank = len(inputs.shape)
         if rank not in (2, 4) or self.axis not in (-1, rank - 1):

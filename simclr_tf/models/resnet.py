@@ -13,7 +13,7 @@ from keras import ops
 from simclr_tf import rules, variants
 from simclr_tf.models.layers import (
     PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
-    SqueezeExcitation, TracedOutputShapeMixin, build_by_tracing)
+    SqueezeExcitation, TracedOutputShapeMixin, build_by_tracing, output_float)
 from simclr_tf.models.outputs import H
 
 STEMS = ("imagenet", "cifar")
@@ -353,8 +353,8 @@ class ResNet(TracedOutputShapeMixin, CheckpointListsMixin, keras.Model):
         for i, group in enumerate(self.block_groups):
             x = group(x, training=training)
             features[f"block_group{i + 1}"] = x
-        # h in float32 whatever the compute dtype: heads and probes read it.
-        features[H] = ops.cast(ops.mean(x, axis=(1, 2)), "float32")
+        # h in float32 whatever the compute dtype (float64 stays): heads and probes read it.
+        features[H] = output_float(ops.mean(x, axis=(1, 2)))
         return features
 
     def get_config(self):

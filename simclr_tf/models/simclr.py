@@ -4,7 +4,7 @@ from keras import ops
 
 from simclr_tf import architecture
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
-from simclr_tf.models.layers import PACKAGE, build_by_tracing
+from simclr_tf.models.layers import PACKAGE, build_by_tracing, output_float
 from simclr_tf.models.outputs import H, LOGITS, Z
 from simclr_tf.models import encoders
 
@@ -16,7 +16,8 @@ class SimCLRModel(keras.Model):
     Calling it on images [B, H, W, 3] (RGB floats in [0, 1]) returns a dict with the
     encoder's named features (ResNet: `initial_conv` ... `final_avg_pool` = h), the head's
     `proj_head_input`, `proj_head_output` (z) and `supervised_head_input`, and, when
-    `num_classes` is set, `logits_sup`. h, z and the logits are float32.
+    `num_classes` is set, `logits_sup`. h, z and the logits are float32 (float64 when
+    the model computes in float64).
 
     Args:
         encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
@@ -101,12 +102,12 @@ class SimCLRModel(keras.Model):
     def call(self, inputs, training=None):
         outputs = dict(self.encoder(inputs, training=training))
         outputs.update(self.projection_head(outputs[H], training=training))
-        outputs[Z] = ops.cast(outputs[Z], "float32")
+        outputs[Z] = output_float(outputs[Z])
         if self.supervised_head is not None:
             head_input = outputs["supervised_head_input"]
             if self.supervised_head_stop_gradient:
                 head_input = ops.stop_gradient(head_input)
-            outputs[LOGITS] = ops.cast(self.supervised_head(head_input), "float32")
+            outputs[LOGITS] = output_float(self.supervised_head(head_input))
         return outputs
 
     # ----- the Keras way: compile() / fit() / evaluate() on labels -------------------

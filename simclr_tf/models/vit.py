@@ -22,7 +22,7 @@ import keras
 from keras import ops
 
 from simclr_tf.models.layers import (
-    PACKAGE, CheckpointListsMixin, TracedOutputShapeMixin, build_by_tracing)
+    PACKAGE, CheckpointListsMixin, TracedOutputShapeMixin, build_by_tracing, output_float)
 from simclr_tf.models.outputs import H
 
 POOLS = ("token", "mean")
@@ -277,8 +277,8 @@ class ViT(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.Layer):
             features[f"block_group{g + 1}"] = x
         x = self.final_norm(x)
         pooled = x[:, 0] if self.pool == "token" else ops.mean(x[:, 1:], axis=1)
-        # h in float32 whatever the compute dtype: heads and probes read it.
-        features[H] = ops.cast(pooled, "float32")
+        # h in float32 whatever the compute dtype (float64 stays): heads and probes read it.
+        features[H] = output_float(pooled)
         return features
 
     def get_config(self):
