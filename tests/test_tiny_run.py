@@ -105,6 +105,20 @@ def test_export_mode_writes_the_latest_checkpoint_and_keeps_the_record(tiny_run,
         "saved_model"] == result["saved_model"]
 
 
+def test_export_of_an_earlier_checkpoint_keeps_the_newer_export(tiny_run, tmp_path):
+    """ckpt-4 unreadable: --mode=export writes ckpt-2's model and leaves
+    saved_model/4, the last intact copy of step 4 (keep_hub_module_max=1)."""
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="export")
+    data = os.path.join(cfg.model_dir, "ckpt-4.data-00000-of-00001")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    result = experiment.run(cfg)
+    base = os.path.join(cfg.model_dir, "saved_model")
+    assert result["saved_model"] == os.path.join(base, "2")
+    assert sorted(os.listdir(base)) == ["2", "4"]
+    assert os.path.exists(os.path.join(base, "4", "saved_model.pb"))
+
+
 def test_embed_mode_writes_the_checkpoints_h_for_every_example(tiny_run, tmp_path):
     cfg = tiny_run.copy_to(tmp_path / "run", mode="embed", embed_projector_size=0)
     result = experiment.run(cfg)
