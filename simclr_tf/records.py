@@ -11,6 +11,18 @@ only:
   so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
   run directories open.
 - `read_json(path)`: a result (or any record) as a dict.
+- `write_result(model_dir, mode, results)`: a mode's result, merged into the one
+  already there.
+
+A result is never deleted, and never replaced by a smaller one. A run that ends
+writes its result as the previous result with its own values over it (one atomic
+write), so a rerun of a finished command (a scheduler's retry, the README's way to
+resume: it trains no step and has no `train/*` metric) keeps the training's
+metrics, an extension updates what it measured again and keeps the rest, and a run
+that fails or is interrupted writes nothing: the previous result stays as it was,
+readable. `global_step` is that of the newest run that ended; an entry that run did
+not measure keeps the value of the run that did (e.g. the final probe of an earlier
+`--final_linear_probe` run).
 
 This module needs only TensorFlow's file API and `config` (pure Python), so the data
 and evaluation layers use its `atomic_write` too.
@@ -145,16 +157,35 @@ def read_config(path):
 
 def start_run_record(config):
     """The run's flags in model_dir, written once preflight has passed and the lock is
-    held; the mode's previous result is removed so that a run that fails leaves none.
-    A training run's flags.json that records other flags is named in a warning (the
+    held. The mode's previous result stays (`write_result` merges into it). A
+    training run's flags.json that records other flags is named in a warning (the
     checkpoints were written by those)."""
     flags_path = record_path(config.model_dir, FLAGS, config.mode)
     if modes.get(config.mode).trains and tf.io.gfile.exists(flags_path):
         _log_changed_flags(flags_path, config)
     write_json(flags_path, config.to_dict())
-    result_path = record_path(config.model_dir, RESULT, config.mode)
-    if tf.io.gfile.exists(result_path):
-        tf.io.gfile.remove(result_path)
+
+
+def write_result(model_dir, mode, results):
+    """Writes the result of `mode` in `model_dir`: the previous one (if readable)
+    with `results` over it, atomically (the module docstring says why).
+
+    Returns:
+        The merged result.
+    """
+    path = record_path(model_dir, RESULT, mode)
+    merged = {}
+    if tf.io.gfile.exists(path):
+        try:
+            merged = read_json(path)
+        except (ValueError, OSError, tf.errors.OpError) as error:
+            logging.warning("%s cannot be read (%s); writing this run's result over it.",
+                            path, error)
+        if not isinstance(merged, dict):
+            merged = {}
+    merged.update(results)
+    write_json(path, merged)
+    return merged
 
 
 def _log_changed_flags(path, config):

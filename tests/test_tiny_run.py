@@ -167,3 +167,29 @@ def test_fine_tuning_from_the_run_keeps_its_frozen_encoder(tiny_run, tmp_path,
     head = [(a.numpy(), b.numpy()) for a, b in zip(pretrained.supervised_head.weights,
                                                    tuned.supervised_head.weights)]
     assert any(not np.array_equal(a, b) for a, b in head)  # the head did train
+
+
+def test_a_rerun_or_a_failed_extension_keeps_the_training_record(tiny_run, tmp_path,
+                                                                  monkeypatch,
+                                                                  skip_final_export):
+    """Rerunning the finished command (no step left to train) keeps result.json's
+    train/* metrics; an extension that fails leaves the previous result readable."""
+    cfg = tiny_run.copy_to(tmp_path / "run")
+    path = os.path.join(cfg.model_dir, "result.json")
+    before = json.load(open(path))
+    experiment.run(cfg)
+    after = json.load(open(path))
+    assert after["global_step"] == 4
+    assert after["train/initialized_from"].startswith("resumed")  # the rerun's own
+    metrics = [k for k in before if k.startswith("train/") and "initialized" not in k]
+    assert len(metrics) > 5 and {k: after[k] for k in metrics} == {
+        k: before[k] for k in metrics}
+    from simclr_tf.modes import train  # pylint: disable=import-outside-toplevel
+
+    def fails(*args):
+        raise RuntimeError("the machine went away (simulated)")
+
+    monkeypatch.setattr(train, "train", fails)
+    with pytest.raises(RuntimeError, match="simulated"):
+        experiment.run(tiny_run.config_for(cfg.model_dir, train_steps=6))
+    assert json.load(open(path)) == after
