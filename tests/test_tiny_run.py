@@ -193,3 +193,26 @@ def test_a_rerun_or_a_failed_extension_keeps_the_training_record(tiny_run, tmp_p
     with pytest.raises(RuntimeError, match="simulated"):
         experiment.run(tiny_run.config_for(cfg.model_dir, train_steps=6))
     assert json.load(open(path)) == after
+
+
+def test_changed_flags_on_a_run_are_refused_or_recorded(tiny_run, tmp_path,
+                                                         skip_final_export):
+    """A pretraining run is not resumed as a fine-tune: refused before anything is
+    built (its export stays); with --allow_changed_flags the change is in the
+    history and flags.json has the new flags."""
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import ConfigError  # pylint: disable=import-outside-toplevel
+    cfg = tiny_run.copy_to(tmp_path / "run", train_mode="finetune")
+    with pytest.raises(ConfigError, match="'pretrain' recorded, 'finetune' given"):
+        experiment.run(cfg)
+    assert os.listdir(os.path.join(cfg.model_dir, "saved_model")) == ["4"]
+    assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
+        "train_mode"] == "pretrain"
+    experiment.run(tiny_run.config_for(cfg.model_dir, train_mode="finetune",
+                                       allow_changed_flags=True))
+    history = records.read_json(records.history_path(cfg.model_dir))
+    assert history[-1]["changed"] == {"train_mode": dict(recorded="pretrain",
+                                                         given="finetune")}
+    assert history[-1]["allow_changed_flags"] is True
+    assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
+        "train_mode"] == "finetune"
