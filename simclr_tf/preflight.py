@@ -68,10 +68,10 @@ def check(config, strategy, source):
     if config.model_dir:
         _check_model_dir(config.model_dir)
         latest = checkpoints.latest(config.model_dir)
-        if latest and mode.trains:
-            _check_recorded_flags(config)
         if latest:  # what every mode loads first (training resumes it)
             _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
+        if latest and mode.trains:  # what no override can change is refused above
+            _check_recorded_flags(config)
     _check_something_to_load(config, mode)
     return context
 
