@@ -117,6 +117,12 @@ class Config:
         "run writes a model_dir at a time; a lock whose process ended on this host, or "
         "whose heartbeat stopped 10 minutes ago, is taken over without this flag. For "
         "shared filesystems, when you know that the other run is dead.")
+    allow_changed_flags: bool = _run(
+        False, "Continue training in a model_dir whose checkpoints were written with "
+        "other settings of the optimisation or the data (--train_mode, "
+        "--learning_rate, --train_batch_size, --dataset, ...; without this flag that "
+        "is an error naming each). The changes are recorded in model_dir's "
+        "flags_history.json; flags.json then holds the new settings.")
     data_dir: Optional[str] = _data(None, "Directory where dataset is stored.")
     tfds_download: bool = _data(
         True, "Download and prepare a TFDS dataset missing from --data_dir before "

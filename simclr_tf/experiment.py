@@ -51,9 +51,8 @@ def run(config):
         if config.final_linear_probe and mode.trains:
             results.update(linear_probe.final_linear_probe(config, strategy, context))
         results.update(skipped_images_record(source))
-        if results and writes:
-            records.write_json(records.record_path(config.model_dir, records.RESULT,
-                                                   config.mode), results)
+        if results and writes:  # merged into the previous result (records)
+            records.write_result(config.model_dir, config.mode, results)
     return results
 
 

@@ -1,7 +1,10 @@
 """SavedModel export for serving: TF Serving, `tf.saved_model.load`, Keras, colabs.
 
 `export_for_step(model, model_dir, step, image_size=...)` writes
-`model_dir/saved_model/<step>/` and keeps the newest `keep_hub_module_max` exports.
+`model_dir/saved_model/<step>/` and keeps the newest `keep_hub_module_max` exports;
+it never deletes an export newer than the one written (an export of an earlier
+checkpoint, because the newest one is unreadable, leaves the newer export) nor one
+its caller names as the only copy of its step's weights (`only_copies`).
 Each export is one SavedModel with:
 
 - signature `serving_default`: input `image_bytes`, string [N], encoded JPEG / PNG /
@@ -154,13 +157,14 @@ def latest_export(model_dir):
 
 
 def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1,
-                    crop=None, max_pixels=rules.SERVING_MAX_PIXELS):
+                    crop=None, max_pixels=rules.SERVING_MAX_PIXELS, only_copies=()):
     """Exports to `model_dir/saved_model/<step>/`, keeping the newest exports.
 
-    After a successful export, older exports beyond `keep_hub_module_max` are
-    deleted (the one just written is always kept), as are scratch directories that
-    an export killed mid-write left behind. Only one process may export into a
-    `model_dir` at a time (the chief).
+    After a successful export, exports of earlier steps beyond `keep_hub_module_max`
+    are deleted (`rotation`), as are scratch directories that an export killed
+    mid-write left behind. The export just written, every newer one and those of
+    `only_copies` are always kept. Only one process may export into a `model_dir`
+    at a time (the chief).
 
     Args:
         model: a SimCLR model (see `ServingModule`).
@@ -170,6 +174,8 @@ def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1
         keep_hub_module_max: exports kept, >= 0; 0 keeps all (the reference's flag).
         crop: centre-crop in the serving signatures; None: the training recipe's rule.
         max_pixels: most pixels of one served image (see `create_serving_module`).
+        only_copies: steps whose export is the only copy of their weights (no
+            intact checkpoint holds them; `modes.parts.export_model` knows): kept.
 
     Returns:
         The export's path.
@@ -191,11 +197,28 @@ def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1
         name = name.rstrip("/")
         if _SCRATCH_DIR.match(name):
             tf.io.gfile.rmtree(os.path.join(base, name))
-    if keep:
-        older = [s for s in exported_steps(model_dir) if s != step]
-        for old_step in older[:len(older) - (keep - 1)]:
-            tf.io.gfile.rmtree(os.path.join(base, str(old_step)))
+    for old_step in rotation(exported_steps(model_dir), step, keep, only_copies):
+        tf.io.gfile.rmtree(os.path.join(base, str(old_step)))
     return path
+
+
+def rotation(exported, step, keep, only_copies=()):
+    """The exports to delete once `step` is written: of the exports of earlier steps
+    that are not the only copy of their weights, all but the newest `keep - 1`;
+    none when `keep` is 0 (keep all). An export of a later step is never deleted: it
+    holds newer weights than the one written (whose checkpoint was the newest that
+    loaded).
+
+    Example:
+        >>> rotation([2, 4, 6], 4, 1)
+        [2]
+        >>> rotation([2, 4, 6], 6, 1, only_copies=[2])
+        [4]
+    """
+    if not keep:
+        return []
+    older = [s for s in sorted(exported) if s < step and s not in set(only_copies)]
+    return older[:max(0, len(older) - (keep - 1))]
 
 
 def _as_int(value, name):
@@ -219,5 +242,5 @@ __all__ = [
     "SAVED_MODEL_DIRNAME", "SERVING_DEFAULT", "SERVING_IMAGES", "SERVING_OUTPUTS",
     "ServingModule", "create_serving_module", "decode_batch", "export_for_step",
     "export_saved_model",
-    "exported_steps", "latest_export",
+    "exported_steps", "latest_export", "rotation",
 ]

@@ -70,6 +70,8 @@ def check(config, strategy, source):
         latest = checkpoints.latest(config.model_dir)
         if latest:  # what every mode loads first (training resumes it)
             _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
+        if latest and mode.trains:  # what no override can change is refused above
+            _check_recorded_flags(config)
     _check_something_to_load(config, mode)
     return context
 
@@ -180,6 +182,25 @@ def _check_model_dir(model_dir):
     except (OSError, tf.errors.OpError) as error:
         raise ConfigError("model_dir", f"{model_dir!r} is not writable "
                           f"({error}); choose another directory.") from None
+
+
+def _check_recorded_flags(config):
+    """A training run continues model_dir's checkpoints only with the optimisation
+    and data its flags.json records (`records.flag_changes`, less the run's length,
+    `records.EXTENSION_FLAGS`), unless --allow_changed_flags."""
+    changed = [change for change in records.flag_changes(config.model_dir, config)
+               if change[0] not in records.EXTENSION_FLAGS]
+    if not changed or config.allow_changed_flags:
+        return
+    listed = "; ".join(f"--{flag}: {old!r} recorded, {new!r} given"
+                       for flag, old, new in changed)
+    raise ConfigError(changed[0][0], (
+        f"model_dir {config.model_dir!r} holds checkpoints of a training run whose "
+        f"flags.json records other settings of the optimisation or the data ({listed}). "
+        "Nothing was changed. To resume that run, pass the recorded values; for a new "
+        "run, use another --model_dir; to continue these checkpoints with the new "
+        "values, pass --allow_changed_flags (recorded in "
+        f"{records.HISTORY_FILE})."))
 
 
 def _check_something_to_load(config, mode):

@@ -11,11 +11,32 @@ only:
   so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
   run directories open.
 - `read_json(path)`: a result (or any record) as a dict.
+- `write_result(model_dir, mode, results)`: a mode's result, merged into the one
+  already there.
+- `flag_changes(model_dir, config)`: the flags of a training run that differ from
+  what flags.json records (every flag but `FREE_FLAGS`); `preflight` refuses those
+  outside `EXTENSION_FLAGS` when model_dir holds checkpoints, unless
+  --allow_changed_flags. `start_run_record` appends each run's changes to
+  `flags_history.json` (a JSON list, oldest first, of {"time", "mode", "changed":
+  {flag: {"recorded", "given"}}, "allow_changed_flags"}) before flags.json takes the
+  new values: flags.json says what wrote the newest checkpoints, the history what
+  wrote the earlier ones.
+
+A result is never deleted, and never replaced by a smaller one. A run that ends
+writes its result as the previous result with its own values over it (one atomic
+write), so a rerun of a finished command (a scheduler's retry, the README's way to
+resume: it trains no step and has no `train/*` metric) keeps the training's
+metrics, an extension updates what it measured again and keeps the rest, and a run
+that fails or is interrupted writes nothing: the previous result stays as it was,
+readable. `global_step` is that of the newest run that ended; an entry that run did
+not measure keeps the value of the run that did (e.g. the final probe of an earlier
+`--final_linear_probe` run).
 
 This module needs only TensorFlow's file API and `config` (pure Python), so the data
 and evaluation layers use its `atomic_write` too.
 """
 import dataclasses
+import datetime
 import json
 import os
 import uuid
@@ -32,6 +53,25 @@ from simclr_tf.config import Config
 FLAGS, RESULT = "flags", "result"
 # Config.to_dict() writes it beside the flags; it follows from stem and image_size.
 DERIVED_KEYS = ("resolved_stem",)
+# A model_dir's training record is a contract: with its checkpoints there, a training
+# run whose flags differ from flags.json in any flag but these is refused
+# (`preflight`, naming each) unless --allow_changed_flags. These change neither the
+# optimisation nor the data: where the run is and shows, evaluation, export,
+# checkpoint bookkeeping, hardware.
+FREE_FLAGS = (
+    "mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags", "progress",
+    "log_every_steps", "data_dir", "tfds_download", "cache_dataset",
+    "skip_corrupt_images", "master", "use_tpu", "tpu_name", "tpu_zone", "gcp_project",
+    "strategy", "jit_compile", "deterministic", "checkpoint_epochs", "checkpoint_steps",
+    "keep_checkpoint_max", "keep_hub_module_max", "serving_max_pixels", "eval_steps",
+    "eval_batch_size", "eval_split", "eval_name", "eval_wait_secs", "final_linear_probe",
+    "knn_eval_split", "knn_bank_split", "knn_eval_every", "knn_k", "knn_temperature",
+    "knn_max_bank", "knn_max_queries", "embed_split", "embed_output",
+    "embed_projection", "embed_projector_size")
+# The run's length: extending a finished run is allowed without the override, and
+# recorded in the history like every other change.
+EXTENSION_FLAGS = ("train_steps", "train_epochs")
+HISTORY_FILE = "flags_history.json"
 
 
 def record_path(model_dir, kind, mode, *, step=None):
@@ -145,26 +185,76 @@ def read_config(path):
 
 def start_run_record(config):
     """The run's flags in model_dir, written once preflight has passed and the lock is
-    held; the mode's previous result is removed so that a run that fails leaves none.
-    A training run's flags.json that records other flags is named in a warning (the
+    held. The mode's previous result stays (`write_result` merges into it). A
+    training run's flags.json that records other flags is named in a warning (the
     checkpoints were written by those)."""
     flags_path = record_path(config.model_dir, FLAGS, config.mode)
-    if modes.get(config.mode).trains and tf.io.gfile.exists(flags_path):
-        _log_changed_flags(flags_path, config)
+    if modes.get(config.mode).trains:
+        changes = flag_changes(config.model_dir, config)
+        if changes:
+            _append_history(config, changes)
     write_json(flags_path, config.to_dict())
-    result_path = record_path(config.model_dir, RESULT, config.mode)
-    if tf.io.gfile.exists(result_path):
-        tf.io.gfile.remove(result_path)
 
 
-def _log_changed_flags(path, config):
+def write_result(model_dir, mode, results):
+    """Writes the result of `mode` in `model_dir`: the previous one (if readable)
+    with `results` over it, atomically (the module docstring says why).
+
+    Returns:
+        The merged result.
+    """
+    path = record_path(model_dir, RESULT, mode)
+    merged = {}
+    if tf.io.gfile.exists(path):
+        try:
+            merged = read_json(path)
+        except (ValueError, OSError, tf.errors.OpError) as error:
+            logging.warning("%s cannot be read (%s); writing this run's result over it.",
+                            path, error)
+        if not isinstance(merged, dict):
+            merged = {}
+    merged.update(results)
+    write_json(path, merged)
+    return merged
+
+
+def flag_changes(model_dir, config):
+    """[(flag, recorded value, given value)] of the flags outside `FREE_FLAGS` in
+    which `config` differs from model_dir's flags.json (read by `read_config`'s
+    rule: a flag it lacks has today's default); [] without a readable record."""
+    path = record_path(model_dir, FLAGS, "train")
     try:
-        before = read_json(path)
-    except (ValueError, OSError, tf.errors.OpError):
-        return
-    now = config.to_dict()
-    changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now)
-               if k in before and before[k] != now[k]]
-    if changed:
-        logging.warning("model_dir's flags.json records other flags; continuing with "
-                        "the new ones (%s).", "; ".join(changed))
+        if not tf.io.gfile.exists(path):
+            return []
+        recorded = read_config(path)
+    except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
+        logging.warning("Cannot read %s (%s); its flags are not compared.", path, error)
+        return []
+    return [(f.name, getattr(recorded, f.name), getattr(config, f.name))
+            for f in dataclasses.fields(Config) if f.name not in FREE_FLAGS
+            and getattr(recorded, f.name) != getattr(config, f.name)]
+
+
+def history_path(model_dir):
+    """model_dir's `flags_history.json` (see the module docstring)."""
+    return os.path.join(model_dir, HISTORY_FILE)
+
+
+def _append_history(config, changes):
+    path = history_path(config.model_dir)
+    history = []
+    if tf.io.gfile.exists(path):
+        try:
+            history = read_json(path)
+        except (ValueError, OSError, tf.errors.OpError) as error:
+            logging.warning("%s cannot be read (%s); starting it again.", path, error)
+        if not isinstance(history, list):
+            history = []
+    history.append(dict(
+        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        mode=config.mode, allow_changed_flags=config.allow_changed_flags,
+        changed={flag: dict(recorded=old, given=new) for flag, old, new in changes}))
+    write_json(path, history)
+    logging.warning("model_dir's flags.json records other flags; continuing with the "
+                    "new ones (%s), recorded in %s.", "; ".join(
+                        f"{flag}: {old!r} -> {new!r}" for flag, old, new in changes), path)

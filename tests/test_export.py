@@ -390,12 +390,26 @@ def test_keep_hub_module_max(tmp_path, fake_saver, keep, kept):
     assert export.exported_steps(str(tmp_path)) == kept
 
 
-def test_export_of_an_earlier_step_is_kept(tmp_path, fake_saver):
-    """A run restarted from an earlier checkpoint still keeps what it just wrote."""
-    export.export_for_step(None, str(tmp_path), 50, image_size=IMAGE_SIZE)
+def test_export_of_an_earlier_step_keeps_the_newer_one(tmp_path, fake_saver):
+    """An export of an earlier checkpoint (the newest one is unreadable) keeps what
+    it wrote and the newer export: the last intact copy of those weights."""
+    newer = export.export_for_step(None, str(tmp_path), 50, image_size=IMAGE_SIZE)
     path = export.export_for_step(None, str(tmp_path), 20, image_size=IMAGE_SIZE)
-    assert export.exported_steps(str(tmp_path)) == [20]
-    assert export.latest_export(str(tmp_path)) == path
+    assert export.exported_steps(str(tmp_path)) == [20, 50]
+    assert os.path.isdir(path) and export.latest_export(str(tmp_path)) == newer
+    export.export_for_step(None, str(tmp_path), 60, image_size=IMAGE_SIZE)
+    assert export.exported_steps(str(tmp_path)) == [60]
+
+
+def test_the_only_copy_of_a_step_is_never_rotated_away(tmp_path, fake_saver):
+    for step in (10, 20):
+        export.export_for_step(None, str(tmp_path), step, image_size=IMAGE_SIZE)
+    export.export_for_step(None, str(tmp_path), 30, image_size=IMAGE_SIZE,
+                           only_copies=[20])
+    assert export.exported_steps(str(tmp_path)) == [20, 30]
+    assert export.rotation([2, 4, 6], 4, 1) == [2]
+    assert export.rotation([2, 4, 6], 6, 2, only_copies=[4]) == []
+    assert export.rotation([2, 4, 6], 6, 0) == []
 
 
 def test_failed_export_leaves_the_last_good_one_intact(tmp_path, fake_saver):

@@ -147,3 +147,36 @@ def test_embed_mode_writes_parquet_npz_and_projector(tmp_path):
     with np.load(unlabelled["embed/output"]) as stored:
         assert list(stored["labels"]) == [-1, -1, -1]
     assert unlabelled["embed/output"] == os.path.join(model_dir, "embeddings", "train.npz")
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".parquet"])
+def test_embeddings_are_written_whole_or_not_at_all(tmp_path, monkeypatch, suffix):
+    """A full disk (or a kill) mid-write leaves the previous file readable, and no
+    temporary file."""
+    from simclr_tf.evaluation import writers  # pylint: disable=import-outside-toplevel
+    rows = dict(ids=np.arange(3), labels=np.zeros(3, np.int64),
+                **{features.H: np.ones([3, 4], np.float32)})
+    path = str(tmp_path / f"out{suffix}")
+    writers.write_embeddings(path, rows)
+    before = open(path, "rb").read()
+
+    def full_disk(*args, **kwargs):
+        target = next(a for a in args if isinstance(a, str) or hasattr(a, "write"))
+        handle = target if hasattr(target, "write") else open(target, "wb")
+        handle.write(b"half a file")
+        handle.flush()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        writers.write_embeddings(path, dict(rows, ids=np.arange(3) + 10))
+    assert open(path, "rb").read() == before
+    assert os.listdir(tmp_path) == [f"out{suffix}"]
+    # A path without the suffix is written where it says (np.savez adds none).
+    monkeypatch.undo()
+    if suffix == ".npz":
+        other = str(tmp_path / "embeddings.bin")
+        writers.write_embeddings(other, rows)
+        with np.load(other) as stored:
+            assert list(stored["ids"]) == [0, 1, 2]

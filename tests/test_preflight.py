@@ -279,3 +279,31 @@ def test_the_checks_leave_the_global_rng_alone(tmp_path):
         after = random.random()
         random.seed(0)
         assert after == random.random(), overrides
+
+
+def test_a_training_record_is_a_contract(tmp_path):
+    """Checkpoints in model_dir: a flag of the optimisation or the data that differs
+    from flags.json is refused, naming each with both values; the run's length,
+    progress and evaluation flags may change; --allow_changed_flags overrides."""
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    write_run(tmp_path)
+    before = open(tmp_path / "flags.json").read()
+    strategy = tf.distribute.get_strategy()
+
+    def check(**overrides):
+        cfg = config(**dict(dict(model_dir=str(tmp_path), train_steps=1), **overrides))
+        return preflight.check(cfg, strategy, preflight.load_source(cfg))
+
+    with pytest.raises(ConfigError) as raised:
+        check(train_mode="finetune", temperature=0.2)
+    message = str(raised.value)
+    assert message.startswith("--temperature: ") or message.startswith("--train_mode: ")
+    assert "--train_mode: 'pretrain' recorded, 'finetune' given" in message
+    assert "--temperature: 0.5 recorded, 0.2 given" in message
+    assert "--allow_changed_flags" in message and "another --model_dir" in message
+    assert open(tmp_path / "flags.json").read() == before  # nothing written
+    check(train_steps=8, progress="none", log_every_steps=1, eval_split="train",
+          knn_k=3, break_lock=True)
+    check(train_mode="finetune", allow_changed_flags=True)
+    assert set(records.FREE_FLAGS) <= set(Config.__dataclass_fields__)
+    assert not set(records.EXTENSION_FLAGS) & set(records.FREE_FLAGS)

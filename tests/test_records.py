@@ -81,12 +81,12 @@ def test_read_config_ignores_unknown_keys_with_one_warning_and_defaults_missing_
         records.read_config(path)
 
 
-def test_start_run_record_writes_the_flags_and_removes_the_old_result(tmp_path):
+def test_start_run_record_writes_the_flags_and_keeps_the_old_result(tmp_path):
     cfg = config(model_dir=str(tmp_path), mode="train")
     records.write_json(str(tmp_path / "result.json"), {"old": 1})
     records.start_run_record(cfg)
     assert records.read_config(str(tmp_path / "flags.json")) == cfg
-    assert not (tmp_path / "result.json").exists()
+    assert records.read_json(str(tmp_path / "result.json")) == {"old": 1}
     evaluation = config(model_dir=str(tmp_path), mode="eval")
     records.start_run_record(evaluation)  # beside training's record, not over it
     assert records.read_config(str(tmp_path / "flags.eval.json")).mode == "eval"
@@ -124,3 +124,16 @@ def test_an_old_run_directory_passes_preflight(old_run):
     wrong = config(model_dir=str(old_run), mode="export", resnet_depth=34)
     with pytest.raises(ConfigError, match="pass --resnet_depth=18"):  # the record is read
         preflight.check(wrong, tf.distribute.get_strategy(), preflight.load_source(wrong))
+
+
+def test_write_result_merges_new_values_over_the_old(tmp_path):
+    path = str(tmp_path / "result.json")
+    records.write_result(str(tmp_path), "train", {"global_step": 4, "train/loss": 1.5})
+    merged = records.write_result(str(tmp_path), "train", {"global_step": 4, "x": 2})
+    assert merged == records.read_json(path) == {"global_step": 4, "train/loss": 1.5,
+                                                 "x": 2}
+    with open(path, "w") as f:
+        f.write("{ damaged")
+    assert records.write_result(str(tmp_path), "train", {"y": 1}) == {"y": 1}
+    records.write_result(str(tmp_path), "eval", {"eval/top_1": 0.5})
+    assert records.read_json(str(tmp_path / "result.eval.json")) == {"eval/top_1": 0.5}

@@ -105,6 +105,20 @@ def test_export_mode_writes_the_latest_checkpoint_and_keeps_the_record(tiny_run,
         "saved_model"] == result["saved_model"]
 
 
+def test_export_of_an_earlier_checkpoint_keeps_the_newer_export(tiny_run, tmp_path):
+    """ckpt-4 unreadable: --mode=export writes ckpt-2's model and leaves
+    saved_model/4, the last intact copy of step 4 (keep_hub_module_max=1)."""
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="export")
+    data = os.path.join(cfg.model_dir, "ckpt-4.data-00000-of-00001")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    result = experiment.run(cfg)
+    base = os.path.join(cfg.model_dir, "saved_model")
+    assert result["saved_model"] == os.path.join(base, "2")
+    assert sorted(os.listdir(base)) == ["2", "4"]
+    assert os.path.exists(os.path.join(base, "4", "saved_model.pb"))
+
+
 def test_embed_mode_writes_the_checkpoints_h_for_every_example(tiny_run, tmp_path):
     cfg = tiny_run.copy_to(tmp_path / "run", mode="embed", embed_projector_size=0)
     result = experiment.run(cfg)
@@ -153,3 +167,52 @@ def test_fine_tuning_from_the_run_keeps_its_frozen_encoder(tiny_run, tmp_path,
     head = [(a.numpy(), b.numpy()) for a, b in zip(pretrained.supervised_head.weights,
                                                    tuned.supervised_head.weights)]
     assert any(not np.array_equal(a, b) for a, b in head)  # the head did train
+
+
+def test_a_rerun_or_a_failed_extension_keeps_the_training_record(tiny_run, tmp_path,
+                                                                  monkeypatch,
+                                                                  skip_final_export):
+    """Rerunning the finished command (no step left to train) keeps result.json's
+    train/* metrics; an extension that fails leaves the previous result readable."""
+    cfg = tiny_run.copy_to(tmp_path / "run")
+    path = os.path.join(cfg.model_dir, "result.json")
+    before = json.load(open(path))
+    experiment.run(cfg)
+    after = json.load(open(path))
+    assert after["global_step"] == 4
+    assert after["train/initialized_from"].startswith("resumed")  # the rerun's own
+    metrics = [k for k in before if k.startswith("train/") and "initialized" not in k]
+    assert len(metrics) > 5 and {k: after[k] for k in metrics} == {
+        k: before[k] for k in metrics}
+    from simclr_tf.modes import train  # pylint: disable=import-outside-toplevel
+
+    def fails(*args):
+        raise RuntimeError("the machine went away (simulated)")
+
+    monkeypatch.setattr(train, "train", fails)
+    with pytest.raises(RuntimeError, match="simulated"):
+        experiment.run(tiny_run.config_for(cfg.model_dir, train_steps=6))
+    assert json.load(open(path)) == after
+
+
+def test_changed_flags_on_a_run_are_refused_or_recorded(tiny_run, tmp_path,
+                                                         skip_final_export):
+    """A pretraining run is not resumed as a fine-tune: refused before anything is
+    built (its export stays); with --allow_changed_flags the change is in the
+    history and flags.json has the new flags."""
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import ConfigError  # pylint: disable=import-outside-toplevel
+    cfg = tiny_run.copy_to(tmp_path / "run", train_mode="finetune")
+    with pytest.raises(ConfigError, match="'pretrain' recorded, 'finetune' given"):
+        experiment.run(cfg)
+    assert os.listdir(os.path.join(cfg.model_dir, "saved_model")) == ["4"]
+    assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
+        "train_mode"] == "pretrain"
+    experiment.run(tiny_run.config_for(cfg.model_dir, train_mode="finetune",
+                                       allow_changed_flags=True))
+    history = records.read_json(records.history_path(cfg.model_dir))
+    assert history[-1]["changed"] == {"train_mode": dict(recorded="pretrain",
+                                                         given="finetune")}
+    assert history[-1]["allow_changed_flags"] is True
+    assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
+        "train_mode"] == "finetune"

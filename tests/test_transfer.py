@@ -116,3 +116,47 @@ def _unlabelled(tmp_path):
         tf.io.write_file(str(folder / f"{i}.png"),
                          tf.io.encode_png(tf.zeros([8, 8, 3], tf.uint8)))
     return folder
+
+
+def _write_images(directory, count, seed):
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.RandomState(seed)
+    for i in range(count):
+        pixels = rng.randint(0, 256, [16, 16, 3]).astype(np.uint8)
+        tf.io.write_file(str(directory / f"{seed}_{i}.png"), tf.io.encode_png(pixels))
+
+
+def test_linear_probe_cache_follows_the_folders_files(tiny_run, tmp_path):
+    """Features cached for a folder are not reused once its files changed: the key
+    holds what the examples are (paths, sizes, times, labels), not only names."""
+    root = tmp_path / "images"
+    for c, name in enumerate(("a", "b")):
+        _write_images(root / "train" / name, 12, seed=c)
+        _write_images(root / "test" / name, 6, seed=10 + c)
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="linear_probe", knn_k=5,
+                           dataset=f"folder:{root}", train_split="train", eval_split="test")
+    first = experiment.run(cfg)
+    assert (first["linear_probe/num_train"], first["linear_probe/num_test"]) == (24, 12)
+    assert experiment.run(cfg) == first  # unchanged files: from the cache
+    # The test images swap classes, and 8 are added.
+    os.rename(root / "test" / "a", root / "test" / "x")
+    os.rename(root / "test" / "b", root / "test" / "a")
+    os.rename(root / "test" / "x", root / "test" / "b")
+    _write_images(root / "test" / "a", 8, seed=20)
+    second = experiment.run(cfg)
+    assert second["linear_probe/num_test"] == 20
+
+
+def test_encoder_identity_is_the_weights(tmp_path):
+    """Same weights anywhere: one identity; other weights at the same path and
+    modification time: another."""
+    variable = tf.Variable([1.0, 2.0])
+    checkpoint = tf.train.Checkpoint(v=variable)
+    first = checkpoint.write(str(tmp_path / "a" / "ckpt-1"))
+    copy = checkpoint.write(str(tmp_path / "b" / "ckpt-1"))
+    assert transfer.encoder_identity(first) == transfer.encoder_identity(copy)
+    stat = os.stat(first + ".index")
+    variable.assign([1.0, 3.0])
+    checkpoint.write(first)
+    os.utime(first + ".index", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert transfer.encoder_identity(first) != transfer.encoder_identity(copy)

@@ -18,6 +18,7 @@ scan passed but that fails to decode while reading is dropped and named then.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 
@@ -230,6 +231,19 @@ class ImageFolderSource(ArraySource):
             raise ValueError(f"No decodable images in folder {path!r}: all "
                              f"{len(every)} files were skipped.")
         return kept, {f: results[f][0] for f in every}
+
+    def data_identity(self, split: str) -> dict:
+        """The rows' identity (paths and labels) and a SHA-256 of every file's size
+        and modification time: a file replaced, added, removed or moved to another
+        class changes it."""
+        digest = hashlib.sha256()
+        for path in self._select(split)["path"]:
+            try:
+                stat = os.stat(path)
+                digest.update(path + f"\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+            except OSError as error:  # gone since the scan: reading it will say so
+                digest.update(path + f"\0{error.errno}\0".encode())
+        return dict(super().data_identity(split), files_sha256=digest.hexdigest())
 
     def skipped_summary(self, names_per_problem: int = 5) -> str:
         """'skipped 3 unreadable images: 2 corrupt (a/1.png, a/2.png), 1 truncated

@@ -24,6 +24,7 @@ records them.
 from __future__ import annotations
 
 import abc
+import hashlib
 import types
 from typing import Iterable, Mapping, Sequence
 
@@ -254,6 +255,22 @@ class DatasetSource(abc.ABC):
     def load_labels(self, split: str) -> np.ndarray:
         """All labels of `split` in canonical order, int64 [num_examples]."""
 
+    def data_identity(self, split: str) -> dict:
+        """What the examples of `split` are, as JSON-able values that change when
+        the data does: what a cache of anything computed from them is keyed by
+        (`evaluation.features.cached_features`).
+
+        Here: the name, classes, split sizes and the ranges the split takes; sources
+        that can say more (the content of their arrays, the files of a folder, a
+        TFDS version) add it.
+
+        Args:
+          split: split spec.
+        """
+        return dict(name=self.name, num_classes=self.num_classes,
+                    split_sizes=dict(self.split_sizes),
+                    ranges=[list(r) for r in self.split_ranges(split)])
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(name={self.name!r}, num_classes={self.num_classes}, "
                 f"split_sizes={dict(self.split_sizes)})")
@@ -287,6 +304,21 @@ class ArraySource(DatasetSource):
 
     def load_labels(self, split: str) -> np.ndarray:
         return self._select(split)["label"].astype(np.int64)
+
+    def data_identity(self, split: str) -> dict:
+        """The base identity and a SHA-256 of the split's rows (every column: pixels
+        or paths, and labels), so changed examples or labels change it."""
+        digest = hashlib.sha256()
+        for key, column in sorted(self._select(split).items()):
+            digest.update(key.encode())
+            if column.dtype == object:  # paths (bytes) or other Python objects
+                for value in column:
+                    digest.update(value if isinstance(value, bytes) else repr(value).encode())
+                    digest.update(b"\0")
+            else:
+                digest.update(str((column.dtype.str, column.shape)).encode())
+                digest.update(np.ascontiguousarray(column).tobytes())
+        return dict(super().data_identity(split), rows_sha256=digest.hexdigest())
 
     @abc.abstractmethod
     def _decode(self, columns: dict[str, tf.Tensor]) -> tf.Tensor:

@@ -184,6 +184,11 @@ class TFDSSource(DatasetSource):
     def unlabelled_splits(self) -> tuple[str, ...]:
         return self._unlabelled
 
+    def data_identity(self, split: str) -> dict:
+        """The base identity and the prepared dataset's version and data folder."""
+        return dict(super().data_identity(split), version=str(self._builder.info.version),
+                    data_dir=str(self._builder.data_dir))
+
     def check_prepared(self) -> None:
         """Raises DatasetNotPreparedError unless the data can be read from data_dir.
 

@@ -14,7 +14,8 @@
   returned sorted by id with padding and duplicates removed, so the result is the
   same for 1 or many replicas and for any batch size, up to float rounding.
 - `cached_features` stores extracted features in an .npz keyed by what produced them
-  (encoder, dataset, split, image size), recomputing when the key changes.
+  (the encoder's weights, the split's examples as `DatasetSource.data_identity`
+  says, image size), recomputing when the key changes.
 """
 import json
 import math

@@ -18,6 +18,7 @@ The evaluators (`simclr_tf.evaluation.base`) of the frozen encoder: `LinearProbe
 randomly initialised one).
 """
 import csv
+import hashlib
 import os
 import time
 
@@ -30,11 +31,16 @@ COLUMNS = ("dataset", "train_split", "test_split", "num_train", "num_test", "fea
 
 
 def encoder_identity(prefix):
-    """A string that changes when the checkpoint at `prefix` is rewritten."""
+    """What the weights of the checkpoint at `prefix` are: its name and a SHA-256 of
+    its index file, which lists every tensor with the CRC32C of its bytes, so the
+    identity changes with the weights (not with a copy to another directory, nor
+    with a rewrite of the same weights). Without an index file: the path."""
     index = prefix + ".index"
-    if tf.io.gfile.exists(index):
-        return f"{prefix}@{tf.io.gfile.stat(index).mtime_nsec}"
-    return str(prefix)
+    if not tf.io.gfile.exists(index):
+        return str(prefix)
+    with tf.io.gfile.GFile(index, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return f"{os.path.basename(prefix)}@sha256:{digest}"
 
 
 def split_features(strategy, model, source, split, *, image_size, batch_size=256,
@@ -46,7 +52,8 @@ def split_features(strategy, model, source, split, *, image_size, batch_size=256
     """
     path = features.cache_path(cache_dir, source.name, split) if cache_dir else None
     key = dict(encoder=encoder_id, dataset=source.name, split=split,
-               image_size=image_size, outputs=[features.H])
+               data=source.data_identity(split), image_size=image_size,
+               outputs=[features.H])
     return features.cached_features(
         path, key, lambda: features.extract(strategy, model, source, split,
                                             image_size=image_size, batch_size=batch_size,
@@ -114,8 +121,9 @@ class LinearProbeEval(base.Evaluator):
         train_split, test_split: the labelled splits.
         k, temperature: the kNN protocol.
         cache_dir: where features are cached (None: no cache); the cache is keyed by
-            the checkpoint `run` is given (`encoder_identity`), so weights in memory
-            (checkpoint None) are never cached.
+            the weights of the checkpoint `run` is given (`encoder_identity`) and
+            what the split's examples are (`DatasetSource.data_identity`), so weights
+            in memory (checkpoint None) are never cached.
     """
 
     def __init__(self, strategy, *, train_split, test_split, k=knn.DEFAULT_K,

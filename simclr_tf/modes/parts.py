@@ -90,18 +90,28 @@ class ExportError(RuntimeError):
 
 def export_model(model, config, step):
     """model_dir/saved_model/<step>; an I/O failure (a full disk) names what is safe
-    and how to retry."""
+    and how to retry. The rotation keeps every export whose step has no intact
+    checkpoint in model_dir: it is the only copy of those weights."""
     try:
         return export.export_for_step(model, config.model_dir, step,
                                       image_size=config.image_size,
                                       keep_hub_module_max=config.keep_hub_module_max,
-                                      max_pixels=config.serving_max_pixels)
+                                      max_pixels=config.serving_max_pixels,
+                                      only_copies=_exports_without_checkpoint(config))
     except (OSError, tf.errors.OpError) as error:
         raise ExportError(
             f"Exporting the SavedModel of step {step} to {config.model_dir}/saved_model "
             f"failed: {str(error).strip().splitlines()[0][:300]}. The checkpoints are "
             "saved and intact; free space (or fix the path) and run the same flags with "
             "--mode=export.") from None
+
+
+def _exports_without_checkpoint(config):
+    """Steps of model_dir's exports that no intact checkpoint of model_dir holds."""
+    prefixes, _ = checkpoints.candidates(config.model_dir)
+    intact = {checkpoints.step_of(p) for p in prefixes
+              if checkpoints.unreadable_reason(p) is None}
+    return [s for s in export.exported_steps(config.model_dir) if s not in intact]
 
 
 def is_chief(strategy):
