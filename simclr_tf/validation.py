@@ -162,11 +162,12 @@ def _check_training(config):
             rules.check_contrastive_batch_size(config.train_batch_size)
         except ValueError as error:
             raise ConfigError.from_rule("train_batch_size", error) from None
-    peak = rules.scaled_learning_rate(config.learning_rate, config.train_batch_size,
-                                      config.learning_rate_scaling)
-    try:
-        rules.check_float32("learning_rate", peak)
+    try:  # the schedule's own rule, in the flags' words
+        rules.checked_peak_learning_rate(config.learning_rate, config.train_batch_size,
+                                         config.learning_rate_scaling)
     except ValueError:
+        peak = rules.scaled_learning_rate(config.learning_rate, config.train_batch_size,
+                                          config.learning_rate_scaling)
         raise ConfigError("learning_rate", f"{config.learning_rate!r} scaled by "
                           f"--learning_rate_scaling={config.learning_rate_scaling} for "
                           f"--train_batch_size={config.train_batch_size} is {peak!r}, "
