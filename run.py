@@ -124,12 +124,14 @@ def main(argv):
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
         from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
         from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run_lock import LockLostError  # pylint: disable=import-outside-toplevel
     try:
         results = experiment.run(config)
     except ConfigError as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
-    except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError) as error:
+    except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError,
+            LockLostError) as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:

@@ -40,7 +40,9 @@ def run(config):
     writes = bool(config.model_dir) and parts.is_chief(strategy)
     if config.model_dir:
         _create_model_dir(config)
-    with _lock(config, writes):
+    with _lock(config, writes) as lock:
+        # Asked before each write into model_dir (a run that lost its lock stops).
+        context["write_guard"] = lock.check if lock is not None else None
         if writes:
             records.start_run_record(config)
         results = {}
@@ -52,6 +54,8 @@ def run(config):
             results.update(linear_probe.final_linear_probe(config, strategy, context))
         results.update(skipped_images_record(source))
         if results and writes:  # merged into the previous result (records)
+            if lock is not None:
+                lock.check()
             records.write_result(config.model_dir, config.mode, results)
     return results
 

@@ -32,8 +32,16 @@ HEARTBEAT_SECS = 30
 STALE_SECS = 600
 
 
+class LockLostError(RuntimeError):
+    """This run no longer holds model_dir's lock (another run took it over, or it was
+    removed): it writes nothing more there."""
+
+
 class ModelDirLock:
-    """Holds model_dir's lock; use `acquire`, then `release` (or `with`)."""
+    """Holds model_dir's lock; use `acquire`, then `release` (or `with`). A run asks
+    `check()` before each write into model_dir (checkpoints, the export, its result):
+    a run whose lock was taken over or removed stops instead of writing beside the
+    run that now holds it."""
 
     def __init__(self, path, record):
         self.path = path
@@ -55,6 +63,19 @@ class ModelDirLock:
                 records.atomic_write(self.path, json.dumps(self.record))
             except (OSError, tf.errors.OpError) as error:
                 logging.warning("Could not refresh the lock %s: %s", self.path, error)
+
+    def check(self):
+        """Raises LockLostError unless the lock file is still this run's (read now)."""
+        holder = read(self.path)
+        if holder is not None and holder.get("token") == self.record["token"]:
+            return
+        what = ("was removed" if holder is None
+                else f"was taken over by {describe(holder)}")
+        raise LockLostError(
+            f"model_dir's lock {self.path} {what}: this run no longer holds "
+            f"{os.path.dirname(self.path)} and stopped writing there (its checkpoints "
+            "saved so far are intact). One run writes a model_dir at a time: once the "
+            "other run has ended, run the same command again to resume.")
 
     def release(self):
         """Stops the heartbeat and removes the lock if it is still this run's."""

@@ -180,4 +180,5 @@ def skip_final_export(monkeypatch):
     `saved_model` is then None). `--mode=export` is stubbed too: tests of exporting
     do not take this fixture."""
     from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(parts, "export_model", lambda model, config, step: None)
+    monkeypatch.setattr(parts, "export_model",
+                        lambda model, config, step, write_guard=None: None)

@@ -339,3 +339,40 @@ def test_an_evaluator_following_a_run_copes_with_a_damaged_state_file(tmp_path):
     followed = list(modes_evaluate._checkpoints_to_evaluate(  # pylint: disable=protected-access
         config(mode="eval", model_dir=str(tmp_path), eval_wait_secs=1)))
     assert followed == [str(tmp_path / "ckpt-2")]
+
+
+def test_a_checkpoint_is_not_saved_by_a_run_whose_lock_was_taken_over(tmp_path):
+    model = parts.build_model(config(model_dir=str(tmp_path), train_steps=1),
+                              tf.distribute.get_strategy(), 10)
+    lock = run_lock.acquire(str(tmp_path), "train")
+    state = checkpoints.CheckpointState(str(tmp_path), model, write_guard=lock.check)
+    state.save(1)
+    _write_lock(tmp_path, token="taken-over", pid=os.getpid() + 1)  # --break_lock elsewhere
+    with pytest.raises(run_lock.LockLostError, match=r"was taken over by .*stopped "
+                       r"writing there .*run the same command again to resume"):
+        state.save(2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-2")) == []
+    (tmp_path / run_lock.LOCK_FILE).unlink()  # removed: the same
+    with pytest.raises(run_lock.LockLostError, match="was removed"):
+        state.save(3)
+    lock.release()
+
+
+@pytest.mark.large  # 20-27 s (under load)
+def test_a_run_that_loses_its_lock_stops_writing_and_leaves_the_other_runs_lock(
+        tmp_path, monkeypatch, skip_final_export):
+    cfg = config(model_dir=str(tmp_path / "run"), train_steps=4, checkpoint_steps=2)
+    save = checkpoints.CheckpointState.save
+
+    def save_then_lose_the_lock(self, step):
+        prefix = save(self, step)
+        _write_lock(tmp_path / "run", token="taken-over", pid=os.getpid() + 1)
+        return prefix
+
+    monkeypatch.setattr(checkpoints.CheckpointState, "save", save_then_lose_the_lock)
+    with pytest.raises(run_lock.LockLostError, match="was taken over"):
+        experiment.run(cfg)
+    names = {p.name for p in (tmp_path / "run").iterdir()}
+    assert "ckpt-2.index" in names and not any(n.startswith("ckpt-4") for n in names)
+    assert "result.json" not in names
+    assert run_lock.read(str(tmp_path / "run" / run_lock.LOCK_FILE))["token"] == "taken-over"

@@ -80,7 +80,8 @@ class CheckpointState:
             cleared at start, and never changes model_dir.
     """
 
-    def __init__(self, model_dir, model, optimizer=None, max_to_keep=5, save_dir=None):
+    def __init__(self, model_dir, model, optimizer=None, max_to_keep=5, save_dir=None,
+                 write_guard=None):
         items = dict(model=model)
         if optimizer is not None:
             items["optimizer"] = optimizer
@@ -90,6 +91,8 @@ class CheckpointState:
         self.save_dir = save_dir or model_dir
         self.owns_model_dir = self.save_dir == model_dir
         self.max_to_keep = max_to_keep if self.owns_model_dir else 1
+        # Called before each save; raises to stop (a run that lost model_dir's lock).
+        self.write_guard = write_guard
         self.checkpoint = tf.train.Checkpoint(**items)
         self.state_problem = None
         if self.owns_model_dir:
@@ -255,12 +258,15 @@ class CheckpointState:
             CheckpointWriteError: no space left to write it; the state file still
                 records the last good checkpoint (named in the message), and the
                 partial files are an interrupted write that `recover` removes.
+            Whatever `write_guard` raises (`run_lock.LockLostError`: nothing written).
         """
         bad = non_finite_variables(self._variables())
         if bad:
             raise NonFiniteWeightsError(
                 f"After step {step}, {len(bad)} weight or optimizer tensors hold NaN or "
                 f"infinite values (e.g. {', '.join(bad[:3])}); not saving them.")
+        if self.write_guard is not None:
+            self.write_guard()
         try:
             return self.manager.save(checkpoint_number=int(step))
         except _NO_SPACE as error:

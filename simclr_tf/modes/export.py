@@ -8,6 +8,7 @@ def export_latest(config, strategy, context):
     # preflight checked that model_dir has a checkpoint; the newest that loads.
     with preflight.flag_errors("model_dir"):
         latest = checkpoints.load_into(model, config.model_dir, whole_model=True).prefix
-    path = parts.export_model(model, config, checkpoints.step_of(latest, 0))
+    path = parts.export_model(model, config, checkpoints.step_of(latest, 0),
+                              write_guard=context.get("write_guard"))
     print(f"Exported {latest} to {path}", flush=True)
     return dict(saved_model=path)

@@ -88,10 +88,13 @@ class ExportError(RuntimeError):
     """Exporting the SavedModel failed; the checkpoints are intact."""
 
 
-def export_model(model, config, step):
+def export_model(model, config, step, *, write_guard=None):
     """model_dir/saved_model/<step>; an I/O failure (a full disk) names what is safe
     and how to retry. The rotation keeps every export whose step has no intact
-    checkpoint in model_dir: it is the only copy of those weights."""
+    checkpoint in model_dir: it is the only copy of those weights. `write_guard` (the
+    run's lock check) is asked first: a run that lost model_dir exports nothing."""
+    if write_guard is not None:
+        write_guard()
     try:
         return export.export_for_step(model, config.model_dir, step,
                                       image_size=config.image_size,

@@ -39,9 +39,10 @@ def train(config, strategy, context):
     chief = parts.is_chief(strategy)
     # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
     scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
+    guard = context.get("write_guard")
     state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
                                         max_to_keep=config.keep_checkpoint_max,
-                                        save_dir=scratch_dir)
+                                        save_dir=scratch_dir, write_guard=guard)
     initialized_from = initialize(config, model, state)
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
@@ -76,7 +77,7 @@ def train(config, strategy, context):
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
         hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=parts.export_model(
-            model, config, step))))
+            model, config, step, write_guard=guard))))
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, progress=progress)
