@@ -13,7 +13,11 @@ training started). Between attempts the script also damages the run as users and
 disks do: it deletes the `checkpoint` state file or appends garbage to it (the next
 start must rebuild it from the checkpoint files and lose nothing), and once, while a
 run trains (paused meanwhile), it starts a second run.py on the same model_dir (it
-must be refused with exit 2, naming the run that holds the lock).
+must be refused with exit 2, naming the run that holds the lock). Once each, counted
+like the damages (--fault_cases): a Ctrl-C while it trains (SIGINT: it saves and exits
+130), a rerun with a changed optimisation flag on its checkpoints (refused with exit 2,
+no file changed), and its lock taken over while it trains (as --break_lock elsewhere:
+it must write nothing more and exit 1).
 After every attempt the checkpoint a restart would resume from must read back (every
 tensor, checksums included), and an intact state file must name a complete
 checkpoint. Once enough kills have happened the
@@ -36,6 +40,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -69,6 +74,11 @@ def parse_args(argv=None):
     parser.add_argument("--second_writer", action=argparse.BooleanOptionalAction,
                         default=True, help="Once, start a second run on the model_dir "
                         "of a running one; it must be refused.")
+    parser.add_argument("--fault_cases", action=argparse.BooleanOptionalAction,
+                        default=True, help="Once each, counted like the kills: a Ctrl-C "
+                        "while training (SIGINT: save, exit 130), a rerun with a changed "
+                        "optimisation flag (refused, exit 2, nothing changed) and the "
+                        "lock taken over while training (the run stops writing, exit 1).")
     parser.add_argument("--max_random_delay", type=float, default=25.0,
                         help="Random kills happen 0..this many seconds after a start.")
     parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction,
@@ -187,6 +197,44 @@ def second_writer(command, log_path, args):
                 message=output.strip().splitlines()[-1][:300] if output.strip() else "")
 
 
+def changed_flag_rerun(command, model_dir, log_path, args):
+    """Reruns the command with --temperature changed on a model_dir with checkpoints:
+    it must be refused (exit 2, naming the flag) and change no file."""
+    before = (checkpoint_files(model_dir), recorded_step(model_dir))
+    process, log = start(command + ["--temperature=0.33"], log_path)
+    try:
+        process.wait(timeout=args.attempt_timeout)
+    except subprocess.TimeoutExpired:
+        kill(process)
+    finally:
+        log.close()
+    with open(log_path, "rb") as f:
+        output = f.read().decode(errors="replace")
+    unchanged = before == (checkpoint_files(model_dir), recorded_step(model_dir))
+    refused = process.returncode == 2 and "--temperature" in output
+    return dict(returncode=process.returncode, refused=refused, unchanged=unchanged,
+                passed=refused and unchanged,
+                message=output.strip().splitlines()[-1][:300] if output.strip() else "")
+
+
+def _dead_pid():
+    """The pid of a process of this host that has ended (a lock naming it is stale)."""
+    probe = subprocess.Popen(["true"])
+    probe.wait()
+    return probe.pid
+
+
+def take_over_lock(model_dir):
+    """Writes model_dir's lock as another run's (as `--break_lock` elsewhere does),
+    naming an ended process so that the next attempt takes it over as stale."""
+    path = os.path.join(model_dir, ".simclr_lock")
+    record = dict(pid=_dead_pid(), host=socket.gethostname(), mode="train",
+                  started=time.time(), heartbeat=time.time(), token="soak-takeover")
+    with open(path + ".soak", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".soak", path)
+
+
 def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None):
     """Starts run.py and kills it as `mode` says; returns a record of what happened.
 
@@ -212,7 +260,30 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None
             else:
                 record["second_writer"] = dict(refused=False, message="the first run "
                                                "never started training")
-        if mode == "sigterm":
+        if mode in ("sigint", "lost_lock"):
+            # While it trains: after the first progress line, plus a moment.
+            if wait_for_line(log_path, "Training ", process, args.attempt_timeout,
+                             offset):
+                time.sleep(rng.uniform(0.5, 3.0))
+            if mode == "sigint":
+                stop(process, signal.SIGINT)
+            elif process.poll() is None:
+                take_over_lock(model_dir)
+                record["files_at_takeover"] = sorted(checkpoint_files(model_dir))
+            try:
+                process.wait(timeout=args.attempt_timeout)
+            except subprocess.TimeoutExpired:
+                kill(process)
+            if mode == "lost_lock":
+                with open(log_path, "rb") as f:
+                    f.seek(offset)
+                    output = f.read().decode(errors="replace")
+                new = set(checkpoint_files(model_dir)) - set(
+                    record.get("files_at_takeover", []))
+                record["stopped_writing"] = (process.returncode == 1
+                                             and "was taken over" in output and not new)
+                record["new_files_after_takeover"] = sorted(new)
+        elif mode == "sigterm":
             delay = rng.uniform(0.5, args.max_random_delay)
             record["delay_s"] = round(delay, 2)
             try:
@@ -388,13 +459,21 @@ def main(argv=None):
     # Until enough kills AND both damages of the state file (garbage, then deletion)
     # have happened: a kill that leaves no state file cannot be followed by a damage,
     # so the coverage is counted, not hoped for. Bounded: a few attempts beyond.
-    max_attempts = 3 * args.kills + 6
-    while (len(kills) < args.kills or len(damages) < 2) and attempts < max_attempts:
+    max_attempts = 3 * args.kills + 9
+    # The fault cases, once each when asked (counted, like the damages).
+    cases = {}
+    wanted = ("sigint", "lost_lock", "changed_flags") if args.fault_cases else ()
+    while (len(kills) < args.kills or len(damages) < 2
+           or any(name not in cases for name in wanted)) and attempts < max_attempts:
         attempts += 1
         draw = rng.random()
         mode = ("sigterm" if draw < args.sigterm_share else "checkpoint_write"
                 if draw < args.sigterm_share + (1 - args.sigterm_share)
                 * args.checkpoint_kill_share else "random_time")
+        if attempts >= 2 and "sigint" in wanted and "sigint" not in cases:
+            mode = "sigint"
+        elif saved_once and "lost_lock" in wanted and "lost_lock" not in cases:
+            mode = "lost_lock"
         second = None
         if args.second_writer and not seconds:
             second = os.path.join(workdir, "second_writer.log")
@@ -403,6 +482,14 @@ def main(argv=None):
             seconds.append(record["second_writer"])
         if mode == "sigterm" and record["returncode"] not in (143, -signal.SIGTERM, 0):
             bad_exits.append(record)
+        if mode == "sigint" and record["returncode"] != 0:  # 0: it finished first
+            cases["sigint"] = dict(returncode=record["returncode"],
+                                   passed=record["returncode"] == 130,
+                                   step_after=record["step_after"])
+        if mode == "lost_lock" and record.get("files_at_takeover") is not None:
+            cases["lost_lock"] = dict(returncode=record["returncode"],
+                                      passed=record["stopped_writing"],
+                                      new_files=record["new_files_after_takeover"])
         saved_once = saved_once or record["step_after"] >= 0
         sound, detail = state_file_is_sound(soak_dir, saved_once)
         record["state_file"] = detail
@@ -426,6 +513,13 @@ def main(argv=None):
                  if record.get("state_damage") else "")
               + (f"; second writer refused: {record['second_writer']['refused']}"
                  if "second_writer" in record else ""), flush=True)
+        if ("changed_flags" in wanted and "changed_flags" not in cases
+                and record["step_after"] >= 0 and record["step_after"] < args.train_steps):
+            cases["changed_flags"] = changed_flag_rerun(
+                command, soak_dir, os.path.join(workdir, "changed_flags.log"), args)
+            print(f"  changed-flag rerun: exit {cases['changed_flags']['returncode']}, "
+                  f"refused={cases['changed_flags']['refused']}, "
+                  f"unchanged={cases['changed_flags']['unchanged']}", flush=True)
         if not record["killed"] and record["returncode"] == 0 \
                 and record["step_after"] >= args.train_steps:
             # Finished before the kill: start a fresh soak so kills keep hitting work.
@@ -459,6 +553,7 @@ def main(argv=None):
         no_partial_files_left=not leftovers,
         enough_kills=len(kills) >= args.kills,
         weights_equal=equal if args.deterministic else comparison.get("max_abs_diff", 1) < 1e-3,
+        **{f"{name}_case": name in cases and cases[name]["passed"] for name in wanted},
     )
     report = dict(
         kills=len(kills), kills_during_checkpoint_writes=mid_write, attempts=attempts,
@@ -466,7 +561,7 @@ def main(argv=None):
         checkpoint_steps=args.checkpoint_steps, deterministic=args.deterministic,
         weights=comparison, remaining_checkpoints=loaded, leftover_partial_files=leftovers,
         unsound_state_files=unsound, sigterm_bad_exits=bad_exits,
-        state_file_damages=damages, second_writers=seconds,
+        state_file_damages=damages, second_writers=seconds, fault_cases=cases,
         checks=checks, passed=all(checks.values()),
         reference_seconds=round(reference_seconds, 1),
         total_seconds=round(time.monotonic() - began, 1), kill_records=kills)

@@ -42,21 +42,24 @@ def _env():
 # ------------------------------------------------------------------ preemption
 
 
-@pytest.mark.extra_large  # 150 s
+@pytest.mark.extra_large  # 206 s (150 s before the fault cases)
 def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     """scripts/soak_preemption.py with 3 kills: bit-exact final weights (--deterministic),
-    a sound state file after every kill, every remaining checkpoint loads."""
+    a sound state file after every kill, every remaining checkpoint loads, and each
+    fault case once: Ctrl-C, a changed-flag rerun, the lock taken over."""
     report_path = tmp_path / "report.json"
     result = subprocess.run(
         [sys.executable, os.path.join(REPO, "scripts", "soak_preemption.py"), "--kills=3",
          "--train_steps=6", "--checkpoint_steps=1", "--max_random_delay=12",
          f"--workdir={tmp_path / 'soak'}", f"--json={report_path}", "--seed=3"],
-        capture_output=True, text=True, timeout=400, cwd=REPO, env=_env())
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
     assert report_path.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert report["passed"], json.dumps(report["checks"]) + result.stdout[-3000:]
     assert report["kills"] >= 3 and report["weights"]["num_differing"] == 0
     assert report["weights"]["num_tensors"] > 100  # model and optimizer slots
+    assert sorted(report["fault_cases"]) == ["changed_flags", "lost_lock", "sigint"]
+    assert all(case["passed"] for case in report["fault_cases"].values())
     assert result.returncode == 0
 
 
