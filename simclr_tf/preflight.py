@@ -5,7 +5,6 @@ here, so that a bad flag, split, batch size or path fails with a `ConfigError` t
 names the flag and the fix, before any expensive work starts.
 """
 import contextlib
-import importlib
 import os
 
 import tensorflow as tf
@@ -85,7 +84,7 @@ def _check_encoder(config):
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
         try:
-            importlib.import_module("keras_hub")  # imported only when asked for
+            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
         except ImportError as error:
             raise ConfigError("encoder", f"{name} {hub.import_error_message(error)}") from None
         return  # hub.build names a bad spec before any weights exist

@@ -183,8 +183,11 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, mon
     assert "No space left on device" in str(info.value)
     assert "checkpoints are saved and intact" in str(info.value)
     assert "--mode=export" in str(info.value)
-    # The previous export's result is gone, not left stale; the training record stays.
-    assert not os.path.exists(os.path.join(run_dir, "result.export.json"))
+    # A failed run writes no result: the previous export's stays as it was (its
+    # SavedModel is still there), and the training record stays.
+    assert json.load(open(os.path.join(run_dir, "result.export.json")))[
+        "saved_model"] == result["saved_model"]
+    assert os.path.exists(os.path.join(result["saved_model"], "saved_model.pb"))
     assert {name: _bytes(os.path.join(run_dir, name)) for name in record} == record
     assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")
 

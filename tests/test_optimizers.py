@@ -314,13 +314,14 @@ def test_structural_exclusions_are_the_references_for_every_resnet(depth):
     each block type (with selective kernels and squeeze-excitation, which add convs
     with biases), and for each projection head mode."""
     from simclr_tf.models import SimCLRModel
-    cases = [dict(sk_ratio=0.0625, se_ratio=0.25, num_classes=10)]
+    resnet = dict(depth=depth, width_multiplier=0.25, stem="cifar")
+    cases = [dict(encoder_options=dict(resnet, sk_ratio=0.0625, se_ratio=0.25),
+                  num_classes=10)]
     if depth == 18:
         cases += [dict(num_classes=None), dict(proj_head_mode="linear", num_classes=10),
                   dict(proj_head_mode="none", num_classes=10)]
     for kwargs in cases:
-        model = SimCLRModel(encoder_options=dict(depth=depth, width_multiplier=0.25, stem="cifar"),
-                            **kwargs)
+        model = SimCLRModel(**dict(dict(encoder_options=resnet), **kwargs))
         model.build((None, 8, 8, 3))
         got = {id(v) for v in optimizers.no_decay_variables(model)}
         assert got == _reference_exclusions(model), (depth, kwargs)

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from simclr_tf import progress
+from simclr_tf import progress, train
 
 
 class _Stream(io.StringIO):
@@ -81,6 +81,7 @@ def test_fine_tuning_shows_the_supervised_loss_as_the_loss():
 class _CountingTrainer:
     """`loop.run_steps`' view of a Trainer: steps, logs, nothing compiled."""
     steps_per_loop, temperature, optimizer = 2, 0.5, None
+    options = train.StepOptions(temperature=0.5)
 
     def __init__(self):
         self.step = 0

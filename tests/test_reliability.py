@@ -165,7 +165,8 @@ def test_exploding_learning_rate_stops_with_the_step_and_keeps_the_last_checkpoi
     before = _digests(run_dir)
     state_file = (run_dir / "checkpoint").read_text()
     with pytest.raises(NonFiniteLossError) as info:
-        experiment.run(config(train_steps=8, learning_rate=1e30, **common))
+        experiment.run(config(train_steps=8, learning_rate=1e30, allow_changed_flags=True,
+                              **common))
     message = str(info.value)
     step = int(message.split(" at step ")[1].split(";")[0])
     assert 3 <= step <= 8, message  # after the checkpoint, once the weights blow up
