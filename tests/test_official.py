@@ -192,7 +192,8 @@ def test_num_classes_override_keeps_a_fresh_head_and_loads_the_rest(small_offici
     assert official.load_official(path, num_classes=None).supervised_head is None
 
 
-def test_float64_loading_computes_in_float64(small_official):  # 4 s
+@pytest.mark.large  # 10 s (two loads of the small model)
+def test_float64_loading_computes_in_float64(small_official):
     """dtype='float64' (documented): every variable and output float64, the batch
     norms included (TF's fused kernel has none: they compute unfused), equal to the
     float32 model to float32 rounding, and resolving inputs float32 cannot hold."""

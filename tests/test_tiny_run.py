@@ -105,6 +105,7 @@ def test_export_mode_writes_the_latest_checkpoint_and_keeps_the_record(tiny_run,
         "saved_model"] == result["saved_model"]
 
 
+@pytest.mark.large  # 14 s
 def test_export_of_an_earlier_checkpoint_keeps_the_newer_export(tiny_run, tmp_path):
     """ckpt-4 unreadable: --mode=export writes ckpt-2's model and leaves
     saved_model/4, the last intact copy of step 4 (keep_hub_module_max=1)."""
