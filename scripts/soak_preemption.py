@@ -181,8 +181,9 @@ def wait_for_line(log_path, text, process, timeout, offset=0):
     return False
 
 
-def second_writer(command, log_path, args):
-    """Runs the same command again while the first one trains; returns its record."""
+def run_to_end(command, log_path, args):
+    """Runs `command` to its end (killed after --attempt_timeout); returns (exit
+    status, its log, the log's last line)."""
     process, log = start(command, log_path)
     try:
         process.wait(timeout=args.attempt_timeout)
@@ -192,29 +193,27 @@ def second_writer(command, log_path, args):
         log.close()
     with open(log_path, "rb") as f:
         output = f.read().decode(errors="replace")
-    refused = process.returncode == 2 and "is in use by --mode=train run" in output
-    return dict(returncode=process.returncode, refused=refused,
-                message=output.strip().splitlines()[-1][:300] if output.strip() else "")
+    last = output.strip().splitlines()[-1][:300] if output.strip() else ""
+    return process.returncode, output, last
+
+
+def second_writer(command, log_path, args):
+    """Runs the same command again while the first one trains; returns its record."""
+    returncode, output, last = run_to_end(command, log_path, args)
+    refused = returncode == 2 and "is in use by --mode=train run" in output
+    return dict(returncode=returncode, refused=refused, message=last)
 
 
 def changed_flag_rerun(command, model_dir, log_path, args):
     """Reruns the command with --temperature changed on a model_dir with checkpoints:
     it must be refused (exit 2, naming the flag) and change no file."""
     before = (checkpoint_files(model_dir), recorded_step(model_dir))
-    process, log = start(command + ["--temperature=0.33"], log_path)
-    try:
-        process.wait(timeout=args.attempt_timeout)
-    except subprocess.TimeoutExpired:
-        kill(process)
-    finally:
-        log.close()
-    with open(log_path, "rb") as f:
-        output = f.read().decode(errors="replace")
+    returncode, output, last = run_to_end(command + ["--temperature=0.33"], log_path,
+                                          args)
     unchanged = before == (checkpoint_files(model_dir), recorded_step(model_dir))
-    refused = process.returncode == 2 and "--temperature" in output
-    return dict(returncode=process.returncode, refused=refused, unchanged=unchanged,
-                passed=refused and unchanged,
-                message=output.strip().splitlines()[-1][:300] if output.strip() else "")
+    refused = returncode == 2 and "--temperature" in output
+    return dict(returncode=returncode, refused=refused, unchanged=unchanged,
+                passed=refused and unchanged, message=last)
 
 
 def _dead_pid():
