@@ -104,7 +104,8 @@ def config_from_flags(flag_values=FLAGS):
         # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
         check_variant_flags(values["variant"], {
             name: values[name] for name in VARIANT_FLAGS if flag_values[name].present})
-    return Config.from_dict(values).validate()
+    given = [f.name for f in dataclasses.fields(Config) if flag_values[f.name].present]
+    return Config.from_dict(values).with_given(given).validate()
 
 
 def main(argv):

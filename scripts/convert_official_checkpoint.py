@@ -29,8 +29,10 @@ def convert(src, dst, ft_proj_selector=None):
     Args:
         src: released SavedModel directory, its `variables/` folder or prefix.
         dst: `.keras` file or a new checkpoint directory.
-        ft_proj_selector: which projection layer feeds the supervised head (the
-            checkpoint cannot always tell; None keeps the inferred value).
+        ft_proj_selector: which projection layer feeds the supervised head. None
+            reads it from the SavedModel's graph or the head's input width; where
+            neither tells (a bare variables/ folder whose head layers all have the
+            width of h) it must be given.
 
     Raises:
         FileNotFoundError: nothing to import at `src`.
@@ -52,6 +54,7 @@ def convert(src, dst, ft_proj_selector=None):
     record = dict(source=os.path.abspath(src), checkpoint=path,
                   num_variables=info.num_variables,
                   ft_proj_selector_inferred=info.ft_proj_selector_inferred,
+                  ft_proj_selector_source=info.ft_proj_selector_source or "given",
                   config=model.get_config())
     with open(os.path.join(dst, "official_import.json"), "w") as f:
         json.dump(record, f, indent=2)
@@ -64,7 +67,8 @@ def main(argv=None):
     parser.add_argument("dst", help="output .keras file or new checkpoint directory")
     parser.add_argument("--ft_proj_selector", type=int, default=None,
                         help="projection layer feeding the supervised head (default: "
-                             "inferred, 0 when the checkpoint cannot tell)")
+                             "read from saved_model.pb's graph or the head's width; "
+                             "required when neither tells)")
     args = parser.parse_args(argv)
     try:
         model = convert(args.src, args.dst, args.ft_proj_selector)

@@ -96,12 +96,17 @@ via_keras = layer(tf.constant(encoded))
 np.testing.assert_allclose(via_keras["embedding"], h, rtol=1e-4, atol=1e-5)"""),
  ("md", """## The authors' released checkpoints
 
-`simclr_tf.load_official(path)` reads a released SavedModel directory (only its
-`variables/`), infers the architecture and loads every variable into our Keras model."""),
+`simclr_tf.load_official(path)` reads a released SavedModel directory, infers the
+architecture from its `variables/` and loads every variable into our Keras model. Which
+projection layer feeds the supervised head is read from `saved_model.pb`'s graph; a bare
+`variables/` folder cannot tell it when the head's layers all have the width of h, so
+then it is given (`ft_proj_selector=0`: h, the authors' default)."""),
  ("code", """import simclr_tf
 
 if RELEASED_MODEL and os.path.isdir(RELEASED_MODEL):
-    released = simclr_tf.load_official(RELEASED_MODEL)
+    has_graph = os.path.exists(os.path.join(RELEASED_MODEL, "saved_model.pb"))
+    released = simclr_tf.load_official(
+        RELEASED_MODEL, **({} if has_graph else {"ft_proj_selector": 0}))
     features = released(tf.image.resize(batch, [64, 64]), training=False)
     print("released model h:", features["final_avg_pool"].shape,
           "logits:", features["logits_sup"].shape)

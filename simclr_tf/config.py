@@ -315,6 +315,23 @@ class Config:
             return json.loads(self.encoder_config or "{}")
         return getattr(self, flag)
 
+    # ------------------------------------------------ flags given explicitly
+    def with_given(self, names):
+        """This Config, knowing which flags were given (on the command line or in a
+        flagfile: absl's `FLAGS[name].present`); see `is_given`."""
+        copy = dataclasses.replace(self)
+        object.__setattr__(copy, "_given", frozenset(names))
+        return copy
+
+    def is_given(self, flag):
+        """Whether `flag` was chosen rather than left at its default. Known from
+        `with_given` (run.py); a Config built in code counts a value as chosen when
+        it differs from the default (an explicit default cannot be told apart)."""
+        given = getattr(self, "_given", None)
+        if given is not None:
+            return flag in given
+        return getattr(self, flag) != getattr(type(self)(), flag)
+
     # ----------------------------------------------------------- validation
     def validate(self):
         """Checks every value and combination (`simclr_tf.validation`); returns self

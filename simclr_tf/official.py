@@ -28,9 +28,9 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import trackable_object_graph_pb2
+from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
 
-from simclr_tf import variants
+from simclr_tf import rules, variants
 from simclr_tf.models.resnet import GROUP_WIDTHS, scaled_width
 from simclr_tf.models.simclr import SimCLRModel
 from simclr_tf.official_roles import official_roles, our_roles
@@ -155,19 +155,31 @@ class OfficialModelInfo:
 
     Attributes:
         prefix: the checkpoint prefix.
-        config: `SimCLRModel` keyword arguments that reproduce the architecture.
+        config: `SimCLRModel` keyword arguments that reproduce the architecture
+            (`ft_proj_selector` 0 where `ft_proj_selector_source` is None).
         num_variables: variables in the checkpoint (BN moving statistics included).
-        ft_proj_selector_inferred: False when the supervised head's input width
-            cannot tell which projection layer feeds it (then 0 is assumed).
+        ft_proj_selector_source: where the supervised head's input layer was read:
+            'widths' (its input width tells), 'graph' (the SavedModel's graph: the
+            layer its MatMul reads), 'no head' (no supervised head) or None (nothing
+            tells: h and the hidden head layers have one width and there is no
+            `saved_model.pb` whose graph says; `load_official` then needs an explicit
+            `ft_proj_selector`).
     """
     prefix: str
     config: dict
     num_variables: int
-    ft_proj_selector_inferred: bool
+    ft_proj_selector_source: str = None
+
+    @property
+    def ft_proj_selector_inferred(self):
+        """Whether the released model says which layer feeds its supervised head."""
+        return self.ft_proj_selector_source is not None
 
 
 def inspect_official(path):
-    """Reads a released model's architecture from its variable names and shapes.
+    """Reads a released model's architecture from its variable names and shapes, and
+    the supervised head's input layer from the SavedModel's graph where the shapes
+    cannot tell it.
 
     Args:
         path: a released SavedModel directory (see `checkpoint_prefix`).
@@ -177,14 +189,28 @@ def inspect_official(path):
 
     Raises:
         FileNotFoundError: no checkpoint at `path`.
-        ValueError: a variable or a structure that our model cannot represent.
+        ValueError: a variable or a structure that our model cannot represent, or a
+            graph whose supervised head contradicts the shapes.
     """
     prefix, names = read_official_names(path)
     by_key = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
-    config, selector_known = infer_official_config(
-        {full: by_key[key] for full, key in names.items()})
+    shapes = {full: by_key[key] for full, key in names.items()}
+    config, selector_known = infer_official_config(shapes)
+    source = ("widths" if config["num_classes"] else "no head") if selector_known else None
+    graph_selector = selector_from_graph(prefix, shapes)
+    if graph_selector is not None and config["num_classes"]:
+        layers = rules.num_head_layers(config["proj_head_mode"], config["num_proj_layers"])
+        if graph_selector == layers:
+            graph_selector = -1  # z: the index the widths give
+        if selector_known and graph_selector != config["ft_proj_selector"]:
+            raise ValueError(
+                f"The graph of {saved_model_file(prefix)!r} feeds the supervised head "
+                f"from projection layer {graph_selector}, its variables' widths say "
+                f"{config['ft_proj_selector']}: the SavedModel and its variables "
+                "disagree.")
+        config["ft_proj_selector"], source = graph_selector, "graph"
     return OfficialModelInfo(prefix=prefix, config=config, num_variables=len(names),
-                             ft_proj_selector_inferred=selector_known)
+                             ft_proj_selector_source=source)
 
 
 def infer_official_config(shapes):
@@ -289,6 +315,110 @@ def infer_official_config(shapes):
     return config, selector_known
 
 
+def selector_unknown_message(path, config):
+    """Why the input layer of a released model's supervised head must be given."""
+    layers = config["num_proj_layers"]
+    return (f"The released model at {os.fspath(path)!r} has a supervised head on a "
+            f"{layers}-layer projection head whose hidden layers have the width of h "
+            "(so the head's input width cannot tell which output feeds it), and no "
+            "saved_model.pb whose graph says. The layer its head was trained on must be "
+            "given: 0 = h (the authors' default; their pretrained models' linear heads), "
+            "1 = the first projection layer (how SimCLR v2 fine-tunes)"
+            + (f", up to {layers - 1}" if layers > 2 else "") + ".")
+
+
+def saved_model_file(prefix):
+    """The `saved_model.pb` beside a released checkpoint (`<dir>/variables/variables`
+    -> `<dir>/saved_model.pb`)."""
+    return os.path.join(os.path.dirname(os.path.dirname(prefix)), "saved_model.pb")
+
+
+def selector_from_graph(prefix, shapes):
+    """Which projection-head output the supervised head reads, from the SavedModel's
+    graph, or None when there is no graph or it cannot tell.
+
+    In every concrete function of the SavedModel, the supervised head's MatMul (the
+    one reading `head_supervised/.../kernel`) takes its features from the latest
+    projection layer among its ancestors: layer j's dense kernel upstream means
+    `ft_proj_selector = j + 1`; none upstream means 0 (h). Every function must agree.
+
+    Args:
+        prefix: the checkpoint prefix (`<dir>/variables/variables`).
+        shapes: `{full name: shape}` of its variables (for the roles of the names).
+    """
+    path = saved_model_file(prefix)
+    if not tf.io.gfile.exists(path):
+        return None
+    roles, _ = official_roles(shapes)
+    supervised = roles.get(("supervised", "kernel"))
+    head_kernels = {name: key[1] for key, name in roles.items()
+                    if key[0] == "head" and key[2:] == ("dense", "kernel")}
+    if supervised is None:
+        return None
+    saved_model = saved_model_pb2.SavedModel()
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            saved_model.ParseFromString(f.read())
+    except Exception as error:  # pylint: disable=broad-except  (a damaged file tells nothing)
+        logger.warning("Cannot read %s (%s); its graph is not used.", path, error)
+        return None
+    answers = set()
+    for meta_graph in saved_model.meta_graphs:
+        objects = meta_graph.object_graph_def
+        functions = {f.signature.name: f for f in meta_graph.graph_def.library.function}
+        for name, concrete in objects.concrete_functions.items():
+            function = functions.get(name)
+            if function is None or not concrete.bound_inputs:
+                continue
+            captured = function.signature.input_arg[-len(concrete.bound_inputs):]
+            variables = {arg.name: objects.nodes[node].variable.name
+                         for arg, node in zip(captured, concrete.bound_inputs)
+                         if objects.nodes[node].HasField("variable")}
+            answer = _selector_in_function(function, variables, supervised, head_kernels)
+            if answer is not None:
+                answers.add(answer)
+    if len(answers) != 1:
+        if answers:
+            logger.warning("The functions of %s disagree on the supervised head's input "
+                           "layer (%s); its graph is not used.", path, sorted(answers))
+        return None
+    return answers.pop()
+
+
+def _selector_in_function(function, variables, supervised, head_kernels):
+    """`_selector_from_graph` for one FunctionDef; `variables` maps its captured
+    arguments to variable names."""
+    nodes = {node.name: node for node in function.node_def}
+
+    def source(tensor):  # 'node:output:0' -> node name; control inputs are skipped
+        return None if tensor.startswith("^") else tensor.split(":")[0]
+
+    def variable_read(tensor):
+        """The variable a MatMul operand reads (through casts and identities)."""
+        name = source(tensor)
+        while name in nodes and nodes[name].op in ("Cast", "Identity", "ReadVariableOp"):
+            name = source(nodes[name].input[0])
+        return variables.get(name)
+
+    matmuls = {name: variable_read(node.input[1]) for name, node in nodes.items()
+               if node.op == "MatMul" and len(node.input) >= 2}
+    heads = [name for name, kernel in matmuls.items() if kernel == supervised]
+    if len(heads) != 1:
+        return None
+    latest, seen = -1, set()
+    pending = [source(nodes[heads[0]].input[0])]
+    while pending:
+        name = pending.pop()
+        if name is None or name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        if matmuls.get(name) in head_kernels:
+            latest = max(latest, head_kernels[matmuls[name]])
+            continue  # the layers before it are older still
+        pending.extend(source(tensor) for tensor in nodes[name].input)
+    return latest + 1
+
+
 # ----------------------------------------------------------------------------------
 # Loading
 
@@ -358,9 +488,10 @@ def load_official(path, **overrides):
         path: a released SavedModel directory, its `variables/` folder or the
             checkpoint prefix.
         **overrides: `SimCLRModel` arguments replacing the inferred ones. Typical:
-            `ft_proj_selector` (which head layer feeds the supervised head; the
-            checkpoint cannot tell when h and the hidden layers have the same width,
-            0 is assumed), `supervised_head_stop_gradient`, `batch_norm_decay`,
+            `ft_proj_selector` (which head layer feeds the supervised head; read
+            from the input width or the SavedModel's graph, and required when
+            neither tells: see `OfficialModelInfo.ft_proj_selector_source`),
+            `supervised_head_stop_gradient`, `batch_norm_decay`,
             `global_bn`, `dtype`, `name`. `num_classes` different from the
             checkpoint's (None drops the head) gives a fresh supervised head that is
             not loaded. Architecture arguments (depth, width...) that contradict the
@@ -371,12 +502,19 @@ def load_official(path, **overrides):
 
     Raises:
         FileNotFoundError: no checkpoint at `path`.
-        ValueError: anything in the checkpoint our model cannot hold.
+        ValueError: anything in the checkpoint our model cannot hold, or a
+            supervised head to load whose input layer nothing tells (pass
+            `ft_proj_selector`).
     """
     info = inspect_official(path)
     config = dict(info.config)
-    load_head = "num_classes" not in overrides or \
-        overrides["num_classes"] == config["num_classes"]
+    load_head = config["num_classes"] is not None and (
+        "num_classes" not in overrides or overrides["num_classes"] == config["num_classes"])
+    if load_head and not info.ft_proj_selector_inferred and \
+            "ft_proj_selector" not in overrides:
+        raise ValueError(selector_unknown_message(path, config) +
+                         " Pass ft_proj_selector=..., or num_classes=None to "
+                         "leave the supervised head out.")
     config.update(overrides)
     model = SimCLRModel(**config)
     model.build((None, None, None, 3))

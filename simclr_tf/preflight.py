@@ -63,7 +63,7 @@ def check(config, strategy, source):
         _check_evaluating(config, source, mode)
     _check_evaluation_splits(config, source, mode)
     if config.checkpoint:
-        _check_checkpoint(config)
+        _check_checkpoint(config, mode, context["num_classes"])
     if config.model_dir:
         _check_model_dir(config.model_dir)
         latest = checkpoints.latest(config.model_dir)
@@ -144,7 +144,7 @@ def _check_evaluating(config, source, mode):
                           "--final_linear_probe.")
 
 
-def _check_checkpoint(config):
+def _check_checkpoint(config, mode, num_classes):
     """--checkpoint exists, reads, and (a released model) fits the flags' model."""
     try:
         weights = checkpoints.resolve(config.checkpoint)
@@ -152,7 +152,8 @@ def _check_checkpoint(config):
         raise ConfigError("checkpoint", str(error)) from None
     _check_checkpoint_readable(weights.prefix)
     if weights.kind == checkpoints.RELEASED:
-        check_official_architecture(config)
+        info = check_official_architecture(config)
+        _check_official_selector(config, mode, num_classes, info)
     else:
         _check_recorded_architecture(config, weights, "checkpoint")
 
@@ -268,6 +269,39 @@ def check_official_architecture(config):
                           f"architecture needs {' '.join(mismatched)} (the flags say "
                           "otherwise); pass those flags.")
     return info
+
+
+_SELECTOR_SOURCES = {"widths": "the width it reads says so",
+                     "graph": "its saved_model.pb's graph says so"}
+
+
+def _check_official_selector(config, mode, num_classes, info):
+    """A released supervised head that loads must read the layer it was trained on:
+    --ft_proj_selector equals the one the model tells (`official.inspect_official`),
+    or is given when the model cannot tell."""
+    released_classes = info.config["num_classes"]
+    head_loads = (released_classes is not None and
+                  config.model_kwargs(num_classes)["num_classes"] == released_classes and
+                  not (mode.trains and config.zero_init_logits_layer))
+    if not head_loads:
+        return
+    if not info.ft_proj_selector_inferred:
+        if not config.is_given("ft_proj_selector"):
+            raise ConfigError("ft_proj_selector", official.selector_unknown_message(
+                config.checkpoint, info.config) + " Pass --ft_proj_selector=N, or "
+                "--zero_init_logits_layer to train a fresh head.")
+        return
+    layers = rules.num_head_layers(info.config["proj_head_mode"],
+                                   info.config["num_proj_layers"])
+    released = info.config["ft_proj_selector"] % (layers + 1)
+    if config.ft_proj_selector % (layers + 1) != released:
+        raise ConfigError("ft_proj_selector", f"is {config.ft_proj_selector}, but the "
+                          f"supervised head of the released model {config.checkpoint!r} "
+                          f"reads projection output {info.config['ft_proj_selector']} "
+                          f"({_SELECTOR_SOURCES[info.ft_proj_selector_source]}); pass "
+                          f"--ft_proj_selector={info.config['ft_proj_selector']}, or "
+                          "--zero_init_logits_layer to train a fresh head on the other "
+                          "layer.")
 
 
 def recorded_run_config(weights):

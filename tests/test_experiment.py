@@ -16,7 +16,8 @@ from simclr_tf import export as simclr_export
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features
 
-from helpers import official_fixtures
+from helpers import official_fixtures, official_layout
+from simclr_tf.models import SimCLRModel
 from helpers.run_fixtures import config
 
 
@@ -251,6 +252,35 @@ def test_finetune_from_a_released_model_checks_its_architecture(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_released_head_must_read_the_layer_it_was_trained_on(tmp_path):
+    """Fine-tuning from a released model whose 10-class head loads (digits has 10
+    classes): without saved_model.pb the selector must be given (a default 0 is
+    refused, a given 0 is not); with the authors' graph it is read, and a flag that
+    contradicts it is refused naming both. All before model_dir exists."""
+    model = SimCLRModel(**official_fixtures.SMALL_R50)
+    model.build((None, None, None, 3))
+    bare = official_layout.export_official_layout(model, tmp_path / "bare")
+    exported = tmp_path / "exported"
+    official_layout.export_official_savedmodel(model, exported, 1)
+    flags = dict(train_mode="finetune", train_steps=1, image_size=32,
+                 model_dir=str(tmp_path / "run"), **official_fixtures.SMALL_R50_FLAGS)
+    with pytest.raises(ConfigError, match=r"--ft_proj_selector: .* must be given: 0 = h"):
+        experiment.run(config(checkpoint=str(tmp_path / "bare"), **flags))
+    strategy = tf.distribute.get_strategy()
+    given = config(checkpoint=str(tmp_path / "bare"), **flags).with_given(
+        {"ft_proj_selector"})
+    preflight.check(given, strategy, preflight.load_source(given))  # no error
+    with pytest.raises(ConfigError, match=r"--ft_proj_selector: is 0, .* reads projection "
+                                          r"output 1 \(its saved_model.pb's graph says "
+                                          r"so\); pass --ft_proj_selector=1"):
+        experiment.run(config(checkpoint=str(exported), **flags))
+    chosen = config(checkpoint=str(exported), ft_proj_selector=1, **flags)
+    preflight.check(chosen, strategy, preflight.load_source(chosen))
+    fresh = config(checkpoint=str(exported), zero_init_logits_layer=True, **flags)
+    preflight.check(fresh, strategy, preflight.load_source(fresh))  # a fresh head
+    assert bare.endswith("variables") and not (tmp_path / "run").exists()
+
+
 @pytest.mark.large  # 40 s
 def test_finetune_from_a_released_model(tmp_path):
     """A model in the authors' released layout (a small R50 with random weights,
@@ -259,7 +289,8 @@ def test_finetune_from_a_released_model(tmp_path):
     released, source = official_fixtures.write_small_official(tmp_path / "released")
     cfg = config(train_mode="finetune", checkpoint=released, train_steps=1,
                  image_size=32, train_batch_size=4, mode="train", fine_tune_after_block=4,
-                 model_dir=str(tmp_path / "run"), **official_fixtures.SMALL_R50_FLAGS)
+                 model_dir=str(tmp_path / "run"), ft_proj_selector=1,
+                 **official_fixtures.SMALL_R50_FLAGS)
     result = experiment.run(cfg)
     assert result["global_step"] == 1
     model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)

@@ -44,7 +44,9 @@ def images(size=64, n=2, seed=0):
 
 @pytest.fixture(scope="module")
 def reference_model(released_r50):
-    return official.load_official(released_r50)
+    # The authors made it with their default, --ft_proj_selector=0 (config.txt); the
+    # variables alone cannot tell (see test_an_ambiguous_head_needs_an_explicit_selector).
+    return official.load_official(released_r50, ft_proj_selector=0)
 
 
 def test_reference_is_recognised_and_its_architecture_inferred(released_r50):
@@ -58,7 +60,8 @@ def test_reference_is_recognised_and_its_architecture_inferred(released_r50):
                                    se_ratio=0.0, stem="imagenet"), proj_head_mode="nonlinear",
                                num_proj_layers=3, proj_out_dim=128, ft_proj_selector=0,
                                num_classes=1000)
-    assert not info.ft_proj_selector_inferred  # h and hidden layers are both 2048-d
+    # h and the hidden layers are all 2048-d, and there is no saved_model.pb.
+    assert not info.ft_proj_selector_inferred and info.ft_proj_selector_source is None
 
 
 @pytest.mark.large
@@ -167,7 +170,7 @@ def test_round_trip_our_model_to_the_authors_layout_and_back(name, tmp_path):
             continue  # meaningless for these heads
         assert value == expected_config[key], key
     assert info.num_variables == len(model.weights)
-    imported = official.load_official(tmp_path)
+    imported = official.load_official(tmp_path, ft_proj_selector=kwargs.get("ft_proj_selector", 0))
     assert_same_outputs(model, imported, images(32 if "cifar" in name else 64))
 
 
@@ -178,6 +181,49 @@ def small_official(tmp_path_factory):
                                    encoder_options=dict(depth=18, width_multiplier=0.125,
                                                         se_ratio=0.25),
                                    num_classes=4)
+
+
+# A 3-layer head whose hidden layers have the width of h (64): the variables cannot
+# tell which head output feeds the supervised head, as on the released R50s.
+AMBIGUOUS_HEAD = dict(encoder_options=dict(depth=18, width_multiplier=0.125),
+                      num_proj_layers=3, proj_out_dim=16, num_classes=10)
+
+
+@pytest.mark.parametrize("selector", [  # 5-6 s each: the issue's case in the default tier
+    pytest.param(0, marks=pytest.mark.large), 1, pytest.param(2, marks=pytest.mark.large)])
+def test_the_selector_is_read_from_the_savedmodels_graph(selector, tmp_path):
+    """A SavedModel in the authors' export layout whose graph feeds the supervised
+    head from projection output `selector`: inspect_official reads it from the
+    graph, load_official needs no argument, and our heads on the graph's h give the
+    graph's logits (another selector does not: the check discriminates)."""
+    model = SimCLRModel(**AMBIGUOUS_HEAD)
+    model.build((None, None, None, 3))
+    fx.randomise(model, seed=selector)
+    exported = official_layout.export_official_savedmodel(model, tmp_path, selector)
+    info = official.inspect_official(tmp_path)
+    assert (info.ft_proj_selector_source, info.config["ft_proj_selector"]) == \
+        ("graph", selector)
+    outputs = exported(images(), False)
+
+    def logits(loaded):
+        head = loaded.projection_head(outputs["final_avg_pool"], training=False)
+        return loaded.supervised_head(head["supervised_head_input"])
+    assert max_relative_error(logits(official.load_official(tmp_path)),
+                              outputs["logits_sup"]) < 1e-5
+    other = official.load_official(tmp_path, ft_proj_selector=(selector + 1) % 3)
+    assert max_relative_error(logits(other), outputs["logits_sup"]) > 0.1
+
+
+def test_an_ambiguous_head_needs_an_explicit_selector(tmp_path):
+    """No saved_model.pb and equal widths: nothing tells the selector, so loading
+    the supervised head needs it given; leaving the head out does not."""
+    path, _ = fx.write_small_official(tmp_path, **AMBIGUOUS_HEAD)
+    info = official.inspect_official(path)
+    assert info.ft_proj_selector_source is None and not info.ft_proj_selector_inferred
+    with pytest.raises(ValueError, match=r"must be given: 0 = h .* Pass ft_proj_selector"):
+        official.load_official(path)
+    assert official.load_official(path, ft_proj_selector=1).projection_head.ft_proj_selector == 1
+    assert official.load_official(path, num_classes=None).supervised_head is None
 
 
 @pytest.mark.large  # 12 s
@@ -198,10 +244,10 @@ def test_float64_loading_computes_in_float64(small_official):
     norms included (TF's fused kernel has none: they compute unfused), equal to the
     float32 model to float32 rounding, and resolving inputs float32 cannot hold."""
     path, _ = small_official
-    model = official.load_official(path, dtype="float64")
+    model = official.load_official(path, dtype="float64", ft_proj_selector=0)
     # A float32 load of its own: training=True moves BN statistics, and the fixture's
     # model is shared by the module's tests.
-    original = official.load_official(path)
+    original = official.load_official(path, ft_proj_selector=0)
     assert {v.dtype for v in model.weights} == {"float64"}
     x = images(32).astype(np.float64)
     for training in (False, True):
@@ -222,7 +268,8 @@ def test_a_checkpoint_in_the_authors_layout_round_trips(small_official, tmp_path
     """load_official then the writer: every variable back under its name, exactly (a
     small model in the authors' layout, BN moving statistics included)."""
     path, _ = small_official
-    _assert_round_trips(path, official.load_official(path), tmp_path / "export")
+    _assert_round_trips(path, official.load_official(path, ft_proj_selector=0),
+                        tmp_path / "export")
 
 
 def _tampered(small_official, tmp_path, edit):
@@ -241,7 +288,7 @@ def test_missing_variable_is_named(small_official, tmp_path):
         del values[dropped[0]]
     path = _tampered(small_official, tmp_path, drop)
     with pytest.raises(ValueError, match="moving_variance"):
-        official.load_official(path)
+        official.load_official(path, ft_proj_selector=0)
 
 
 def test_unknown_variable_is_named(small_official, tmp_path):
@@ -277,20 +324,26 @@ def test_our_own_checkpoints_are_not_mistaken_for_official(small_official, tmp_p
     assert not official.is_official_savedmodel(tmp_path)
 
 
-@pytest.mark.large  # 28 s
+@pytest.mark.large  # 28 s (36 s with the refused conversion)
 def test_conversion_script_writes_keras_file_and_checkpoint_dir(small_official, tmp_path):
     src, model = small_official
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     keras_file, ckpt_dir = str(tmp_path / "model.keras"), str(tmp_path / "ckpt")
+    # No saved_model.pb and a head as wide as h: the selector must be given.
+    done = subprocess.run([sys.executable, SCRIPT, src, keras_file], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Pass ft_proj_selector" in done.stderr, done.stderr
+    assert not os.path.exists(keras_file)
     for dst in (keras_file, ckpt_dir):
-        done = subprocess.run([sys.executable, SCRIPT, src, dst], env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, SCRIPT, src, dst, "--ft_proj_selector=0"],
+                              env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
     x = images(seed=3)
     assert_same_outputs(model, keras.saving.load_model(keras_file), x)
 
     record = json.load(open(os.path.join(ckpt_dir, "official_import.json")))
     assert tf.train.latest_checkpoint(ckpt_dir) == record["checkpoint"]
+    assert record["ft_proj_selector_source"] == "given"
     saved = tf.train.load_checkpoint(record["checkpoint"]).get_variable_to_shape_map()
     # Every variable, also those of layers kept in lists (block groups, head layers).
     assert sum("model/" in key for key in saved) == len(model.weights)
