@@ -1,4 +1,9 @@
 """Tests for simclr_tf.data.tfds_source: TFDS sources (mocked)."""
+import _thread
+import socket
+import threading
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -100,6 +105,8 @@ def test_a_misspelt_dataset_name_gets_the_nearest_one(name, guess):
 
 
 _REAL_BUILDER = tfds.builder
+# Before conftest's autouse fixture replaces it (tests send no traffic).
+_REAL_PROBE = tfds_source.network_problem
 
 
 class _FakeBuilder:
@@ -151,3 +158,55 @@ def test_download_off_or_failing_says_how_to_prepare_offline(monkeypatch, tmp_pa
     message = str(info.value)
     assert "Downloading it here failed: downloads are disabled in the tests" in message
     assert "`tfds build cifar10 --data_dir=DIR`" in message
+
+
+def _closed_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_offline_machine_is_told_in_seconds_with_the_tfds_build_advice(monkeypatch):
+    """No connection to TFDS's download host: refused at once, nothing downloaded
+    (TFDS's own retries took about 3.5 minutes). The probe goes to a closed port
+    on 127.0.0.1 here."""
+    monkeypatch.setattr(_FakeBuilder, "downloads", [])
+    monkeypatch.setattr(tfds_source.tfds, "builder", _FakeBuilder)
+    monkeypatch.setattr(tfds_source, "network_problem", _REAL_PROBE)
+    port = _closed_port()
+    monkeypatch.setattr(tfds_source, "DOWNLOAD_PROBE", ("127.0.0.1", port))
+    start = time.monotonic()
+    with pytest.raises(tfds_source.DatasetNotPreparedError) as info:
+        registry.get_dataset("my_dataset", data_dir="/data", download=True)
+    assert time.monotonic() - start < tfds_source.PROBE_TIMEOUT_S + 1
+    message = str(info.value)
+    assert f"cannot download it: no connection to 127.0.0.1:{port}" in message
+    assert "`tfds build my_dataset --data_dir=DIR`" in message
+    assert not _FakeBuilder.downloads
+
+
+def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
+    """TFDS's retry loops catch KeyboardInterrupt; the download runs in a thread, so
+    Ctrl-C in the main thread ends the wait at once."""
+    release = threading.Event()
+
+    class _Stuck(_FakeBuilder):
+        def download_and_prepare(self):
+            while not release.is_set():
+                try:
+                    time.sleep(0.05)
+                except KeyboardInterrupt:
+                    pass
+
+    monkeypatch.setattr(_Stuck, "downloads", [])
+    monkeypatch.setattr(tfds_source.tfds, "builder", _Stuck)
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            registry.get_dataset("my_dataset", data_dir="/data", download=True)
+        assert time.monotonic() - start < 3
+    finally:
+        release.set()
+        timer.cancel()

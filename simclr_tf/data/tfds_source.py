@@ -14,6 +14,8 @@ not downloaded) raises DatasetNotPreparedError (a ValueError);
 from __future__ import annotations
 
 import dataclasses
+import socket
+import threading
 from typing import Mapping
 
 import numpy as np
@@ -93,6 +95,28 @@ def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str)
             "--data_dir=DIR.")
 
 
+# Where TFDS downloads from first (its metadata and prepared datasets); reaching it
+# tells an online machine from an offline one in seconds.
+DOWNLOAD_PROBE = ("storage.googleapis.com", 443)
+PROBE_TIMEOUT_S = 5.0
+
+
+def network_problem(address=None, timeout=None) -> str | None:
+    """Why TFDS cannot download from here (the name does not resolve, or no TCP
+    connection within `timeout` seconds), or None when it can reach
+    `DOWNLOAD_PROBE`."""
+    host, port = address or DOWNLOAD_PROBE
+    timeout = PROBE_TIMEOUT_S if timeout is None else timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except socket.gaierror as error:
+        return f"{host} does not resolve ({error.strerror or error}; no network?)"
+    except OSError as error:
+        return (f"no connection to {host}:{port} within {timeout:g} s "
+                f"({error.strerror or type(error).__name__}; offline or behind a firewall?)")
+
+
 def tfds_names() -> list[str]:
     """Dataset names TFDS knows offline, and the configs of our table."""
     try:
@@ -163,13 +187,35 @@ class TFDSSource(DatasetSource):
         self._unlabelled = known.unlabelled_splits if known is not None else ()
 
     def _download(self):
-        """Downloads and prepares the dataset in data_dir (TFDS), then re-reads it."""
+        """Downloads and prepares the dataset in data_dir (TFDS), then re-reads it.
+
+        An offline machine is told in seconds (`network_problem`), not after TFDS's
+        minutes of retries; the download runs in a thread so that Ctrl-C stops it.
+        """
+        problem = network_problem()
+        if problem is not None:
+            raise DatasetNotPreparedError(
+                not_prepared_message(self.name, self.data_dir, self._builder.data_dir)
+                + f" This machine cannot download it: {problem}.")
         print(f"TFDS dataset {self.name!r} is not in {self._builder.data_dir}: "
               "downloading and preparing it there (once; --notfds_download turns this "
-              "off) ...", flush=True)
-        try:
-            self._builder.download_and_prepare()
-        except Exception as error:  # pylint: disable=broad-except  # network, disk, manual
+              "off; Ctrl-C stops it) ...", flush=True)
+        failure = []
+
+        def download():
+            try:
+                self._builder.download_and_prepare()
+            except BaseException as error:  # pylint: disable=broad-except  # reported below
+                failure.append(error)
+
+        # A daemon thread: TFDS's retries swallow KeyboardInterrupt, the main thread
+        # waiting here does not (and the process may exit while it still runs).
+        worker = threading.Thread(target=download, name="tfds-download", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+        if failure:  # network, disk, manual download
+            error = failure[0]
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             raise DatasetNotPreparedError(
                 not_prepared_message(self.name, self.data_dir, self._builder.data_dir)
