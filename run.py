@@ -29,6 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging
 
+from simclr_tf import inherit
 from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
 
 FLAGS = flags.FLAGS
@@ -97,15 +98,28 @@ def grouped_help(width=88):
     return "\n".join(lines)
 
 
-def config_from_flags(flag_values=FLAGS):
-    """The validated Config for parsed flags; raises ConfigError on a bad value."""
+def config_from_flags(flag_values=FLAGS, report=None):
+    """The validated Config for parsed flags; raises ConfigError on a bad value.
+
+    A flag not given is read from the run the command reads (model_dir's flags.json,
+    or --checkpoint's run: `simclr_tf.inherit`); `report(line)` is told which.
+    """
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
     if values["variant"] is not None:
         # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
         check_variant_flags(values["variant"], {
             name: values[name] for name in VARIANT_FLAGS if flag_values[name].present})
     given = [f.name for f in dataclasses.fields(Config) if flag_values[f.name].present]
-    return Config.from_dict(values).with_given(given).validate()
+    config = Config.from_dict(values).with_given(given)
+    try:
+        config, inherited = inherit.inherit(config)
+    except ValueError as error:
+        raise ConfigError("model_dir" if config.model_dir else "checkpoint",
+                          str(error)) from None
+    if inherited is not None and inherited.values and report is not None:
+        report(f"Flags read from {inherited.path} (flags given here win): "
+               f"{inherited.summary(Config())}")
+    return config.validate()
 
 
 def main(argv):
@@ -116,7 +130,7 @@ def main(argv):
         # lines (checkpoint sharding, SavedModel assets, ...) need --verbosity=0.
         logging.set_verbosity(logging.WARNING)
     try:
-        config = config_from_flags()
+        config = config_from_flags(report=print)
     except ConfigError as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)

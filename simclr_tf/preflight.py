@@ -65,7 +65,7 @@ def check(config, strategy, source):
     if config.checkpoint:
         _check_checkpoint(config, mode, context["num_classes"])
     if config.model_dir:
-        _check_model_dir(config.model_dir)
+        _check_model_dir(config.model_dir, reader=not mode.trains)
         latest = checkpoints.latest(config.model_dir)
         if latest:  # what every mode loads first (training resumes it)
             _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
@@ -158,8 +158,10 @@ def _check_checkpoint(config, mode, num_classes):
         _check_recorded_architecture(config, weights, "checkpoint")
 
 
-def _check_model_dir(model_dir):
-    """model_dir is a writable directory, or can be created as one.
+def _check_model_dir(model_dir, reader=False):
+    """model_dir is a writable directory, or can be created as one. A mode that only
+    reads a run (`reader`) is shown how to read one it cannot write: with
+    --checkpoint, its records going to a --model_dir of the user's.
 
     Probed with a file removed at once, written into model_dir or, when it does not
     exist yet, into its nearest existing parent (which must be a directory), so
@@ -180,8 +182,13 @@ def _check_model_dir(model_dir):
             f.write("ok")
         tf.io.gfile.remove(probe_file)
     except (OSError, tf.errors.OpError) as error:
+        advice = "choose another directory."
+        if reader:
+            advice = (f"to read a run you cannot write (another user's), pass "
+                      f"--checkpoint={model_dir} --model_dir=<a directory of yours> "
+                      "(its flags are read from the run; the records go to yours).")
         raise ConfigError("model_dir", f"{model_dir!r} is not writable "
-                          f"({error}); choose another directory.") from None
+                          f"({error}); {advice}") from None
 
 
 def _check_recorded_flags(config):

@@ -1,0 +1,169 @@
+"""A finished run's flags, read back so that later modes need not retype them.
+
+`run.py --mode=eval --model_dir=<run>` evaluates with the architecture, the data and
+the training mode the run recorded in its flags.json (as keras-hub's
+`from_preset(dir)` reads `config.json`); so do export, embed and linear_probe, a
+rerun or extension of a training run, and `--train_mode=finetune --checkpoint=<run>
+--model_dir=<new>` (which reads the run's model and data, not its optimisation).
+A flag given on the command line or in a flagfile always wins: a given flag that
+contradicts the weights is then refused by preflight, naming both values.
+
+Which run is read (`recorded_run`):
+- model_dir's flags.json (the run being resumed, extended or read);
+- else --checkpoint's run: a run directory, a checkpoint prefix in one, or one of
+  our exports (`run/saved_model/<step>`).
+
+What is read (`inherited_flags`): from model_dir's own record, every flag but the
+run's identity and the machine (`NEVER_READ`); from another run, its model and its
+data (`MODEL_AND_DATA`) for training, and for reader modes also how it was trained
+(its supervised head).
+
+Pure Python (no TensorFlow), so that flag errors stay fast; a record on a remote
+file system (`gs://`) is read with TensorFlow's file API.
+"""
+import dataclasses
+import json
+import os
+
+from simclr_tf import architecture, modes
+
+FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
+# Never read from a record: which run and mode this is, and the machine it runs on.
+NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
+              "variant", "master", "use_tpu", "tpu_name", "tpu_zone", "gcp_project",
+              "strategy", "peer_wait_secs", "eval_wait_secs")
+# What another run's weights need: the model, the data it was trained on.
+DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
+MODEL_AND_DATA = architecture.ARCHITECTURE_FLAGS + ("encoder_config",) + DATA_FLAGS
+# What a reader of another run's weights needs besides: the heads the run trained.
+HEADS = ("train_mode", "lineareval_while_pretraining", "ft_proj_selector",
+         "batch_norm_decay", "global_bn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Inherited:
+    """What `inherit` read: the record's path and {flag: value} taken from it."""
+    path: str
+    values: dict
+
+    def summary(self, defaults):
+        """One line: the model, data and head flags read that differ from their
+        defaults (`--dataset=digits ...`), and how many other flags were read."""
+        differing = {name: value for name, value in self.values.items()
+                     if value != getattr(defaults, name)}
+        shown = [f"--{name}={_shown(value)}" for name, value in differing.items()
+                 if name in MODEL_AND_DATA + HEADS]
+        others = len(self.values) - len(shown)
+        return " ".join(shown + ([f"(and {others} other flag{'s' * (others != 1)})"]
+                                 if others else [])) or "the defaults"
+
+
+def _shown(value):
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+def _is_remote(path):
+    return "://" in path
+
+
+def _exists(path):
+    if _is_remote(path):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.io.gfile.exists(path)
+    return os.path.exists(path)
+
+
+def _isdir(path):
+    if _is_remote(path):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.io.gfile.isdir(path)
+    return os.path.isdir(path)
+
+
+def _read(path):
+    if _is_remote(path):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def run_of_checkpoint(path):
+    """The run directory of a --checkpoint value (ours), or None.
+
+    A run directory; a checkpoint prefix in one (`run/ckpt-100`); an export
+    (`run/saved_model/<step>`, or its `variables/variables` prefix).
+    """
+    path = os.fspath(path).rstrip("/")
+    if path.endswith(os.path.join("variables", "variables")):
+        path = os.path.dirname(os.path.dirname(path))  # the export's directory
+    if _isdir(path):
+        parent = os.path.dirname(path)
+        if os.path.basename(parent) == "saved_model":
+            return os.path.dirname(parent)
+        return path
+    return os.path.dirname(path) or "."
+
+
+def recorded_run(config):
+    """`(flags.json path, own)` of the run `config` reads, or None: model_dir's
+    record (own=True) or --checkpoint's run's (own=False)."""
+    if config.model_dir:
+        path = os.path.join(config.model_dir, FLAGS_FILE)
+        if _exists(path):
+            return path, True
+    if config.checkpoint:
+        run_dir = run_of_checkpoint(config.checkpoint)
+        path = os.path.join(run_dir, FLAGS_FILE) if run_dir else None
+        if path and _exists(path):
+            return path, False
+    return None
+
+
+def inherited_flags(mode, own):
+    """The flags read from a record: all but `NEVER_READ` from model_dir's own, the
+    model and data (and for a reader mode the heads) from another run's."""
+    if own:
+        return None  # every flag but NEVER_READ
+    return MODEL_AND_DATA + (() if modes.get(mode).trains else HEADS)
+
+
+def inherit(config):
+    """`config` with each flag that was not given taken from the run it reads.
+
+    Args:
+        config: a Config that knows its given flags (`Config.with_given`), before
+            validation.
+
+    Returns:
+        `(config, Inherited or None)`.
+
+    Raises:
+        ValueError: the record cannot be read (not JSON, not an object).
+    """
+    found = recorded_run(config)
+    if found is None:
+        return config, None
+    path, own = found
+    try:
+        recorded = _read(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path!r} cannot be read ({error}); repair or remove it, or "
+                         "pass every flag of the run.") from None
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path!r} holds {type(recorded).__name__}, not a JSON object "
+                         "of settings; repair or remove it, or pass every flag of the run.")
+    names = inherited_flags(config.mode, own)
+    fields = {f.name for f in dataclasses.fields(config)}
+    given = set(name for name in fields if config.is_given(name))
+    if "variant" in given:  # it decides these three
+        given |= {"resnet_depth", "width_multiplier", "sk_ratio"}
+    values = {name: recorded[name] for name in sorted(fields)
+              if name in recorded and name not in NEVER_READ and name not in given
+              and (names is None or name in names)
+              and recorded[name] != getattr(config, name)}
+    if not values:
+        return config, Inherited(path, {})
+    updated = dataclasses.replace(config, **values)
+    return updated.with_given(given), Inherited(path, values)

@@ -1,0 +1,138 @@
+"""A finished run's flags read back (simclr_tf.inherit): every mode after training needs
+only --model_dir (or --checkpoint), flags given on the command line win, a given flag
+that contradicts the weights is refused naming both values."""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+
+import run
+from simclr_tf import inherit
+from simclr_tf.config import Config, ConfigError
+from helpers.run_fixtures import TINY
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CONFIG_FLAGS = [f for f in Config.__dataclass_fields__]
+
+
+def _flag_values(argv):
+    values = flags.FlagValues()
+    for name in CONFIG_FLAGS:
+        values[name] = copy.deepcopy(run.FLAGS[name])
+    values(["run.py", *argv])
+    return values
+
+
+def _config(argv):
+    lines = []
+    config = run.config_from_flags(_flag_values(argv), report=lines.append)
+    return config, lines
+
+
+def _recorded_run(directory, **overrides):
+    """A run directory with only its flags.json (what inherit reads)."""
+    os.makedirs(directory, exist_ok=True)
+    values = Config.from_dict(dict(TINY, mode="train_then_eval", train_steps=4,
+                                   strategy="mirrored", checkpoint="/elsewhere/ckpt-9",
+                                   **overrides)).to_dict()
+    with open(os.path.join(directory, "flags.json"), "w") as f:
+        json.dump(values, f)
+    return str(directory)
+
+
+def test_a_reader_mode_reads_every_flag_but_the_runs_identity_and_machine(tmp_path):
+    run_dir = _recorded_run(tmp_path / "run", train_mode="finetune", label_fraction=0.5)
+    config, lines = _config([f"--model_dir={run_dir}", "--mode=eval"])
+    for name, value in TINY.items():  # the model and the data
+        assert getattr(config, name) == value, name
+    assert config.label_fraction == 0.5 and config.train_steps == 4
+    # Never read: the mode given, the init checkpoint, the machine.
+    assert (config.mode, config.checkpoint, config.strategy) == ("eval", None, "auto")
+    assert lines == [f"Flags read from {run_dir}/flags.json (flags given here win): "
+                     "--dataset=digits --eval_split=test --image_size=16 "
+                     "--num_proj_layers=2 --proj_out_dim=16 --resnet_depth=18 --stem=cifar "
+                     "--train_mode=finetune --width_multiplier=0.125 (and 10 other flags)"]
+
+
+def test_flags_given_win_and_are_not_read(tmp_path):
+    run_dir = _recorded_run(tmp_path / "run")
+    config, _ = _config([f"--model_dir={run_dir}", "--mode=eval", "--eval_split=train",
+                         "--image_size=32", "--use_blur=true"])
+    assert (config.eval_split, config.image_size, config.use_blur) == ("train", 32, True)
+    assert config.resnet_depth == 18  # not given: read
+    # A flag given at its default value is given too.
+    config, _ = _config([f"--model_dir={run_dir}", "--mode=eval", "--width_multiplier=1"])
+    assert config.width_multiplier == 1
+    # --variant decides depth, width and selective kernels: none of them is read.
+    config, _ = _config([f"--model_dir={run_dir}", "--mode=eval", "--variant=r50_1x_sk0"])
+    assert (config.resnet_depth, config.width_multiplier) == (50, 1)
+    assert config.is_given("resnet_depth") and not config.is_given("dataset")
+
+
+def test_another_runs_checkpoint_gives_its_model_and_data_not_its_optimisation(tmp_path):
+    run_dir = _recorded_run(tmp_path / "run", learning_rate=0.7)
+    for checkpoint in (run_dir, f"{run_dir}/ckpt-4", f"{run_dir}/saved_model/4",
+                       f"{run_dir}/saved_model/4/variables/variables"):
+        os.makedirs(f"{run_dir}/saved_model/4/variables", exist_ok=True)
+        config, _ = _config(["--train_mode=finetune", f"--checkpoint={checkpoint}",
+                             f"--model_dir={tmp_path / 'ft'}", "--label_fraction=0.1"])
+        assert (config.dataset, config.image_size, config.width_multiplier,
+                config.eval_split) == ("digits", 16, 0.125, "test"), checkpoint
+        assert config.learning_rate == 0.3 and config.temperature == 0.1  # the defaults
+        assert config.train_mode == "finetune" and config.checkpoint == checkpoint
+    # A reader mode of another run reads how it was trained too (its heads).
+    config, _ = _config(["--mode=eval", f"--checkpoint={run_dir}",
+                         f"--model_dir={tmp_path / 'mine'}"])
+    assert config.lineareval_while_pretraining and config.dataset == "digits"
+    assert config.model_dir == str(tmp_path / "mine")
+
+
+def test_nothing_to_read_leaves_the_flags_alone(tmp_path):
+    config, lines = _config([f"--model_dir={tmp_path / 'new'}", "--dataset=digits",
+                             "--image_size=16", "--eval_split=test"])
+    assert lines == [] and config.resnet_depth == 50
+    assert inherit.inherit(config)[1] is None
+
+
+def test_an_unreadable_record_is_a_flag_error(tmp_path):
+    (tmp_path / "flags.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"--model_dir: .*flags.json' cannot be read"):
+        _config([f"--model_dir={tmp_path}", "--mode=eval"])
+    (tmp_path / "flags.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="holds list, not a JSON object"):
+        _config([f"--model_dir={tmp_path}", "--mode=eval"])
+
+
+def test_inheriting_needs_no_tensorflow():
+    code = ("import sys, simclr_tf.inherit; "
+            "assert 'tensorflow' not in sys.modules, 'TensorFlow imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+@pytest.mark.large  # 32 s: five modes of run.py on the shared tiny run
+def test_every_mode_after_training_needs_only_the_run(tiny_run, tmp_path):
+    """eval, export, linear_probe, embed with --model_dir alone; fine-tuning with
+    --checkpoint alone; a given flag that contradicts the weights is refused."""
+    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    run_dir = str(tmp_path / "run")
+    tiny_run.copy_to(run_dir)
+    eval_config, _ = _config(["--mode=eval", f"--model_dir={run_dir}"])
+    result = experiment.run(eval_config)
+    assert result["global_step"] == tiny_run.STEPS
+    assert 0 <= result["eval/label_top_1_accuracy"] <= 1
+    for mode in ("export", "linear_probe", "embed"):
+        config, _ = _config([f"--mode={mode}", f"--model_dir={run_dir}"])
+        assert experiment.run(config), mode
+    assert os.listdir(os.path.join(run_dir, "saved_model"))
+    finetune, _ = _config(["--train_mode=finetune", f"--checkpoint={run_dir}",
+                           "--label_fraction=0.1", "--train_steps=1",
+                           "--train_batch_size=16", f"--model_dir={tmp_path / 'ft'}"])
+    assert experiment.run(finetune)["global_step"] == 1
+    with pytest.raises(ConfigError, match=r"--resnet_depth=18"):
+        experiment.run(_config(["--mode=eval", f"--model_dir={run_dir}",
+                                "--resnet_depth=50"])[0])
