@@ -124,7 +124,8 @@ def config_from_flags(flag_values=FLAGS, report=None):
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        _usage_error(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a "
+                     "--flag=value (run.py --help lists them).")
     if not FLAGS["verbosity"].present:
         # Quiet by default: what a run does is printed; TensorFlow's and our INFO
         # lines (checkpoint sharding, SavedModel assets, ...) need --verbosity=0.
@@ -206,12 +207,32 @@ def interrupted_exit_status(signum):
     return 128 + int(signum)
 
 
+def _usage_error(message):
+    """A bad command line, in the one format of every flag error: exit status 2."""
+    print(f"run.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_flags(argv):
+    """absl's parsing, its errors (an unknown flag, a value of the wrong type, an
+    unreadable flagfile) said as every other flag error is."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        message = re.sub(r"^(ERROR::\s*|flag (?=--))", "", str(error).strip())
+        if message.startswith("Unknown command line flag"):
+            message += " (run.py --help lists the flags)"
+        if re.match(r"[A-Z][a-z]", message):
+            message = message[0].lower() + message[1:]
+        _usage_error(message)
+
+
 def console_main():
     """The `simclr-tf` command (setup.py entry point): run.py's flags and flagfiles."""
     if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
         print(grouped_help())
         sys.exit(0)
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 _define_flags()

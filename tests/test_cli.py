@@ -67,3 +67,19 @@ def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
     assert seen["1"] == ["W0000 00:00:1796120375.784154   23873 cpu_feature.cc:9] slow",
                          "a line of our own"]
     assert seen["2"] == ["a line of our own"]
+
+
+def test_absl_parse_errors_are_flag_errors_in_the_one_format():
+    """A value of the wrong type, an unknown flag, a missing flagfile, a stray
+    argument: `run.py: error: ...` and exit 2, as every flag error (absl's own is
+    'FATAL Flags parsing error' and exit 1). Before TensorFlow is imported."""
+    cases = {"--train_steps=abc": "run.py: error: --train_steps=abc: invalid literal",
+             "--tempreature=0.5": "run.py: error: unknown command line flag 'tempreature'",
+             "--flagfile=/nonexistent.flags": "run.py: error: unable to open flagfile",
+             "stray": "run.py: error: unexpected arguments 'stray'"}
+    for argument, expected in cases.items():
+        result = subprocess.run([sys.executable, os.path.join(REPO, "run.py"), argument],
+                                capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert result.returncode == 2, (argument, result.stderr)
+        assert result.stderr.startswith(expected), (argument, result.stderr)
+        assert "FATAL" not in result.stderr and "Traceback" not in result.stderr
