@@ -225,7 +225,7 @@ history = model.fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch, ver
     keras.callbacks.TerminateOnNaN()])
 print({name: [round(float(v), 4) for v in values]
        for name, values in history.history.items()
-       if name in ("contrast_loss", "contrast_acc", "sup_loss", "label_acc")})
+       if name in ("contrast_loss", "contrast_acc", "supervised_loss", "supervised_acc")})
 assert np.isfinite(history.history["loss"]).all()"""),
  ("md", "## Use the encoder: h of a few images"),
  ("code", """source = registry.get_dataset("digits")

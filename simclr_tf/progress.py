@@ -18,20 +18,18 @@ import keras
 
 STYLES = ("auto", "bar", "lines", "none")
 
-# (log name, label) in the order shown; missing ones are skipped. While pretraining
-# the supervised loss is the online linear head's (on stop_gradient(h)), shown apart
-# as head_*; fine-tuning shows it as the loss it is.
+# (log name, label) in the order shown; missing ones are skipped. Each metric has one
+# name on the console, in TensorBoard (train/<name>), result.json and fit()'s logs
+# (the authors' names); while pretraining, supervised_* is the online linear head's
+# (on stop_gradient(h)).
 _SHOWN = (("contrast_loss", "contrast_loss"), ("contrast_acc", "contrast_acc"),
-          ("sup_loss", "head_loss"), ("label_acc", "head_acc"),
+          ("supervised_loss", "supervised_loss"), ("supervised_acc", "supervised_acc"),
           ("learning_rate", "lr"), ("examples_per_sec", "img/s"))
-_FINE_TUNING = {"sup_loss": "supervised_loss", "label_acc": "supervised_acc"}
 
 
 def _shown(logs):
     """(name, label) of the logs shown, in order."""
-    pretraining = "contrast_loss" in logs
-    return [(name, label if pretraining else _FINE_TUNING.get(name, label))
-            for name, label in _SHOWN if name in logs]
+    return [(name, label) for name, label in _SHOWN if name in logs]
 
 
 def style_for(style, stream=None):
@@ -78,7 +76,7 @@ class TrainingProgress:
         if self.style == "bar":
             self._bar = keras.utils.Progbar(
                 self.total_steps - self.start_step, verbose=1,
-                stateful_metrics=[label for _, label in _SHOWN] + list(_FINE_TUNING.values()))
+                stateful_metrics=[label for _, label in _SHOWN])
 
     def seconds_per_step(self, now=None):
         """Steady-state seconds per step (None before two calls)."""

@@ -32,8 +32,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 # Every metric a step can return; which ones it does depends on train_mode, the
 # supervised head and loss scaling. Known up front for `simclr_tf.keras_fit`, whose
 # Keras metric trackers must exist before the first step is traced.
-METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "sup_loss",
-           "label_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples")
+METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "supervised_loss",
+           "supervised_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples")
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value
 # (grad_norm is already global: `global_grad_norm`, equal on every replica).
@@ -222,7 +222,7 @@ class Trainer:
         loss = contrastive.loss
         if logits is not None:
             sup_loss = losses.supervised_loss(labels, logits)
-            metrics.update(sup_loss=sup_loss, **self._label_accuracy(labels, logits))
+            metrics.update(supervised_loss=sup_loss, **self._label_accuracy(labels, logits))
             loss = loss + sup_loss
         return loss, metrics
 
@@ -294,7 +294,8 @@ class Trainer:
         def compute_loss():
             logits = self._logits(self.model(images, training=True))
             sup_loss = losses.supervised_loss(labels, logits)
-            return sup_loss, dict(sup_loss=sup_loss, **self._label_accuracy(labels, logits))
+            return sup_loss, dict(supervised_loss=sup_loss,
+                                  **self._label_accuracy(labels, logits))
 
         metrics = self._optimize(compute_loss)
         metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
@@ -345,7 +346,7 @@ class Trainer:
         count = distribute.cross_replica_sum(tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
         correct = losses.top_k_correct(labels, logits, 1)
         replicas = float(distribute.num_replicas_in_sync())
-        return dict(label_acc=correct * replicas / tf.maximum(count, 1.0))
+        return dict(supervised_acc=correct * replicas / tf.maximum(count, 1.0))
 
     # ----- distributed functions ---------------------------------------------------
 

@@ -96,7 +96,7 @@ def test_one_chunk_equals_the_plain_step_bn_included(optimizer_name):
     plain, model_b = _trainer(0, optimizer_name)
     logs_a = cached.train_steps(_iterator(), 2)
     logs_b = plain.train_steps(_iterator(), 2)
-    for name in ("loss", "contrast_loss", "sup_loss", "contrast_acc", "grad_norm"):
+    for name in ("loss", "contrast_loss", "supervised_loss", "contrast_acc", "grad_norm"):
         np.testing.assert_allclose(logs_a[name], logs_b[name], rtol=1e-5, err_msg=name)
     # Every weight, BN moving statistics included (updated once per chunk, not twice).
     for a, b in zip(model_a.weights, model_b.weights):

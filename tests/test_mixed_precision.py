@@ -59,7 +59,7 @@ def test_low_precision_step_tracks_float32(precision, float32_step):
     assert all(w.dtype == "float32" for w in model.weights)
     moving = [w for w in model.non_trainable_weights if "moving" in w.path]
     assert moving and all(w.dtype == "float32" for w in moving)
-    for name in ("loss", "contrast_loss", "sup_loss"):
+    for name in ("loss", "contrast_loss", "supervised_loss"):
         assert logs[name].dtype == np.float32 and np.isfinite(logs[name])
         np.testing.assert_allclose(logs[name], logs_fp32[name], rtol=0.03, err_msg=name)
     # The weight updates point the same way as float32's (cosine > 0.9 per tensor

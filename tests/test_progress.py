@@ -24,7 +24,7 @@ class _Clock:
         return self.times.pop(0)
 
 
-LOGS = dict(contrast_loss=10.5, contrast_acc=0.125, sup_loss=101.8, label_acc=0.3125,
+LOGS = dict(contrast_loss=10.5, contrast_acc=0.125, supervised_loss=101.8, supervised_acc=0.3125,
             learning_rate=0.46, examples_per_sec=34.0, loss=114.9)
 
 
@@ -50,7 +50,7 @@ def test_lines_show_the_run_contrast_first_and_an_eta_without_tracing():
     assert line.endswith("\n") and "\r" not in line and "\b" not in line
     assert line.startswith("step 4/10 (epoch 1.60 of 4.00) | ")
     assert line.index("contrast_loss 10.5") < line.index("contrast_acc 0.125") < line.index(
-        "head_loss 101.8") < line.index("head_acc 0.3125")
+        "supervised_loss 101.8") < line.index("supervised_acc 0.3125")
     assert "lr 0.46" in line
     assert "1 s/step, ETA 6s" in line  # (33 - 30) s / (4 - 1) steps; 6 steps left
 
@@ -62,7 +62,7 @@ def test_a_resumed_run_has_one_bar_over_the_steps_left(capsys):
         view.update(step, LOGS)
     out = capsys.readouterr().out
     assert "4/4" in out and "/2" not in out  # one bar, not one per segment
-    assert out.index("contrast_loss") < out.index("head_loss")
+    assert out.index("contrast_loss") < out.index("supervised_loss")
 
 
 def test_durations_read_like_a_clock():
@@ -71,10 +71,10 @@ def test_durations_read_like_a_clock():
     assert progress.format_duration(7260) == "2h01m"
 
 
-def test_fine_tuning_shows_the_supervised_loss_as_the_loss():
+def test_fine_tuning_shows_the_supervised_loss_by_its_one_name():
     stream = _Stream(tty=False)
     view = progress.TrainingProgress(total_steps=4, style="lines", stream=stream)
-    view.log(4, dict(sup_loss=2.3, label_acc=0.1, learning_rate=0.1))
+    view.log(4, dict(supervised_loss=2.3, supervised_acc=0.1, learning_rate=0.1))
     assert "supervised_loss 2.3 supervised_acc 0.1" in stream.getvalue()
 
 

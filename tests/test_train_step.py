@@ -126,7 +126,7 @@ def test_lars_steps_match_one_replica():
     for num_replicas in (2, 4):
         logs_k, weights_k = _pretrain(num_replicas, weights, steps)
         for log_k, log_1 in zip(logs_k, logs_1):
-            for name in ("loss", "contrast_loss", "sup_loss", "contrast_acc", "label_acc",
+            for name in ("loss", "contrast_loss", "supervised_loss", "contrast_acc", "supervised_acc",
                          "contrast_entropy", "learning_rate", "num_examples"):
                 np.testing.assert_allclose(log_k[name], log_1[name], rtol=1e-5, atol=1e-6,
                                            err_msg=name)
@@ -184,7 +184,7 @@ def test_finetune_and_eval_match_one_replica():
     logs_1, weights_1, result_1 = _finetune(1, weights, steps, (eval_images, eval_labels))
     logs_2, weights_2, result_2 = _finetune(2, weights, steps, (eval_images, eval_labels))
     for log_2, log_1 in zip(logs_2, logs_1):
-        for name in ("loss", "sup_loss", "label_acc", "weight_decay"):
+        for name in ("loss", "supervised_loss", "supervised_acc", "weight_decay"):
             np.testing.assert_allclose(log_2[name], log_1[name], rtol=1e-5, err_msg=name)
     for w_2, w_1 in zip(weights_2, weights_1):
         np.testing.assert_allclose(w_2, w_1, atol=1e-5, rtol=1e-5)
@@ -335,7 +335,7 @@ def test_head_learning_rate_leaves_the_encoder_bit_exact():
         else:
             np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert plain_logs["contrast_loss"] == slow_logs["contrast_loss"]
-    assert plain_logs["sup_loss"] != slow_logs["sup_loss"]
+    assert plain_logs["supervised_loss"] != slow_logs["supervised_loss"]
 
 
 def test_step_options_are_made_once_and_taken_by_trainer_and_fit():

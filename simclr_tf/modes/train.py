@@ -66,7 +66,7 @@ def train(config, strategy, context):
 
     def log(step, logs):
         progress.log(step, logs)
-        return write_train_summaries(writer, step, logs, trainer.optimizer)
+        return write_train_summaries(writer, step, logs)
 
     hooks = [loop.Every(config.log_every_steps or plan.checkpoint_steps, log)]
     if config.knn_eval_split and config.train_mode == "pretrain":
@@ -127,13 +127,14 @@ def write_hparams(writer, config):
     writer.flush()
 
 
-def write_train_summaries(writer, step, logs, optimizer):
+def write_train_summaries(writer, step, logs):
     """TensorBoard scalars of a checkpoint interval under the authors' names, as
-    their means over the interval; `train/learning_rate` is the rate at `step`, as
-    theirs. Returns the values (for result.json)."""
+    their means over the interval; `train/learning_rate` is the rate the interval's
+    last step trained with, the one the console's last line shows (the authors write
+    the rate after that step: 0.0 at the end of the cosine). Returns the values (for
+    result.json)."""
     values = {f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()
               if k not in ("num_examples",)}
-    values["train/learning_rate"] = float(optimizer.learning_rate)
     parts.write_scalars(writer, step, values)
     return values
 
@@ -152,8 +153,7 @@ def _worker_scratch_dir(model_dir, strategy):
 # train/contrast_loss, train/contrast_acc, train/contrast_entropy,
 # train/supervised_loss, train/supervised_acc, train/weight_decay,
 # train/learning_rate); our extras (grad_norm, examples_per_sec) keep their names.
-SUMMARY_NAMES = dict(loss="total_loss", sup_loss="supervised_loss",
-                     label_acc="supervised_acc")
+SUMMARY_NAMES = dict(loss="total_loss")
 
 
 def write_view_summary(config, source, split, writer, num_images=8):
