@@ -212,10 +212,12 @@ class Config:
         "this many images (embeddings first without gradients, then each chunk again "
         "with them): memory of one chunk, loss over the whole batch, BN statistics "
         "per chunk, ~1.33x compute. Must divide the per-replica batch.")
-    log_every_steps: int = _run(
-        100, "Steps between TensorBoard scalars (the authors' train/* names, as means "
-        "over the interval) and progress lines; one is also written at the last step. "
-        "0 = at checkpoints only, as the authors' code.")
+    log_every_steps: Optional[int] = _run(
+        None, "Steps between TensorBoard scalars (the authors' train/* names, as means "
+        "over the interval), metrics.jsonl lines and progress lines; one is also "
+        "written at the last step. 0 = at checkpoints only, as the authors' code. "
+        "Unset: 1/50 of the run's steps, at most 100, so a short run has a curve; "
+        "progress lines then about every fifth of the run, at most every 100 steps.")
     progress: str = _run(
         "auto", "What training shows: 'bar' (one bar for the whole run, redrawn in "
         "place), 'lines' (one plain line per --log_every_steps, for logs and "

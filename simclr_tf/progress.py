@@ -51,6 +51,21 @@ def format_duration(seconds):
     return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
+class _SteadyBar(keras.utils.Progbar):
+    """Keras' progress bar whose ETA counts steady-state steps only (Keras' own
+    counts the first call, which includes tracing and compiling: it showed 2:03 for
+    a 34 s run)."""
+
+    def __init__(self, target, seconds_per_step, **kwargs):
+        super().__init__(target, **kwargs)
+        self._seconds_per_step = seconds_per_step
+
+    def _estimate_step_duration(self, current, now):
+        steady = self._seconds_per_step()
+        return steady if steady is not None else super()._estimate_step_duration(
+            current, now)
+
+
 class TrainingProgress:
     """Progress of one training run, from `start_step` to `total_steps`.
 
@@ -72,10 +87,10 @@ class TrainingProgress:
         self._clock = clock
         self._steady_since = None  # (time, step) after the first call
         self._last_step = self.start_step
-        self._bar = None
+        self._bar, self._bar_drawn = None, False
         if self.style == "bar":
-            self._bar = keras.utils.Progbar(
-                self.total_steps - self.start_step, verbose=1,
+            self._bar = _SteadyBar(
+                self.total_steps - self.start_step, self.seconds_per_step, verbose=1,
                 stateful_metrics=[label for _, label in _SHOWN])
 
     def seconds_per_step(self, now=None):
@@ -92,11 +107,24 @@ class TrainingProgress:
         """After a compiled call that brought the run to `step`, with its logs."""
         now = self._clock()
         self._last_step = int(step)
-        if self._steady_since is None:
+        first = self._steady_since is None
+        if first:
             self._steady_since = (now, self._last_step)  # tracing excluded
-        if self._bar is not None:
+        # The bar appears with the second call: its ETA needs a steady-state step.
+        if self._bar is not None and (not first or self._last_step >= self.total_steps):
             values = [(label, float(logs[name])) for name, label in _shown(logs)]
             self._bar.update(self._last_step - self.start_step, values=values)
+            self._bar_drawn = True
+
+    def note(self, text):
+        """A line of its own while the run trains (an evaluation's result): in the
+        'bar' style after a line break, so it never glues onto the bar, which is
+        redrawn below it; printed in every style ('none' only hides the progress)."""
+        if self._bar is not None and self._bar_drawn:
+            self.stream.write("\n")
+            self._bar_drawn = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
 
     def log(self, step, logs):
         """In the 'lines' style, one line for `step` with `logs` (the interval's

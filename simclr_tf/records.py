@@ -11,6 +11,8 @@ only:
   so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
   run directories open.
 - `read_json(path)`: a result (or any record) as a dict.
+- `MetricsLog`: `metrics.jsonl`, one line per logging interval of training (what
+  TensorBoard shows, for scripts and plots that read no event files).
 - `write_result(model_dir, mode, results)`: a mode's result, merged into the one
   already there.
 - `flag_changes(model_dir, config)`: the flags of a training run that differ from
@@ -39,6 +41,7 @@ import dataclasses
 import datetime
 import json
 import os
+import time
 import uuid
 
 import tensorflow as tf
@@ -72,6 +75,65 @@ FREE_FLAGS = (
 # recorded in the history like every other change.
 EXTENSION_FLAGS = ("train_steps", "train_epochs")
 HISTORY_FILE = "flags_history.json"
+
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLog:
+    """`model_dir/metrics.jsonl`: one JSON object per logging interval of training,
+    `{"step": 100, "time": <unix seconds>, "train/contrast_loss": ..., ...}` (the
+    TensorBoard scalars of that step, under the same names), oldest first.
+
+    Each line is appended with one write and a reader skips a line cut short (a
+    kill mid-write). A run that resumes from step s first drops the lines after s
+    (steps it trains again), so every step appears once.
+
+    Args:
+        model_dir: the run directory.
+        start_step: the step the run starts from.
+        write_guard: called before each write (`run_lock.ModelDirLock.check`).
+    """
+
+    def __init__(self, model_dir, *, start_step, write_guard=None):
+        self.path = os.path.join(model_dir, METRICS_FILE)
+        self._guard = write_guard
+        if tf.io.gfile.exists(self.path):
+            lines = read_metrics(self.path)
+            kept = [line for line in lines if line["step"] <= start_step]
+            with tf.io.gfile.GFile(self.path) as f:
+                intact = f.read().endswith("\n") or not lines
+            if len(kept) != len(lines) or not intact:
+                atomic_write(self.path, "".join(
+                    json.dumps(line) + "\n" for line in kept))
+
+    def append(self, step, values):
+        if self._guard is not None:
+            self._guard()
+        line = json.dumps(dict({"step": int(step), "time": round(time.time(), 3)},
+                               **{k: float(v) for k, v in values.items()}))
+        try:
+            with tf.io.gfile.GFile(self.path, "a") as f:
+                f.write(line + "\n")
+        except (OSError, tf.errors.OpError):
+            # A file system without appends (object stores): the whole file, anew.
+            previous = read_metrics(self.path) if tf.io.gfile.exists(self.path) else []
+            atomic_write(self.path, "".join(json.dumps(old) + "\n" for old in previous)
+                         + line + "\n")
+
+
+def read_metrics(path):
+    """The lines of a `metrics.jsonl` as dicts (a line cut short is skipped)."""
+    lines = []
+    with tf.io.gfile.GFile(path) as f:
+        for text in f:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(line, dict) and isinstance(line.get("step"), int):
+                lines.append(line)
+    return lines
 
 
 def record_path(model_dir, kind, mode, *, step=None):

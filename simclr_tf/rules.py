@@ -45,6 +45,23 @@ def check_num_proj_layers(mode, num_proj_layers):
                          f"(SimCLRv1) or 3 (v2). Received: num_proj_layers={num_proj_layers!r}")
 
 
+def log_intervals(log_every_steps, total_steps, checkpoint_steps):
+    """`(scalars, lines)`: steps between TensorBoard scalars (and metrics.jsonl
+    lines), and between progress lines.
+
+    --log_every_steps=N gives both N; 0 both the checkpoint interval (the authors'
+    cadence); unset (None), scalars every 1/50 of the run (at most 100 steps: a
+    281-step run gets 57 points, not 3) and lines about every fifth of it (at most
+    100 steps), a multiple of the scalars' interval.
+    """
+    if log_every_steps is not None:
+        every = int(log_every_steps) or int(checkpoint_steps)
+        return every, every
+    scalars = max(1, min(100, int(total_steps) // 50))
+    target = max(1, min(100, int(total_steps) // 5))
+    return scalars, max(scalars, target // scalars * scalars)
+
+
 def num_head_layers(mode, num_proj_layers):
     """Dense layers of a projection head of this mode."""
     return {"none": 0, "linear": 1, "nonlinear": int(num_proj_layers)}[mode]

@@ -46,6 +46,8 @@ def validate(config):
                      "log_every_steps")
     for name in _non_negative:
         value = getattr(config, name)
+        if value is None and name == "log_every_steps":
+            continue  # unset: rules.log_intervals decides
         if not (math.isfinite(value) and value >= 0):
             raise ConfigError(name, f"must be >= 0; got {value!r}.")
     if not 0.0 < config.batch_norm_decay < 1.0:

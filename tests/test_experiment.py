@@ -321,11 +321,23 @@ def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path,
                                rtol=1e-4)
 
 
-@pytest.mark.large  # 24 s
-def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path,
+def _points(log_dir, tag):
+    """(step, value) of every TensorBoard point of `tag` under log_dir (top level)."""
+    points = []
+    for event_file in tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            points += [(event.step, float(tf.make_ndarray(value.tensor)))
+                       for value in event.summary.value if value.tag == tag]
+    return sorted(points)
+
+
+@pytest.mark.large  # 41 s with the rerun
+def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path, capsys,
                                                                    skip_final_export):
     """The quick start's closing probe: features of every example of both splits (the
-    distributed extractor), an L-BFGS probe for the trained and for a random encoder."""
+    distributed extractor), an L-BFGS probe for the trained and for a random encoder;
+    said before it starts and per encoder (it was silent for 1.5 minutes), and a
+    TensorBoard scalar each, once however often the finished run is rerun."""
     cfg = config(train_steps=2, mode="train", final_linear_probe=True,
                  train_split="train[:300]", eval_split="test[:200]",
                  model_dir=str(tmp_path / "run"))
@@ -336,6 +348,24 @@ def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path,
         assert round(results[name] * 200) == pytest.approx(results[name] * 200, abs=1e-6)
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved["linear_probe/pretrained"] == pytest.approx(results["linear_probe/pretrained"])
+    out = capsys.readouterr().out
+    assert out.index("Final linear probe: features of the 300 train[:300] and 200 "
+                     "test[:200] examples") < out.index("  pretrained encoder: top-1") < \
+        out.index("  random init encoder: top-1") < out.index("Linear probe (L-BFGS")
+    experiment.run(cfg)  # the finished command again: same probe, no second point
+    for name in ("linear_probe/pretrained", "linear_probe/random_init"):
+        assert _points(str(tmp_path / "run"), name) == [(2, pytest.approx(results[name]))]
+
+
+def test_rerunning_an_evaluation_adds_no_second_point(tiny_run, tmp_path):
+    """--mode=eval twice on one checkpoint: one TensorBoard point per scalar (reruns
+    added duplicates), the record written once more with the same values."""
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="eval")
+    first = experiment.run(cfg)
+    second = experiment.run(cfg)
+    assert first == second
+    tag = "eval/label_top_1_accuracy"
+    assert _points(cfg.model_dir, tag) == [(tiny_run.STEPS, pytest.approx(first[tag]))]
 
 
 def test_a_waiting_evaluator_that_sees_no_checkpoint_fails_and_says_so(tmp_path):

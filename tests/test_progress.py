@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from simclr_tf import progress, train
+from simclr_tf import progress, rules, train
 
 
 class _Stream(io.StringIO):
@@ -106,3 +106,42 @@ def test_the_loop_updates_the_run_progress_after_every_call(capsys):
     assert recorder.steps == [(2, 1.0), (4, 1.0), (5, 1.0)]  # calls of 2, 2, 1 steps
     logs = loop.run_steps(_CountingTrainer(), None, 3)  # no progress: nothing shown
     assert capsys.readouterr().out == "" and logs["loss"] == 1.0
+
+
+def test_log_intervals_give_a_short_run_a_curve():
+    """Unset: scalars every 1/50 of the run (at most 100 steps), lines about every
+    fifth (a multiple of the scalars' interval); a given value is both; 0 is the
+    checkpoint interval (the authors' cadence)."""
+    assert rules.log_intervals(None, 281, 140) == (5, 55)  # the quick start: 57 points
+    assert rules.log_intervals(None, 4, 2) == (1, 1)
+    assert rules.log_intervals(None, 100_000, 5000) == (100, 100)
+    assert rules.log_intervals(None, 3000, 1000) == (60, 60)
+    assert rules.log_intervals(7, 281, 140) == (7, 7)
+    assert rules.log_intervals(0, 281, 140) == (140, 140)
+
+
+def test_a_note_never_glues_onto_the_bar(capsys):
+    """An evaluation's line during a bar starts on a line of its own (it read
+    'img/s: 134.8298kNN at step 4 ...')."""
+    stream = _Stream(tty=True)
+    view = progress.TrainingProgress(total_steps=4, style="bar", stream=stream,
+                                     clock=_Clock([0.0, 10.0, 11.0]))
+    view.update(1, LOGS)
+    view.update(2, LOGS)
+    view.note("kNN at step 2: top-1 0.5")
+    assert stream.getvalue() == "\nkNN at step 2: top-1 0.5\n"
+    view.note("and another")  # no bar drawn since: no empty line
+    assert stream.getvalue().endswith("0.5\nand another\n")
+
+
+def test_the_bar_eta_counts_steady_state_steps_only(capsys):
+    """The first call (tracing, compiling: 30 s here) is in neither the bar's ETA nor
+    its first drawing; then 2 s per step (31 -> 32 s measured from step 1 at 30 s),
+    8 steps left: 16 s (Keras' own estimate counted the first call)."""
+    view = progress.TrainingProgress(total_steps=10, style="bar", stream=_Stream(tty=True),
+                                     clock=_Clock([30.0, 31.0, 32.0]))
+    view.update(1, LOGS)
+    assert capsys.readouterr().out == ""  # no ETA yet to show
+    view.update(2, LOGS)
+    out = capsys.readouterr().out
+    assert "\x1b[1m16s\x1b[0m 2s/step" in out, out

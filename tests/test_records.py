@@ -137,3 +137,41 @@ def test_write_result_merges_new_values_over_the_old(tmp_path):
     assert records.write_result(str(tmp_path), "train", {"y": 1}) == {"y": 1}
     records.write_result(str(tmp_path), "eval", {"eval/top_1": 0.5})
     assert records.read_json(str(tmp_path / "result.eval.json")) == {"eval/top_1": 0.5}
+
+
+def test_metrics_log_has_each_step_once_across_a_resume(tmp_path):
+    """One JSON line per logging interval; a run resuming from step 4 drops the lines
+    after 4 (steps it trains again) and a line cut short by a kill."""
+    log = records.MetricsLog(str(tmp_path), start_step=0)
+    for step in (2, 4, 6):
+        log.append(step, {"train/contrast_loss": float(10 - step)})
+    with open(tmp_path / records.METRICS_FILE, "a") as f:
+        f.write('{"step": 8, "train/con')  # killed mid-write
+    lines = records.read_metrics(str(tmp_path / records.METRICS_FILE))
+    assert [line["step"] for line in lines] == [2, 4, 6]
+    assert lines[0]["train/contrast_loss"] == 8.0 and lines[0]["time"] > 0
+    resumed = records.MetricsLog(str(tmp_path), start_step=4)
+    resumed.append(6, {"train/contrast_loss": 3.5})
+    lines = records.read_metrics(str(tmp_path / records.METRICS_FILE))
+    assert [(line["step"], line["train/contrast_loss"]) for line in lines] == [
+        (2, 8.0), (4, 6.0), (6, 3.5)]
+    assert open(tmp_path / records.METRICS_FILE).read().count("\n") == 3
+
+
+def test_a_training_run_writes_what_tensorboard_shows_to_metrics_jsonl(tiny_run):
+    """The tiny run (4 steps, no --log_every_steps: every step) has a line per step
+    holding the TensorBoard scalars of that step, under the same names."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    lines = records.read_metrics(os.path.join(tiny_run.directory, records.METRICS_FILE))
+    assert [line["step"] for line in lines] == [1, 2, 3, 4]
+    scalars = {}
+    for event_file in tf.io.gfile.glob(os.path.join(tiny_run.directory, "events.out.*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            for value in event.summary.value:
+                if value.tag.startswith("train/") and value.metadata.plugin_data.plugin_name == "scalars":
+                    scalars[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
+    for line in lines:
+        names = {name for name in line if name.startswith("train/")}
+        assert {"train/contrast_loss", "train/learning_rate", "train/total_loss"} <= names
+        for name in names:
+            assert line[name] == pytest.approx(scalars[(name, line["step"])], rel=1e-6), name

@@ -25,6 +25,10 @@ The contract (big_vision's evaluators: one small interface, the trainer only cal
   (measurements); ints (counts, steps) and strings (a checkpoint path) go to the
   records only.
 - `describe(values, *, step, checkpoint=None)`: the one line printed for a run.
+- `announce()`: for an evaluator that takes more than a few seconds, the line printed
+  before it starts (what it computes, on how many examples), so a run is never silent
+  for minutes; None by default. While it runs, `self.tell(text)` prints a line for
+  each phase (the modes set `say`; nothing is printed without it).
 
 A new evaluator is a module with an `Evaluator` subclass and one line in
 `simclr_tf.evaluation.registry.EVALUATORS` (plus, when it reads flags of its own, one
@@ -55,6 +59,7 @@ class Evaluator:
                              f"batch_size={batch_size!r}")
         self.strategy, self.source = strategy, source
         self.image_size, self.batch_size, self.seed = image_size, int(batch_size), seed
+        self.say = None  # set by the modes (`parts.run_evaluators`): prints a line
 
     def run(self, model, step, *, checkpoint=None):
         """{record / TensorBoard name: value} of `model` at `step`."""
@@ -64,6 +69,15 @@ class Evaluator:
         """The entries of `values` that are TensorBoard scalars: the floats."""
         return {name: value for name, value in values.items()
                 if isinstance(value, (float, np.floating))}
+
+    def announce(self):
+        """The line printed before a long evaluation starts, or None."""
+        return None
+
+    def tell(self, text):
+        """A line about a phase of the evaluation, when the caller prints (`say`)."""
+        if self.say is not None:
+            self.say(text)
 
     def describe(self, values, *, step, checkpoint=None):  # pylint: disable=unused-argument
         """The line printed after a run (subclasses say it in their own words)."""

@@ -133,6 +133,10 @@ class LinearProbeEval(base.Evaluator):
         self.k, self.temperature, self.cache_dir = k, temperature, cache_dir
         self._cached = False  # whether the last run's features came from the cache
 
+    def announce(self):
+        return (f"Linear probe: features of {self.train_split} and {self.test_split} "
+                "(or their cache), then weighted kNN and L-BFGS logistic regression ...")
+
     def run(self, model, step, *, checkpoint=None):
         encoder_id = encoder_identity(checkpoint) if checkpoint else None
         row = evaluate_protocols(
@@ -176,18 +180,29 @@ class FinalProbeEval(base.Evaluator):
         features.check_strategy_and_model(strategy, baseline)
         self.train_split, self.test_split, self.baseline = train_split, test_split, baseline
 
+    def announce(self):
+        sizes = " and ".join(f"{self.source.num_examples(split)} {split}"
+                             for split in (self.train_split, self.test_split))
+        return (f"Final linear probe: features of the {sizes} examples from the trained "
+                "and from a randomly initialised encoder, an L-BFGS probe on each ...")
+
     def run(self, model, step, *, checkpoint=None):
         results = {}
         for name, encoder in (("pretrained", model), ("random_init", self.baseline)):
+            start = time.perf_counter()
             extractor = features.FeatureExtractor(self.strategy, encoder, (features.H,))
             train, test = (features.extract(self.strategy, encoder, self.source, split,
                                             image_size=self.image_size,
                                             batch_size=self.batch_size,
                                             extractor=extractor)
                            for split in (self.train_split, self.test_split))
+            extracted = time.perf_counter()
             result = probe.linear_probe(train[features.H], train["labels"],
                                         test[features.H], test["labels"], seed=self.seed)
             results[f"linear_probe/{name}"] = result["top_1_accuracy"]
+            self.tell(f"  {name.replace('_', ' ')} encoder: top-1 "
+                      f"{result['top_1_accuracy']:.4f} (features "
+                      f"{extracted - start:.0f} s, probe {time.perf_counter() - extracted:.0f} s)")
         return results
 
     def describe(self, values, *, step, checkpoint=None):

@@ -24,11 +24,13 @@ def evaluate(config, strategy, context):
             prefix = checkpoints.load_into(model, path, whole_model=True).prefix
         step = checkpoints.step_of(prefix, 0)
         writer = tf.summary.create_file_writer(config.model_dir) if config.model_dir else None
-        results = parts.run_evaluators(evaluators, model, step, writer=writer,
-                                       checkpoint=prefix)
+        record = records.record_path(config.model_dir, records.RESULT, config.mode,
+                                     step=step) if config.model_dir else None
+        results = parts.run_evaluators(
+            evaluators, model, step, writer=writer, checkpoint=prefix,
+            recorded=parts.recorded_result(config.model_dir, record, step))
         if config.model_dir:
-            records.write_json(records.record_path(config.model_dir, records.RESULT,
-                                                   config.mode, step=step), results)
+            records.write_json(record, results)
     if not results:
         # Only a waiting evaluator gets here (preflight found nothing to load yet).
         raise ConfigError("eval_wait_secs", f"no checkpoint appeared in "

@@ -1,8 +1,9 @@
 """--mode=linear_probe (kNN and the L-BFGS probe on frozen h) and the final linear
 probe of a training run (--final_linear_probe)."""
 import keras
+import tensorflow as tf
 
-from simclr_tf import checkpoints, preflight
+from simclr_tf import checkpoints, preflight, records
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import parts
 
@@ -29,5 +30,13 @@ def final_linear_probe(config, strategy, context):
     random_init = parts.build_model(config, strategy, context["num_classes"])
     evaluators = parts.evaluators_for(config, strategy, context["source"], ["final_probe"],
                                       baseline=random_init)
-    return parts.run_evaluators(evaluators, trained, checkpoints.step_of(weights.prefix, 0),
-                                checkpoint=weights.prefix)
+    step = checkpoints.step_of(weights.prefix, 0)
+    # Its two accuracies are TensorBoard scalars too (once per step: a rerun that
+    # measures the same adds no second point).
+    writer = recorded = None
+    if parts.is_chief(strategy):
+        writer = tf.summary.create_file_writer(config.model_dir)
+        recorded = parts.recorded_result(config.model_dir, records.record_path(
+            config.model_dir, records.RESULT, config.mode), step)
+    return parts.run_evaluators(evaluators, trained, step, checkpoint=weights.prefix,
+                                writer=writer, recorded=recorded)

@@ -8,7 +8,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, export, loop, optimizers, preflight, schedules
+from simclr_tf import checkpoints, export, loop, optimizers, preflight, records, schedules
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment
 from simclr_tf.evaluation import registry
@@ -187,27 +187,58 @@ def evaluators_for(config, strategy, source, names, **objects):
         **objects) for name in names]
 
 
-def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None, verbose=True):
-    """Runs each evaluator on `model` at `step`: its scalars to `writer` (None: no
-    TensorBoard), its line printed when `verbose`. Returns their entries merged, under
+def recorded_result(model_dir, path, step):
+    """The entries of the result record at `path` when it is of `step` (a rerun of
+    an evaluation already recorded), else None; never raises."""
+    if not model_dir or not path:
+        return None
+    try:
+        if not tf.io.gfile.exists(path):
+            return None
+        recorded = records.read_json(path)
+    except (ValueError, OSError, tf.errors.OpError):
+        return None
+    if not isinstance(recorded, dict) or recorded.get("global_step", step) != step:
+        return None
+    return recorded
+
+
+def say_line(text):
+    """What the modes print by default: one flushed line."""
+    print(text, flush=True)
+
+
+def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None,
+                   say=say_line, recorded=None):
+    """Runs each evaluator on `model` at `step`: what it is about to do (`announce`,
+    for one that takes a while) and its line told to `say` (None: silent), its
+    scalars to `writer` (None: no TensorBoard). Returns their entries merged, under
     the names they gave (the mode's result entries).
 
     Args:
         checkpoint: the prefix the weights came from (None: weights in memory).
+        recorded: the entries a record already holds for this step (a rerun): an
+            evaluator whose values equal them writes no second TensorBoard point.
     """
     results = {}
     for evaluator in evaluators:
+        evaluator.say = say
+        if say is not None and evaluator.announce() is not None:
+            say(evaluator.announce())
         values = evaluator.run(model, step, checkpoint=checkpoint)
-        if writer is not None:
-            write_scalars(writer, step, evaluator.scalars(values))
-        if verbose:
-            print(evaluator.describe(values, step=step, checkpoint=checkpoint), flush=True)
+        scalars = evaluator.scalars(values)
+        repeated = recorded is not None and all(
+            recorded.get(name) == value for name, value in scalars.items())
+        if writer is not None and not repeated:
+            write_scalars(writer, step, scalars)
+        if say is not None:
+            say(evaluator.describe(values, step=step, checkpoint=checkpoint))
         results.update(values)
     return results
 
 
-def evaluation_hook(every, evaluators, model, *, writer, verbose=True):
+def evaluation_hook(every, evaluators, model, *, writer, say=say_line):
     """A loop hook running `evaluators` on the training model every `every` steps
     and after the last (`run_evaluators`); the run's results get the last entries."""
     return loop.Every(every, lambda step, logs: run_evaluators(
-        evaluators, model, step, writer=writer, verbose=verbose))
+        evaluators, model, step, writer=writer, say=say))

@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
-from simclr_tf import checkpoints, loop, preflight, schedules
+from simclr_tf import checkpoints, loop, preflight, records, rules, schedules
 from simclr_tf.data import pipeline, subsets
 from simclr_tf.modes import parts
 from simclr_tf.progress import TrainingProgress
@@ -64,15 +64,24 @@ def train(config, strategy, context):
                                 steps_per_epoch=steps_per_epoch,
                                 style=config.progress if chief else "none")
 
-    def log(step, logs):
-        progress.log(step, logs)
-        return write_train_summaries(writer, step, logs)
+    scalars_every, lines_every = rules.log_intervals(
+        config.log_every_steps, plan.total_steps, plan.checkpoint_steps)
+    metrics_log = records.MetricsLog(config.model_dir, start_step=step,
+                                     write_guard=guard) if chief else None
 
-    hooks = [loop.Every(config.log_every_steps or plan.checkpoint_steps, log)]
+    def log(step, logs):
+        values = write_train_summaries(writer, step, logs)
+        if metrics_log is not None:
+            metrics_log.append(step, values)
+        return values
+
+    hooks = [loop.Every(scalars_every, log),
+             loop.Every(lines_every, lambda step, logs: progress.log(step, logs))]
     if config.knn_eval_split and config.train_mode == "pretrain":
         monitors = parts.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
         hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
-                                           monitors, model, writer=writer, verbose=chief))
+                                           monitors, model, writer=writer,
+                                           say=progress.note if chief else None))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
