@@ -142,6 +142,11 @@ def supervised_loss(labels, logits):
 def top_k_correct(labels, logits, k):
     """How many labelled examples (label >= 0) have their label in the top k logits.
 
+    Top-1 is the label equal to the argmax (the first of tied maxima), as the
+    authors' accuracy: `tf.math.in_top_k` counts every tied class as in the top k, so
+    a zero-initialised head (all logits equal) would score 1.0. Top-k > 1 keeps
+    in_top_k's ties, as the authors' `TopKCategoricalAccuracy`.
+
     Args:
         labels: int [b] class ids, -1 for unlabelled (never counted as correct).
         logits: [b, num_classes].
@@ -157,5 +162,8 @@ def top_k_correct(labels, logits, k):
     num_classes = logits.shape[-1]
     if num_classes is not None:
         k = min(k, num_classes)
-    hit = tf.math.in_top_k(targets=tf.maximum(labels, 0), predictions=logits, k=k)
+    if k == 1:
+        hit = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels)
+    else:
+        hit = tf.math.in_top_k(targets=tf.maximum(labels, 0), predictions=logits, k=k)
     return tf.reduce_sum(tf.cast(tf.logical_and(hit, labels >= 0), tf.float32))

@@ -205,6 +205,15 @@ def test_supervised_loss_masks_unlabelled():
     assert none.numpy() == 0.0
 
 
+def test_top_1_of_tied_logits_is_the_argmax_not_every_tie():
+    """A zero-initialised head (all logits 0): top-1 is argmax == label (class 0 wins
+    the tie), as the authors' accuracy; in_top_k counted all 4 correct (it showed
+    supervised_acc 1 at a fine-tune's first step)."""
+    labels = tf.constant([0, 1, 2, -1])
+    assert losses.top_k_correct(labels, tf.zeros([4, 10]), 1).numpy() == 1.0
+    assert losses.top_k_correct(labels, tf.zeros([4, 10]), 5).numpy() == 3.0
+
+
 def test_top_k_correct():
     logits = tf.constant([[0.1, 0.9, 0.0], [0.8, 0.1, 0.3], [0.2, 0.3, 0.5],
                           [0.9, 0.0, 0.1]])
