@@ -12,7 +12,7 @@ setuptools.setup(
     python_requires=">=3.10",
     install_requires=[
         # The CPU wheel; GPU hosts install `tensorflow[and-cuda]==2.21.0` instead
-        # (README, "Installing on GPU and TPU hosts").
+        # (docs/install.md).
         "tensorflow-cpu==2.21.0",
         "keras==3.15.1",
         "tensorflow-datasets==4.9.10",

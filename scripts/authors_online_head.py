@@ -2,7 +2,7 @@
 """Does the online linear head blow up in the authors' own code too? (issue 15)
 
 In the quick start our online head's loss climbs to hundreds before it settles
-(README, "What a run shows"). This trains the authors' own model, NT-Xent, LARS,
+(docs/fidelity.md, "The online head's own rate"). This trains the authors' own model, NT-Xent, LARS,
 learning-rate schedule and train step (their tf2/ folder, run as described in
 scripts/authors_baseline.py: a venv with tf_keras) on the quick start's data as our
 pipeline feeds it (digits at 16 px; the paper's crop, flip and colour jitter 0.5; no

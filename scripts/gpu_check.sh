@@ -4,8 +4,8 @@
 # measured in the same process; with and without XLA, host vs device augmentation;
 # and the peak GPU memory of one gradient-cached step with a global batch of 4096.
 # Expected 4-5 minutes on an H100/H200-class GPU (not yet run: no GPU so far). Writes
-# gpu_check*.json and gpu_memory_4096.json; paste the printed tables into README.md
-# ("Performance") and docs/performance.md.
+# gpu_check*.json and gpu_memory_4096.json; paste the printed tables into
+# docs/performance.md and its headline figure into README.md.
 #
 #   bash scripts/gpu_check.sh            # needs a CUDA build of TensorFlow 2.21
 set -euo pipefail

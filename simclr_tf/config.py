@@ -169,7 +169,7 @@ class Config:
         "resnet", "The encoder f: 'resnet' (ResNet v1: --resnet_depth, "
         "--width_multiplier, --sk_ratio, --se_ratio, --stem, or --variant), 'vit_s16' "
         "or 'vit_b16' (ViT-S/16, ViT-B/16; h per --vit_pool; image_size a multiple of "
-        "16), or 'hub:<name>' (a keras-hub image backbone; README).")
+        "16), or 'hub:<name>' (a keras-hub image backbone; docs/encoders.md).")
     encoder_config: Optional[str] = _model(
         None, "--encoder=hub:<BackboneClass>: the class's arguments as JSON, e.g. "
         "'{\"stackwise_num_filters\": [64, 128], ...}' (random init); not needed for "
@@ -206,7 +206,7 @@ class Config:
         "LARS' trust scaling, so this is its actual rate). The head reads "
         "stop_gradient(h): the encoder trains exactly as without it. None = "
         "--learning_rate, as the authors' code (e.g. 0.1, the paper's linear-eval "
-        "rate, keeps the quick start's online head from diverging; README).")
+        "rate, keeps the quick start's online head from diverging; docs/fidelity.md).")
     grad_cache_chunk: int = _optim(
         0, "Gradient caching: 0 = off, else process each replica's batch in chunks of "
         "this many images (embeddings first without gradients, then each chunk again "
