@@ -207,7 +207,7 @@ def _save_on_signal(step, checkpoints, signum):
 
 
 # Logs that are a state, not a per-step quantity: intervals report the last value.
-LAST_VALUES = ("learning_rate", "num_examples", "examples_per_sec")
+LAST_VALUES = ("learning_rate", "num_examples", "examples_per_sec", "input_share")
 
 
 class Means:
@@ -237,7 +237,8 @@ class Means:
 
 def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
     """Trains `num_steps` steps; returns the means of their logs (`Means`;
-    `examples_per_sec` over the whole segment).
+    `examples_per_sec` and `input_share`, the share of the time spent waiting for
+    input, over the whole segment).
 
     Args:
         trainer: a `simclr_tf.train.Trainer` (`steps_per_loop` steps per call).
@@ -253,7 +254,7 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
     """
     if not isinstance(num_steps, int) or num_steps < 0:
         raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
-    done, means, examples, seconds = 0, Means(), 0.0, 0.0
+    done, means, examples, seconds, waited = 0, Means(), 0.0, 0.0, 0.0
     while done < num_steps:
         calls = min(trainer.steps_per_loop, num_steps - done)
         start = time.perf_counter()
@@ -266,8 +267,11 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
         # Images per second (a pretraining example is one image, two views).
         examples += float(logs["num_examples"]) * calls
         seconds += elapsed
+        waited += float(logs.get("data_wait", 0.0)) * calls
         logs["examples_per_sec"] = np.float32(
             logs["num_examples"] * calls / max(elapsed, 1e-9))
+        logs["input_share"] = np.float32(
+            min(float(logs.get("data_wait", 0.0)) * calls / max(elapsed, 1e-9), 1.0))
         means.add(logs, calls)
         if progress is not None:
             progress.update(trainer.step, logs)
@@ -276,6 +280,8 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
     result = means.pop()
     if done:
         result["examples_per_sec"] = np.float32(examples / max(seconds, 1e-9))
+        # The share of the segment's time its steps waited for input (`data_wait`).
+        result["input_share"] = np.float32(min(waited / max(seconds, 1e-9), 1.0))
     return result
 
 

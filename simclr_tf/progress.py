@@ -24,7 +24,8 @@ STYLES = ("auto", "bar", "lines", "none")
 # (on stop_gradient(h)).
 _SHOWN = (("contrast_loss", "contrast_loss"), ("contrast_acc", "contrast_acc"),
           ("supervised_loss", "supervised_loss"), ("supervised_acc", "supervised_acc"),
-          ("learning_rate", "lr"), ("examples_per_sec", "img/s"))
+          ("learning_rate", "lr"), ("examples_per_sec", "img/s"),
+          ("input_share", "input_wait"))
 
 
 def _shown(logs):
@@ -140,7 +141,7 @@ class TrainingProgress:
             parts[0] += (f" (epoch {step / self.steps_per_epoch:.2f} of "
                          f"{self.total_steps / self.steps_per_epoch:.2f})")
         metrics = [f"{label} {float(logs[name]):.4g}" for name, label in _shown(logs)
-                   if name not in ("learning_rate", "examples_per_sec")]
+                   if name not in ("learning_rate", "examples_per_sec", "input_share")]
         if metrics:
             parts.append(" ".join(metrics))
         if "learning_rate" in logs:
@@ -148,5 +149,7 @@ class TrainingProgress:
         speed = self.seconds_per_step(now)
         if speed is not None:
             remaining = speed * (self.total_steps - step)
-            parts.append(f"{speed:.3g} s/step, ETA {format_duration(remaining)}")
+            wait = (f" (input wait {float(logs['input_share']):.0%})"
+                    if "input_share" in logs else "")
+            parts.append(f"{speed:.3g} s/step{wait}, ETA {format_duration(remaining)}")
         return " | ".join(parts)

@@ -33,7 +33,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 # supervised head and loss scaling. Known up front for `simclr_tf.keras_fit`, whose
 # Keras metric trackers must exist before the first step is traced.
 METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "supervised_loss",
-           "supervised_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples")
+           "supervised_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples",
+           "data_wait")
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value
 # (grad_norm is already global: `global_grad_norm`, equal on every replica).
@@ -364,7 +365,17 @@ class Trainer:
         train_step = self._compiled(self.train_step)
 
         def one_step(iterator):
-            return self._reduce(self.strategy.run(train_step, args=(next(iterator),)))
+            # Seconds this step waited for its batch (the input pipeline's share of
+            # the step: `data_wait`), bracketed by timestamps ordered around the read.
+            # It orders no computation: the step's values are unchanged.
+            start = tf.timestamp()
+            with tf.control_dependencies([start]):
+                batch = next(iterator)
+            with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+                waited = tf.cast(tf.timestamp() - start, tf.float32)
+            logs = self._reduce(self.strategy.run(train_step, args=(batch,)))
+            logs["data_wait"] = waited
+            return logs
 
         @tf.function
         def train_function(iterator, num_steps):

@@ -82,7 +82,8 @@ def test_fit_equals_the_loop(num_replicas, train_mode, grad_cache_chunk):
     for variable, got, want in zip(network.weights, _weights(network), expected_weights):
         np.testing.assert_array_equal(got, want, err_msg=variable.path)
     logs = {name: values[0] for name, values in history.history.items()}
-    assert set(logs) == set(expected) - {"examples_per_sec"}
+    # Less the loop's timings (speed, the wait for input: Keras reads the data itself).
+    assert set(logs) == set(expected) - {"examples_per_sec", "data_wait", "input_share"}
     for name in logs:
         # float32 running means (Keras) against float64 ones (loop.Means).
         np.testing.assert_allclose(logs[name], expected[name], rtol=1e-6, err_msg=name)

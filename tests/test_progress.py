@@ -145,3 +145,12 @@ def test_the_bar_eta_counts_steady_state_steps_only(capsys):
     view.update(2, LOGS)
     out = capsys.readouterr().out
     assert "\x1b[1m16s\x1b[0m 2s/step" in out, out
+
+
+def test_the_share_of_time_waiting_for_input_is_shown_beside_the_speed():
+    view = progress.TrainingProgress(total_steps=10, style="lines", stream=_Stream(tty=False),
+                                     clock=_Clock([0.0, 1.0, 2.0]))
+    view.update(1, LOGS)
+    view.update(2, LOGS)
+    line = view.line(2, dict(LOGS, input_share=0.25), now=3.0)
+    assert "3 s/step (input wait 25%), ETA 24s" in line  # (3 - 0) s / (2 - 1) steps

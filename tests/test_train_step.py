@@ -6,6 +6,7 @@ divided by K inside the tape), and, after several LARS steps, weights and BN mov
 statistics. Stopping the gather's gradient must break that (the control).
 """
 import dataclasses
+import time
 
 import keras
 import numpy as np
@@ -384,3 +385,27 @@ def test_grad_norm_is_the_global_gradients_norm(initial_weights):
     np.testing.assert_allclose(
         _grad_norm(2, initial_weights, batch, grad_cache_chunk=GLOBAL_BATCH // 2),
         expected, rtol=1e-5)
+
+
+@pytest.mark.large  # 12 s: two trainers traced
+def test_the_wait_for_input_is_measured_and_changes_nothing():
+    """`data_wait`: the seconds a step waited for its batch. A pipeline that sleeps
+    0.3 s per batch shows it (input_share near 1 of a step of a tiny model); the
+    same batches from memory wait almost nothing; the losses of both are equal."""
+    batches = [random_batch(4, IMAGE_SIZE, seed=s) for s in range(3)]
+    (view1, view2, labels) = (np.concatenate(c) for c in zip(*batches))
+    data = tf.data.Dataset.from_tensor_slices(((view1, view2), labels)).batch(4)
+
+    def slow(views, labels):
+        [labels] = tf.py_function(lambda x: (time.sleep(0.3), x)[1], [labels], [labels.dtype])
+        return views, tf.ensure_shape(labels, [4])
+
+    results = {}
+    for name, dataset in (("memory", data.cache()), ("slow", data.map(slow))):
+        trainer, _ = _default_trainer()
+        results[name] = [loop.run_steps(trainer, iter(dataset), 1) for _ in range(3)]
+    slow_logs, fast_logs = results["slow"][1:], results["memory"][1:]  # after tracing
+    assert all(0.25 < log["data_wait"] < 5 and log["input_share"] > 0.3 for log in slow_logs)
+    assert all(log["data_wait"] < 0.05 for log in fast_logs)
+    for slow_log, fast_log in zip(results["slow"], results["memory"]):
+        assert slow_log["loss"] == fast_log["loss"]
