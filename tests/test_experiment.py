@@ -357,11 +357,17 @@ def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path, ca
         assert _points(str(tmp_path / "run"), name) == [(2, pytest.approx(results[name]))]
 
 
-def test_rerunning_an_evaluation_adds_no_second_point(tiny_run, tmp_path):
+def test_rerunning_an_evaluation_adds_no_second_point(tiny_run, tmp_path, capsys,
+                                                     monkeypatch):
     """--mode=eval twice on one checkpoint: one TensorBoard point per scalar (reruns
-    added duplicates), the record written once more with the same values."""
+    added duplicates), the record written once more with the same values. A split
+    of ANNOUNCE_EXAMPLES or more is announced before it is read (lowered here)."""
+    from simclr_tf.evaluation import base  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(base, "ANNOUNCE_EXAMPLES", 100)
     cfg = tiny_run.copy_to(tmp_path / "run", mode="eval")
     first = experiment.run(cfg)
+    assert "Evaluating the supervised head on test: 3 batches ...\nEval on test" in \
+        capsys.readouterr().out  # 360 examples, batches of 128
     second = experiment.run(cfg)
     assert first == second
     tag = "eval/label_top_1_accuracy"

@@ -38,6 +38,11 @@ import numpy as np
 import tensorflow as tf
 
 
+# Splits at least this large are announced before they are read (several seconds on
+# a CPU; ImageNet's validation split takes minutes).
+ANNOUNCE_EXAMPLES = 5000
+
+
 class Evaluator:
     """The base of every evaluator (see the module docstring for the contract).
 

@@ -160,6 +160,15 @@ class SupervisedEval(base.Evaluator):
                 "eval/supervised_loss": metrics["loss"],
                 "eval/num_examples": metrics["num_examples"], "global_step": step}
 
+    def announce(self):
+        size = self.source.num_examples(self.split)
+        if size < base.ANNOUNCE_EXAMPLES:
+            return None
+        batches = -(-size // self.batch_size)
+        if self.steps:
+            batches = min(batches, self.steps)
+        return f"Evaluating the supervised head on {self.split}: {batches} batches ..."
+
     def describe(self, values, *, step, checkpoint=None):
         return (f"Eval on {self.split} at step {step}: top-1 "
                 f"{values['eval/label_top_1_accuracy']:.4f}, top-5 "

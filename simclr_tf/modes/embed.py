@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf.config import ConfigError
-from simclr_tf.evaluation import features, writers
+from simclr_tf.evaluation import base, features, writers
 from simclr_tf.modes import parts
 
 PROJECTOR_THUMBNAIL = 64  # sprite tiles at most this many pixels a side
@@ -23,6 +23,9 @@ def embed_mode(config, strategy, context):
         path = os.path.join(config.model_dir, "embeddings", f"{features.slug(split)}.npz")
     model, prefix = parts.load_trained_encoder(config, strategy, context)
     outputs = (features.H, features.Z) if config.embed_projection else (features.H,)
+    if source.num_examples(split) >= base.ANNOUNCE_EXAMPLES:
+        print(f"Embedding the {source.num_examples(split)} examples of {split} "
+              f"({prefix}) ...", flush=True)
     embedded = features.extract(strategy, model, source, split,
                                 image_size=config.image_size,
                                 batch_size=config.eval_batch_size, outputs=outputs)
