@@ -7,6 +7,7 @@ import sys
 import pytest
 from absl import flags
 
+from simclr_tf import inherit
 from simclr_tf.config import Config
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -16,6 +17,13 @@ BASE_FILES = {"imagenet_pretrain_base.flags"}
 sys.path.insert(0, ROOT)
 import run  # noqa: E402  pylint: disable=wrong-import-position
 sys.path.pop(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_recorded_runs(monkeypatch):
+    """The flagfiles name run directories outside the repository (/tmp/simclr_...);
+    one left there by a run on this machine must not lend its flags to the test."""
+    monkeypatch.setattr(inherit, "recorded_run", lambda config: None)
 
 
 def _parse(path, *extra):
