@@ -44,13 +44,10 @@ def test_the_tasks_of_tf_config():
 
 @pytest.mark.parametrize("environ", [
     {}, {"TF_CONFIG": " "},  # unset: one worker, as TensorFlow runs it
-    _tf_config(["h0:1"], job="evaluator"),  # not a collective task
-], ids=["unset", "blank", "evaluator"])
+    {"TF_CONFIG": json.dumps({"cluster": {"worker": ["h0:1"], "evaluator": ["h9:1"]},
+                              "task": {"type": "evaluator", "index": 0}})},
+], ids=["unset", "blank", "evaluator"])  # an evaluator takes no part in the collectives
 def test_no_cluster_to_wait_for(environ):
-    if environ.get("TF_CONFIG", "").startswith("{"):
-        spec = json.loads(environ["TF_CONFIG"])
-        spec["cluster"]["evaluator"] = ["h9:1"]
-        environ = {"TF_CONFIG": json.dumps(spec)}
     assert cluster.from_tf_config(environ) is None
 
 
@@ -256,3 +253,13 @@ def test_peer_failures_named_under_multiworker_only(monkeypatch):
     with pytest.raises(tf.errors.UnavailableError):
         with distribute.peer_failures_named(tf.distribute.get_strategy()):
             raise failure
+
+
+def test_a_malformed_tf_config_fails_before_the_wait_and_the_strategy(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+         "task": {"type": "worker", "index": 2}}))
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="task index 2 is out of range"):
+        distribute.create_strategy("multiworker", peer_wait_secs=600)
+    assert time.monotonic() - start < 1

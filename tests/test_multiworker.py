@@ -95,7 +95,7 @@ def _wait_for_line(process, log_path, text, timeout):
         time.sleep(0.05)
 
 
-@pytest.mark.large  # 12 s (6 to 9 s of it TensorFlow's import)
+@pytest.mark.large  # 10-12 s (6-9 s of it TensorFlow's import)
 def test_a_peer_that_never_starts_is_named_after_peer_wait_secs(tmp_path):
     """Worker 0 of two, worker 1 never started: once TensorFlow's rendezvous waited
     forever with an empty log and took SIGTERM."""
@@ -114,7 +114,7 @@ def test_a_peer_that_never_starts_is_named_after_peer_wait_secs(tmp_path):
     assert "Traceback" not in log and not (tmp_path / "run").exists()
 
 
-@pytest.mark.large  # 8 s
+@pytest.mark.large  # 7-8 s
 def test_sigterm_while_waiting_for_peers_exits_143_at_once(tmp_path):
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     process, log_path = _start_run_worker(tmp_path, workers, 1, "--train_steps=2")
@@ -129,7 +129,7 @@ def test_sigterm_while_waiting_for_peers_exits_143_at_once(tmp_path):
     assert "Traceback" not in log
 
 
-@pytest.mark.extra_large  # 96 s (load 2.9): start-up and 3 steps, then 13-19 s to stop
+@pytest.mark.extra_large  # 96 s (load 2.9): start-up, 3 steps, then 10-19 s to stop
 def test_a_peer_killed_mid_run_is_named_by_the_survivor(tmp_path):
     """SIGKILL of worker 1 during training: worker 0 (the chief, which hosts
     TensorFlow's coordination service) stops with run.py's error naming worker 1 once
@@ -158,5 +158,5 @@ def test_a_peer_killed_mid_run_is_named_by_the_survivor(tmp_path):
     assert "The checkpoints already written are kept: restart every worker with the " \
         "same command" in log
     assert "Traceback" not in log and "UnavailableError" not in log, log[-3000:]
-    assert stopped_after < 90, stopped_after  # TensorFlow's heartbeat: 3 to 19 s here
+    assert stopped_after < 90, stopped_after  # TensorFlow's heartbeat: 10-19 s here
     assert tf.train.latest_checkpoint(str(tmp_path / "run")) is not None
