@@ -136,20 +136,25 @@ def main(argv):
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
     # Imported late so that --help and flag errors never wait for TensorFlow.
-    with _tensorflow_start_up_filtered():
+    with _tensorflow_start_up_filtered(), _sigterm_held_back():
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
         from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
         from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
         from simclr_tf.run_lock import LockLostError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.cluster import ClusterError, WaitInterrupted  # pylint: disable=import-outside-toplevel
     try:
         results = experiment.run(config)
     except ConfigError as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(2)
     except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError,
-            LockLostError) as error:
+            LockLostError, ClusterError) as error:
         print(f"run.py: error: {error}", file=sys.stderr)
         sys.exit(1)
+    except WaitInterrupted as error:
+        # SIGTERM while a multi-worker run waited for its peers: nothing was trained.
+        print(f"run.py: {error}", file=sys.stderr)
+        sys.exit(interrupted_exit_status(error.signum))
     except KeyboardInterrupt:
         # Ctrl-C outside the training steps (which save a checkpoint and return).
         print("run.py: interrupted (SIGINT) outside the training steps; the checkpoints "
@@ -198,6 +203,20 @@ def _tensorflow_start_up_filtered():
                     continue
                 sys.stderr.write(line)
             sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def _sigterm_held_back():
+    """Holds SIGTERM back while TensorFlow is imported, then lets it through (a SIGTERM
+    meanwhile stops the process as before). The threads that TensorFlow starts at
+    import inherit the held-back mask and keep it, so a SIGTERM always reaches the main
+    thread: TensorFlow's preemption notifier, installed by MultiWorkerMirroredStrategy,
+    would otherwise take one in those threads and drop it (`simclr_tf.cluster`)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def interrupted_exit_status(signum):

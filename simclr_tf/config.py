@@ -189,6 +189,12 @@ class Config:
         "auto", "Distribution: 'auto' (tpu with --use_tpu, else mirrored over all GPUs "
         "if more than one, else default), 'default', 'mirrored', 'multiworker' "
         "(TF_CONFIG), 'tpu'.", ("auto", "default", "mirrored", "multiworker", "tpu"))
+    peer_wait_secs: int = _hw(
+        600, "With --strategy=multiworker: how long each worker waits for the other tasks "
+        "of TF_CONFIG to answer on their ports (progress every 30 s; a SIGTERM stops "
+        "the wait) before TensorFlow connects them; then the run stops naming each "
+        "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
+        "waits without bound.")
     mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",
         ("none", "bfloat16", "float16"))

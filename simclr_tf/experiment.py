@@ -35,6 +35,13 @@ def run(config):
         # fixed, this removes the remaining run-to-run differences of kernels.
         tf.config.experimental.enable_op_determinism()
     strategy = create_strategy(config)
+    # A multi-worker run whose peer stops ends with PeerLostError naming it.
+    with distribute.peer_failures_named(strategy):
+        return _run(config, mode, strategy)
+
+
+def _run(config, mode, strategy):
+    """`run` once the strategy exists: checks, model_dir, lock, the mode's parts."""
     source = preflight.load_source(config)
     context = preflight.check(config, strategy, source)
     writes = bool(config.model_dir) and parts.is_chief(strategy)
@@ -91,7 +98,8 @@ def create_strategy(config):
     logging.info("Distribution strategy: %s", name)
     return distribute.create_strategy(name, tpu_name=config.tpu_name,
                                       tpu_zone=config.tpu_zone,
-                                      gcp_project=config.gcp_project, master=config.master)
+                                      gcp_project=config.gcp_project, master=config.master,
+                                      peer_wait_secs=config.peer_wait_secs)
 
 
 def _create_model_dir(config):

@@ -65,7 +65,7 @@ FREE_FLAGS = (
     "mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags", "progress",
     "log_every_steps", "data_dir", "tfds_download", "cache_dataset",
     "skip_corrupt_images", "master", "use_tpu", "tpu_name", "tpu_zone", "gcp_project",
-    "strategy", "jit_compile", "deterministic", "checkpoint_epochs", "checkpoint_steps",
+    "strategy", "peer_wait_secs", "jit_compile", "deterministic", "checkpoint_epochs", "checkpoint_steps",
     "keep_checkpoint_max", "keep_hub_module_max", "serving_max_pixels", "eval_steps",
     "eval_batch_size", "eval_split", "eval_name", "eval_wait_secs", "final_linear_probe",
     "knn_eval_split", "knn_bank_split", "knn_eval_every", "knn_k", "knn_temperature",

@@ -41,8 +41,8 @@ def validate(config):
         value = getattr(config, name)
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
-    _non_negative = ("eval_wait_secs", "warmup_epochs", "train_steps", "eval_steps",
-                     "checkpoint_steps", "train_epochs", "checkpoint_epochs",
+    _non_negative = ("eval_wait_secs", "peer_wait_secs", "warmup_epochs", "train_steps",
+                     "eval_steps", "checkpoint_steps", "train_epochs", "checkpoint_epochs",
                      "log_every_steps")
     for name in _non_negative:
         value = getattr(config, name)

@@ -485,6 +485,7 @@ CATALOGUE = [
     (["--sk_ratio=-0.1"], "sk_ratio"),
     (["--knn_temperature=0"], "knn_temperature"),
     (["--serving_max_pixels=-1"], "serving_max_pixels"),
+    (["--peer_wait_secs=-1"], "peer_wait_secs"),
     # 4 replicas (the test CPUs) of 8 images: 32 divides the global batch, not a replica's.
     (["--strategy=mirrored", "--grad_cache_chunk=32"], "grad_cache_chunk"),
     # Splits with no examples (once a traceback in the step arithmetic).
