@@ -1,36 +1,26 @@
 """A finished run's flags read back (simclr_tf.inherit): every mode after training needs
 only --model_dir (or --checkpoint), flags given on the command line win, a given flag
 that contradicts the weights is refused naming both values."""
-import copy
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from absl import flags
 
 import run
 from simclr_tf import inherit
 from simclr_tf.config import Config, ConfigError
+from helpers import cli_flags
 from helpers.run_fixtures import TINY
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-CONFIG_FLAGS = [f for f in Config.__dataclass_fields__]
-
-
-def _flag_values(argv):
-    values = flags.FlagValues()
-    for name in CONFIG_FLAGS:
-        values[name] = copy.deepcopy(run.FLAGS[name])
-    values(["run.py", *argv])
-    return values
 
 
 def _config(argv):
     lines = []
-    config = run.config_from_flags(_flag_values(argv), report=lines.append)
+    config = run.config_from_flags(cli_flags.flag_values(argv), report=lines.append)
     return config, lines
 
 

@@ -2,8 +2,6 @@
 losses, broken image files and a catalogue of bad flags (issue 7).
 
 """
-import copy
-import dataclasses
 import hashlib
 import json
 import os
@@ -18,11 +16,10 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 from simclr_tf import checkpoints, experiment, preflight, rules
 from simclr_tf.modes import parts
-from simclr_tf.config import Config, ConfigError
+from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, image_scan
 from simclr_tf.loop import NonFiniteLossError
 
@@ -31,6 +28,7 @@ REPO = os.path.dirname(TESTS_DIR)
 sys.path.insert(0, REPO)
 import run  # noqa: E402  pylint: disable=wrong-import-position
 
+from helpers import cli_flags
 from helpers.process_fixtures import free_ports, wait_all
 from helpers.run_fixtures import TINY, config, write_run  # noqa: E402,F401  pylint: disable=wrong-import-position
 
@@ -358,18 +356,12 @@ def test_training_records_the_images_it_skipped(tmp_path, skip_final_export):
 
 # ------------------------------------------------------------------ bad flags
 
-CONFIG_FLAGS = [f.name for f in dataclasses.fields(Config)]
 # Words of a fix: every message says what to do, not only what is wrong.
 FIX_WORDS = ("e.g.", "use ", "choose", "pass", "set ", "drop", "turn", "delete", "train first",
              "must be", "prepare", "put ", "remove", "looks like")
 
 
-def _flag_values(argv):
-    values = flags.FlagValues()
-    for name in CONFIG_FLAGS:
-        values[name] = copy.deepcopy(run.FLAGS[name])
-    values(["run.py", *argv])
-    return values
+_flag_values = cli_flags.flag_values
 
 
 @pytest.fixture(scope="module")
