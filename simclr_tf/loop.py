@@ -270,8 +270,9 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
         waited += float(logs.get("data_wait", 0.0)) * calls
         logs["examples_per_sec"] = np.float32(
             logs["num_examples"] * calls / max(elapsed, 1e-9))
-        logs["input_share"] = np.float32(
-            min(float(logs.get("data_wait", 0.0)) * calls / max(elapsed, 1e-9), 1.0))
+        if "data_wait" in logs:  # not measured under op determinism
+            logs["input_share"] = np.float32(
+                min(float(logs["data_wait"]) * calls / max(elapsed, 1e-9), 1.0))
         means.add(logs, calls)
         if progress is not None:
             progress.update(trainer.step, logs)
@@ -280,8 +281,9 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
     result = means.pop()
     if done:
         result["examples_per_sec"] = np.float32(examples / max(seconds, 1e-9))
-        # The share of the segment's time its steps waited for input (`data_wait`).
-        result["input_share"] = np.float32(min(waited / max(seconds, 1e-9), 1.0))
+        if "data_wait" in result:
+            # The share of the segment's time its steps waited for input.
+            result["input_share"] = np.float32(min(waited / max(seconds, 1e-9), 1.0))
     return result
 
 

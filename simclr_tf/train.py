@@ -364,7 +364,13 @@ class Trainer:
     def _make_train_function(self):
         train_step = self._compiled(self.train_step)
 
+        # TensorFlow refuses Timestamp under op determinism (--deterministic): those
+        # runs go without `data_wait`.
+        measure_wait = not _op_determinism_enabled()
+
         def one_step(iterator):
+            if not measure_wait:
+                return self._reduce(self.strategy.run(train_step, args=(next(iterator),)))
             # Seconds this step waited for its batch (the input pipeline's share of
             # the step: `data_wait`), bracketed by timestamps ordered around the read.
             # It orders no computation: the step's values are unchanged.
@@ -409,6 +415,14 @@ class Trainer:
             self._train_function = self._make_train_function()
         logs = self._train_function(iterator, tf.constant(num_steps, tf.int32))
         return {name: value.numpy() for name, value in logs.items()}
+
+
+def _op_determinism_enabled():
+    """Whether `tf.config.experimental.enable_op_determinism` is on (TensorFlow 2.21
+    has no public getter; without the private one, assume on: then nothing is timed)."""
+    from tensorflow.python.framework import config as framework_config  # pylint: disable=import-outside-toplevel
+    getter = getattr(framework_config, "is_op_determinism_enabled", None)
+    return True if getter is None else bool(getter())
 
 
 def non_finite_logs(logs):

@@ -6,6 +6,9 @@ divided by K inside the tape), and, after several LARS steps, weights and BN mov
 statistics. Stopping the gather's gradient must break that (the control).
 """
 import dataclasses
+import os
+import subprocess
+import sys
 import time
 
 import keras
@@ -409,3 +412,29 @@ def test_the_wait_for_input_is_measured_and_changes_nothing():
     assert all(log["data_wait"] < 0.05 for log in fast_logs)
     for slow_log, fast_log in zip(results["slow"], results["memory"]):
         assert slow_log["loss"] == fast_log["loss"]
+
+
+@pytest.mark.large  # 9 s: a process of its own (op determinism is process-wide)
+def test_under_op_determinism_the_step_runs_without_data_wait():
+    """TensorFlow refuses Timestamp with op determinism on (--deterministic): the
+    step runs, with no data_wait nor input_share (the soak found it)."""
+    code = """
+import numpy as np, tensorflow as tf
+tf.config.experimental.enable_op_determinism()
+from simclr_tf import loop, optimizers, train
+from helpers.standin_model import make_model, random_batch
+view1, view2, labels = random_batch(4, 16, seed=0)
+data = tf.data.Dataset.from_tensor_slices(((view1, view2), labels)).batch(4)
+model = make_model(16)
+optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-4, model=model)
+trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer, temperature=0.5)
+logs = loop.run_steps(trainer, iter(data), 1)
+assert np.isfinite(logs["loss"]) and "data_wait" not in logs and "input_share" not in logs
+print("ok")
+"""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(tests_dir), tests_dir, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
