@@ -38,6 +38,10 @@ _TIMINGS = ("seconds", "examples_per_sec", "saved_model")
 
 
 def run(out, repo=REPO):
+    if os.path.isdir(out) and os.listdir(out):
+        # Its runs would resume from the checkpoints there and train nothing: the
+        # comparison would be of whatever code wrote them.
+        raise SystemExit(f"error: {out!r} is not empty; give a new output folder.")
     sys.path.insert(0, repo)  # this checkout's simclr_tf, not an installed one
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
