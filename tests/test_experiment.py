@@ -118,8 +118,9 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
     again ends with the weights of a run that was never stopped."""
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    # One segment to the first checkpoint: run_steps' first call trains steps 1-3.
     common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
-                  train_split="train[:200]", **variant)
+                  train_split="train[:200]", log_every_steps=3, **variant)
     experiment.run(config(model_dir=straight, **common))
 
     class Stopped(Exception):
