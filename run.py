@@ -124,7 +124,7 @@ def config_from_flags(flag_values=FLAGS, report=None):
 
 def main(argv):
     if len(argv) > 1:
-        _usage_error(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a "
+        _error(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a "
                      "--flag=value (run.py --help lists them).")
     if not FLAGS["verbosity"].present:
         # Quiet by default: what a run does is printed; TensorFlow's and our INFO
@@ -133,8 +133,7 @@ def main(argv):
     try:
         config = config_from_flags(report=print)
     except ConfigError as error:
-        print(f"run.py: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        _error(error)
     # Imported late so that --help and flag errors never wait for TensorFlow.
     with _tensorflow_start_up_filtered(), _sigterm_held_back():
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
@@ -145,12 +144,10 @@ def main(argv):
     try:
         results = experiment.run(config)
     except ConfigError as error:
-        print(f"run.py: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        _error(error)
     except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError,
             LockLostError, ClusterError) as error:
-        print(f"run.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+        _error(error, status=1)
     except WaitInterrupted as error:
         # SIGTERM while a multi-worker run waited for its peers: nothing was trained.
         print(f"run.py: {error}", file=sys.stderr)
@@ -226,10 +223,11 @@ def interrupted_exit_status(signum):
     return 128 + int(signum)
 
 
-def _usage_error(message):
-    """A bad command line, in the one format of every flag error: exit status 2."""
+def _error(message, status=2):
+    """Every error run.py reports, in one format: a bad command line, flag or input
+    exits 2, a fault of the run or the machine 1."""
     print(f"run.py: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(status)
 
 
 def parse_flags(argv):
@@ -243,7 +241,7 @@ def parse_flags(argv):
             message += " (run.py --help lists the flags)"
         if re.match(r"[A-Z][a-z]", message):
             message = message[0].lower() + message[1:]
-        _usage_error(message)
+        _error(message)
 
 
 def console_main():
