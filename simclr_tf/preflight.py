@@ -8,7 +8,6 @@ import contextlib
 import os
 
 import tensorflow as tf
-from absl import logging
 
 from simclr_tf import architecture, checkpoints, modes, official, records, rules
 from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
@@ -311,33 +310,10 @@ def _check_official_selector(config, mode, num_classes, info):
                           "layer.")
 
 
-def recorded_run_config(weights):
-    """The Config recorded in flags.json by the run that wrote `weights` (a
-    `checkpoints.Weights` of ours), or None when there is none to read. Read by
-    `records.read_config`'s rule (unknown keys ignored, missing ones today's
-    default), the rule `checkpoints.open_encoder` reads it by.
-
-    A checkpoint's run directory holds it; an export `run/saved_model/<step>/
-    variables/variables` is two levels below its run directory.
-    """
-    directory = os.path.dirname(weights.prefix)
-    if weights.kind == checkpoints.EXPORT:
-        directory = os.path.dirname(os.path.dirname(os.path.dirname(directory)))
-    path = records.record_path(directory, records.FLAGS, "train")
-    try:
-        if not tf.io.gfile.exists(path):
-            return None
-        return records.read_config(path)
-    except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
-        logging.warning("Cannot read %s (%s); the architecture of %s is checked when "
-                        "it loads.", path, error, weights.prefix)
-        return None
-
-
 def _check_recorded_architecture(config, weights, flag):
     """Our checkpoint at `weights` must fit the flags' model, when its run's flags.json
     says what model wrote it (else loading checks, after the build)."""
-    recorded = recorded_run_config(weights)
+    recorded = checkpoints.recorded_run_config(weights)
     if recorded is None:
         return
     mismatched = architecture_mismatches(config, recorded.model_kwargs(), headless_ok=True)

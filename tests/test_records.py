@@ -117,7 +117,7 @@ def test_an_old_run_directory_opens_in_open_encoder(old_run):
 def test_an_old_run_directory_passes_preflight(old_run):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from simclr_tf import checkpoints, preflight  # pylint: disable=import-outside-toplevel
-    recorded = preflight.recorded_run_config(checkpoints.resolve(str(old_run)))
+    recorded = checkpoints.recorded_run_config(checkpoints.resolve(str(old_run)))
     assert recorded is not None and recorded.resnet_depth == TINY["resnet_depth"]
     cfg = config(model_dir=str(old_run), mode="export")
     preflight.check(cfg, tf.distribute.get_strategy(), preflight.load_source(cfg))

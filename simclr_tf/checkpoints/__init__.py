@@ -24,8 +24,8 @@ from simclr_tf.checkpoints.files import (
     read_state, step_of, unreadable_reason)
 from simclr_tf.checkpoints.loading import (
     CHECKPOINT, EXPORT, RELEASED, CheckpointMismatchError, NoLoadableCheckpointError, Weights,
-    initialize_from, load_into, load_latest, open_encoder, resolve, resolve_checkpoint_path,
-    restore_model)
+    initialize_from, load_into, load_latest, open_encoder, recorded_run_config, resolve,
+    resolve_checkpoint_path, restore_model)
 from simclr_tf.checkpoints.state import CheckpointState, CheckpointWriteError, \
     NonFiniteWeightsError, UnrecoverableCheckpointsError
 
@@ -35,6 +35,6 @@ __all__ = [
     "NoLoadableCheckpointError",
     "NonFiniteWeightsError", "UnrecoverableCheckpointsError", "Weights", "candidates",
     "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
-    "non_finite_variables", "open_encoder", "read_state", "resolve",
+    "non_finite_variables", "open_encoder", "read_state", "recorded_run_config", "resolve",
     "resolve_checkpoint_path", "restore_model", "step_of", "unreadable_reason",
 ]

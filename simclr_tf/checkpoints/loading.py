@@ -1,7 +1,8 @@
 """What weights a path holds, and loading them into a model.
 
 `resolve(path)` -> `Weights`; `load_into` (every variable, or initialise from another
-run), `load_latest`, `restore_model`, `initialize_from`, `open_encoder`.
+run), `load_latest`, `restore_model`, `initialize_from`, `open_encoder`,
+`recorded_run_config` (the flags.json of the run that wrote them).
 """
 import dataclasses
 import os
@@ -259,6 +260,29 @@ def _head_fits(model, prefix):
                    and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
     ours = sorted(tuple(v.shape) for v in head.weights)
     return bool(saved) and saved == ours
+
+
+def recorded_run_config(weights):
+    """The Config recorded in flags.json by the run that wrote `weights` (a
+    `checkpoints.Weights` of ours), or None when there is none to read. Read by
+    `records.read_config`'s rule (unknown keys ignored, missing ones today's
+    default), the rule `checkpoints.open_encoder` reads it by.
+
+    A checkpoint's run directory holds it; an export `run/saved_model/<step>/
+    variables/variables` is two levels below its run directory.
+    """
+    directory = os.path.dirname(weights.prefix)
+    if weights.kind == EXPORT:
+        directory = os.path.dirname(os.path.dirname(os.path.dirname(directory)))
+    path = records.record_path(directory, records.FLAGS, "train")
+    try:
+        if not tf.io.gfile.exists(path):
+            return None
+        return records.read_config(path)
+    except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
+        logging.warning("Cannot read %s (%s); the architecture of %s is checked when "
+                        "it loads.", path, error, weights.prefix)
+        return None
 
 
 class _SavedModelEncoder:
