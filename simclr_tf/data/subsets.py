@@ -73,13 +73,23 @@ def make_label_subset(source: DatasetSource, split: str, label_fraction: float, 
                          "a label subset needs a labelled split.")
     if label_fraction == 1.0:
         return LabelSubset(source, split, None, label_fraction, seed)
-    authors = AUTHORS_IMAGENET_SUBSETS.get(label_fraction)
-    if (isinstance(source, TFDSSource) and table_name(source.name) == "imagenet2012"
-            and split == "train" and authors is not None):
+    authors = authors_subset(source, split, label_fraction)
+    if authors is not None:
         subset_source = get_dataset(authors, data_dir=source.data_dir)
         return LabelSubset(subset_source, "train", None, label_fraction, seed)
     ids = stratified_subset_ids(source.load_labels(split), label_fraction, seed=seed)
     return LabelSubset(source, split, ids, label_fraction, seed)
+
+
+def authors_subset(source: DatasetSource, split: str, label_fraction: float) -> str | None:
+    """The TFDS name of the authors' subset `make_label_subset` reads for this
+    fraction of `split` (ImageNet's train at 1% and 10%), or None: a dataset of its
+    own, whose examples have no ids in `split`."""
+    authors = AUTHORS_IMAGENET_SUBSETS.get(label_fraction)
+    if (isinstance(source, TFDSSource) and table_name(source.name) == "imagenet2012"
+            and split == "train" and authors is not None):
+        return authors
+    return None
 
 
 def write_subset_ids(path: str, ids: Iterable[int], *, comment: str | None = None) -> None:
