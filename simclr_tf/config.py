@@ -42,6 +42,7 @@ HELP_GROUPS = (
     "Optimisation and schedule",
     "Checkpoints and export",
     "Fine-tuning",
+    "Distillation",
     "Evaluation",
     "Hardware and distribution",
 )
@@ -62,8 +63,9 @@ _aug = functools.partial(_field, HELP_GROUPS[3])  # Contrastive objective and au
 _optim = functools.partial(_field, HELP_GROUPS[4])  # Optimisation and schedule
 _ckpt = functools.partial(_field, HELP_GROUPS[5])  # Checkpoints and export
 _tune = functools.partial(_field, HELP_GROUPS[6])  # Fine-tuning
-_eval = functools.partial(_field, HELP_GROUPS[7])  # Evaluation
-_hw = functools.partial(_field, HELP_GROUPS[8])  # Hardware and distribution
+_distill = functools.partial(_field, HELP_GROUPS[7])  # Distillation
+_eval = functools.partial(_field, HELP_GROUPS[8])  # Evaluation
+_hw = functools.partial(_field, HELP_GROUPS[9])  # Hardware and distribution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +99,9 @@ class Config:
     mode: str = _run("train", modes.help_text(), tuple(modes.MODES))
     train_mode: str = _run("pretrain", "pretrain: the contrastive objective (and the "
                            "online linear head on stop_gradient(h)); finetune: the "
-                           "supervised loss on labels.", rules.TRAIN_MODES)
+                           "supervised loss on labels; distill: SimCLR v2's third "
+                           "stage, a student trained on every training image to match "
+                           "the fixed --teacher's tempered softmax.", rules.TRAIN_MODES)
     lineareval_while_pretraining: bool = _aug(
         True, "Whether to finetune a linear head on stop_gradient(h) while pretraining.")
     checkpoint: Optional[str] = _run(
@@ -235,7 +239,24 @@ class Config:
     seed: int = _run(0, "Seed of weights, data order and augmentations.")
     label_fraction: float = _data(
         1.0, "Use a deterministic stratified subset of this fraction of the labelled "
-        "training split (e.g. 0.01 or 0.1) for fine-tuning; ids written to model_dir.")
+        "training split (e.g. 0.01 or 0.1) for fine-tuning, or as the labelled "
+        "examples of distillation with --distill_alpha < 1; ids written to model_dir.")
+    teacher: Optional[str] = _distill(
+        None, "--train_mode=distill: the fixed teacher, a model with a supervised head: "
+        "a fine-tuning run directory or checkpoint of ours, one of our SavedModel "
+        "exports (run/saved_model/<step>) or an authors' released fine-tuned model. It "
+        "runs in inference mode on the student's view and is never trained. Without "
+        "architecture flags (and --checkpoint) the student is the teacher's "
+        "architecture (self-distillation).")
+    distill_temperature: float = _distill(
+        1.0, "tau of the teacher's and the student's softmax in the distillation loss "
+        "-sum_y P_T(y|x; tau) log P_S(y|x; tau) (SimCLR v2, eq. 2; no tau^2 factor: "
+        "docs/distillation.md).")
+    distill_alpha: float = _distill(
+        1.0, "Weight of the distillation loss; 1 - alpha weighs the cross-entropy on "
+        "the labelled examples (--label_fraction of --train_split; the others count "
+        "as unlabelled), both summed over the batch and divided by its size (SimCLR "
+        "v2, eq. 3). 1.0 = distillation with no labels, the paper's default.")
     final_linear_probe: bool = _eval(
         False, "After training, fit an L-BFGS logistic-regression probe on frozen h "
         "(train split) and report its eval-split accuracy next to the same probe on a "
@@ -298,7 +319,7 @@ class Config:
             num_classes: classes of the supervised head, or None for none.
         """
         has_head = num_classes is not None and (
-            self.train_mode == "finetune" or self.lineareval_while_pretraining)
+            self.train_mode in rules.ONE_VIEW_MODES or self.lineareval_while_pretraining)
         spec = architecture.encoder_spec(self.encoder)
         options = {option: self.encoder_option(flag)
                    for flag, option in (spec.flags.items() if spec else ())}

@@ -67,6 +67,10 @@ class SimCLR(keras.Model):
         fields = [f.name for f in dataclasses.fields(train.StepOptions)]
         self.options = train.step_options(
             options, **{name: kwargs.pop(name) for name in fields if name in kwargs})
+        if self.options.train_mode == "distill":
+            raise ValueError("train_mode='distill' runs in the custom loop only (run.py "
+                             "--train_mode=distill, or simclr_tf.train.Trainer with a "
+                             "teacher); SimCLR under fit() pretrains and fine-tunes.")
         super().__init__(**kwargs)
         train.check_arguments(network)
         network_strategy = getattr(network, "distribute_strategy", self.distribute_strategy)

@@ -9,9 +9,9 @@ import os
 
 import tensorflow as tf
 
-from simclr_tf import architecture, checkpoints, modes, official, records, rules
+from simclr_tf import architecture, checkpoints, modes, official, records, rules, teacher
 from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
-from simclr_tf.data import folders, registry
+from simclr_tf.data import folders, registry, subsets
 from simclr_tf.models import encoders, hub
 
 def load_source(config):
@@ -58,6 +58,9 @@ def check(config, strategy, source):
     context = dict(source=source, num_classes=source.num_classes or None)
     if mode.trains:
         context["num_train_examples"] = _check_training(config, strategy, source)
+    if mode.trains and config.train_mode == "distill":
+        context["teacher"] = _check_teacher(config, source)
+        context["num_classes"] = context["teacher"].num_classes
     if mode.evaluates_head or (mode.trains and config.final_linear_probe):
         _check_evaluating(config, source, mode)
     _check_evaluation_splits(config, source, mode)
@@ -115,7 +118,7 @@ def _check_training(config, strategy, source):
                                     f"{config.train_batch_size} over {replicas} replicas)"
                                     ) from None
     spec = architecture.encoder_spec(config.encoder)
-    if (config.train_mode == "finetune" and per_replica % 2 and spec is not None
+    if (config.train_mode in rules.ONE_VIEW_MODES and per_replica % 2 and spec is not None
             and spec.odd_batch_onednn_crash(config.model_kwargs()["encoder_options"])
             and _onednn_cpu_training(strategy)):
         raise ConfigError(
@@ -127,7 +130,37 @@ def _check_training(config, strategy, source):
         raise ConfigError("train_mode", f"finetune needs labels, but split "
                           f"{config.train_split!r} of {source.name!r} has none; "
                           "choose a labelled --train_split or --train_mode=pretrain.")
+    if config.train_mode == "distill" and config.distill_alpha < 1.0 \
+            and not source.has_labels(config.train_split):
+        raise ConfigError("distill_alpha", f"is {config.distill_alpha}, which mixes in "
+                          f"labels, but split {config.train_split!r} of {source.name!r} "
+                          "has none; choose a labelled --train_split, or "
+                          "--distill_alpha=1 to distil without labels.")
+    if config.train_mode == "distill" and config.distill_alpha < 1.0 \
+            and subsets.authors_subset(source, config.train_split, config.label_fraction):
+        raise ConfigError("label_fraction", f"{config.label_fraction} of {source.name} "
+                          "is the authors' subset, a dataset of its own: distillation "
+                          "labels the examples of --train_split by id, which that subset "
+                          "has not. Use --distill_alpha=1 (the paper's setting: no "
+                          "labels) or another --label_fraction.")
     return num_examples
+
+
+def _check_teacher(config, source):
+    """--teacher holds a model with a supervised head, readable, whose classes are
+    the dataset's; returns its `teacher.TeacherInfo`. Nothing is built."""
+    try:
+        info = teacher.inspect_teacher(config.teacher)
+    except teacher.TeacherError as error:
+        raise ConfigError("teacher", str(error)) from None
+    classes = source.num_classes or None
+    if classes is not None and classes != info.num_classes:
+        raise ConfigError("teacher", f"{config.teacher!r} scores {info.num_classes} "
+                          f"classes, but --dataset={config.dataset} has {classes}: a "
+                          "student learns the teacher's classes from this dataset's "
+                          "images, so both must be the same; pass a teacher fine-tuned "
+                          "on this dataset.")
+    return info
 
 
 def _check_evaluating(config, source, mode):

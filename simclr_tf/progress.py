@@ -21,8 +21,10 @@ STYLES = ("auto", "bar", "lines", "none")
 # (log name, label) in the order shown; missing ones are skipped. Each metric has one
 # name on the console, in TensorBoard (train/<name>), result.json and fit()'s logs
 # (the authors' names); while pretraining, supervised_* is the online linear head's
-# (on stop_gradient(h)).
+# (on stop_gradient(h)); while distilling, the student's on the batch's labelled
+# examples.
 _SHOWN = (("contrast_loss", "contrast_loss"), ("contrast_acc", "contrast_acc"),
+          ("distill_loss", "distill_loss"), ("teacher_agreement", "teacher_agreement"),
           ("supervised_loss", "supervised_loss"), ("supervised_acc", "supervised_acc"),
           ("learning_rate", "lr"), ("examples_per_sec", "img/s"),
           ("input_share", "input_wait"))

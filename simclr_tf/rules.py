@@ -9,7 +9,10 @@ import math
 import numbers
 import struct
 
-TRAIN_MODES = ("pretrain", "finetune")
+TRAIN_MODES = ("pretrain", "finetune", "distill")
+# The train modes whose step is the supervised head's loss on one crop-and-flip view
+# (SimCLR v2: "only random crop and horizontal flips" for fine-tuning and distillation).
+ONE_VIEW_MODES = ("finetune", "distill")
 OPTIMIZERS = ("lars", "momentum", "adam", "adamw")
 # --encoder: the prefix of a keras-hub backbone (the other names are the keys of
 # simclr_tf.models.encoders.ENCODERS, checked in simclr_tf.preflight).
@@ -242,6 +245,22 @@ def check_label_fraction(label_fraction):
     if not (_is_number(label_fraction) and 0.0 < label_fraction <= 1.0):
         raise ValueError("label_fraction must be in (0, 1], e.g. 0.01 or 0.1. "
                          f"Received: label_fraction={label_fraction!r}")
+
+
+def check_distill_temperature(temperature):
+    """The distillation temperature tau of both softmaxes: a finite number > 0."""
+    if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
+        raise ValueError("distill_temperature must be > 0, e.g. 1.0 (the authors' "
+                         "colab) or 0.1. Received: "
+                         f"distill_temperature={temperature!r}")
+
+
+def check_distill_alpha(alpha):
+    """The distillation loss' weight alpha in [0, 1]; 1 - alpha weighs the labels."""
+    if not (_is_number(alpha) and 0.0 <= alpha <= 1.0):
+        raise ValueError("distill_alpha must be in [0, 1]: 1.0 distils with no labels "
+                         "(the paper's default), e.g. 0.5 mixes in the labelled subset. "
+                         f"Received: distill_alpha={alpha!r}")
 
 
 def check_knn_k(k):

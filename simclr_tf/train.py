@@ -8,7 +8,7 @@ a replica context to gather negatives from every replica.
 Batches (see docs/design.md):
     pretrain: ((view1, view2), labels), views float32 [n, H, W, 3] in [0, 1],
               labels int32 [n] (-1 = unlabelled);
-    finetune: (images, labels).
+    finetune, distill: (images, labels) (distill: -1 = unlabelled).
 
 Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
@@ -33,8 +33,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 # supervised head and loss scaling. Known up front for `simclr_tf.keras_fit`, whose
 # Keras metric trackers must exist before the first step is traced.
 METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "supervised_loss",
-           "supervised_acc", "weight_decay", "grad_norm", "learning_rate", "num_examples",
-           "data_wait")
+           "supervised_acc", "distill_loss", "teacher_agreement", "weight_decay",
+           "grad_norm", "learning_rate", "num_examples", "data_wait")
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value
 # (grad_norm is already global: `global_grad_norm`, equal on every replica).
@@ -56,7 +56,9 @@ class StepOptions:
 
     Attributes:
         train_mode: 'pretrain' (two views, NT-Xent plus the supervised loss on the
-            labelled examples) or 'finetune' (one view, supervised loss only).
+            labelled examples), 'finetune' (one view, supervised loss only) or
+            'distill' (one view, the distillation loss against the Trainer's
+            teacher, plus 1 - distill_alpha times the labelled cross-entropy).
         temperature: NT-Xent temperature.
         hidden_norm: L2-normalise projections in NT-Xent.
         blur_fn: optional callable `blur_fn(views, seed=...)` applied on device to
@@ -76,6 +78,9 @@ class StepOptions:
             one chunk; BN then normalises with per-chunk statistics. Pretraining only;
             must divide the per-replica batch.
         seed: the run's seed, for the blur's seeds.
+        distill_temperature: tau of `losses.distillation_loss` (distill only).
+        distill_alpha: weight of the distillation loss; 1 - alpha weighs
+            `losses.labelled_cross_entropy` (SimCLR v2, eq. 3). Distill only.
     """
     train_mode: str = "pretrain"
     temperature: float = 0.1
@@ -84,12 +89,16 @@ class StepOptions:
     view_fn: Optional[Callable] = None
     grad_cache_chunk: int = 0
     seed: int = 0
+    distill_temperature: float = 1.0
+    distill_alpha: float = 1.0
 
     def __post_init__(self):
         if self.train_mode not in rules.TRAIN_MODES:
             raise ValueError(f"train_mode must be one of {rules.TRAIN_MODES}. Received: "
                              f"train_mode={self.train_mode!r}")
         rules.check_temperature(self.temperature)
+        rules.check_distill_temperature(self.distill_temperature)
+        rules.check_distill_alpha(self.distill_alpha)
         for name in ("blur_fn", "view_fn"):
             value = getattr(self, name)
             if value is not None and not callable(value):
@@ -100,6 +109,8 @@ class StepOptions:
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "hidden_norm", bool(self.hidden_norm))
         object.__setattr__(self, "seed", int(self.seed))
+        object.__setattr__(self, "distill_temperature", float(self.distill_temperature))
+        object.__setattr__(self, "distill_alpha", float(self.distill_alpha))
 
 
 def step_options(options=None, **kwargs):
@@ -136,6 +147,9 @@ class Trainer:
             host round trips, e.g. on TPU); `simclr_tf.loop` sees every call.
         jit_compile: XLA-compile the step. Off by default: on CPU it is slower and
             it fails under MirroredStrategy.
+        teacher: train_mode 'distill': the fixed teacher, `teacher(images) ->
+            logits` (a `simclr_tf.teacher.Teacher`, built under the same
+            strategy); it runs in inference mode and receives no gradient.
         **option_fields: `StepOptions` fields, when `options` is not given.
 
     Example:
@@ -149,8 +163,14 @@ class Trainer:
     """
 
     def __init__(self, strategy, model, optimizer, options=None, *, weight_decay_loss=None,
-                 steps_per_loop=1, jit_compile=False, **option_fields):
+                 steps_per_loop=1, jit_compile=False, teacher=None, **option_fields):
         self.options = step_options(options, **option_fields)
+        distilling = self.options.train_mode == "distill"
+        if distilling != (teacher is not None):
+            raise ValueError("train_mode='distill' needs a teacher, and only it takes "
+                             f"one. Received: train_mode={self.options.train_mode!r}, "
+                             f"teacher={teacher!r}")
+        self.teacher = teacher
         check_arguments(model, steps_per_loop=steps_per_loop)
         _check_optimizer(model, optimizer)
         self.strategy = strategy
@@ -174,6 +194,8 @@ class Trainer:
         """One optimisation step for `train_mode`; returns this replica's metrics."""
         if self.options.train_mode == "pretrain":
             return self.pretrain_step(batch)
+        if self.options.train_mode == "distill":
+            return self.distill_step(batch)
         return self.finetune_step(batch)
 
     def pretrain_step(self, batch):
@@ -297,6 +319,43 @@ class Trainer:
             sup_loss = losses.supervised_loss(labels, logits)
             return sup_loss, dict(supervised_loss=sup_loss,
                                   **self._label_accuracy(labels, logits))
+
+        metrics = self._optimize(compute_loss)
+        metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
+        return metrics
+
+    def distill_step(self, batch):
+        """SimCLR v2's distillation (eq. 3) on one view + weight decay: alpha times
+        the cross-entropy against the teacher's tempered softmax, plus 1 - alpha times
+        the cross-entropy on the labelled examples (none when alpha is 1).
+
+        The teacher sees the student's images, in inference mode (moving BN
+        statistics), outside the tape: it gets no gradient, and its weights never
+        change.
+
+        Args:
+            batch: `(images, labels)`, labels -1 for the unlabelled.
+
+        Returns:
+            Dict of float32 scalars for this replica.
+        """
+        images, labels = batch
+        teacher_logits = tf.stop_gradient(tf.cast(self.teacher(images), tf.float32))
+        alpha = self.options.distill_alpha
+
+        def compute_loss():
+            logits = self._logits(self.model(images, training=True))
+            distill = losses.distillation_loss(teacher_logits, logits,
+                                               self.options.distill_temperature)
+            metrics = dict(distill_loss=distill,
+                           teacher_agreement=losses.agreement(teacher_logits, logits),
+                           **self._label_accuracy(labels, logits))
+            loss = alpha * distill
+            if alpha < 1.0:
+                labelled = losses.labelled_cross_entropy(labels, logits)
+                metrics["supervised_loss"] = labelled
+                loss = loss + (1.0 - alpha) * labelled
+            return loss, metrics
 
         metrics = self._optimize(compute_loss)
         metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)

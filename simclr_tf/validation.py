@@ -83,9 +83,11 @@ def _check_combinations(config):
     if config.head_learning_rate is not None:
         _check_head_learning_rate(config)
     _check_encoder(config)
-    if config.label_fraction < 1.0 and config.train_mode != "finetune":
+    if config.label_fraction < 1.0 and config.train_mode == "pretrain":
         raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                           "(pretraining uses no labels); drop it or fine-tune.")
+    if mode.trains or config.teacher:
+        _check_distillation(config, mode)
     if mode.needs_model_dir and config.model_dir in (None, ""):
         raise ConfigError("model_dir", "is required: the directory for checkpoints, "
                           "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
@@ -115,6 +117,27 @@ def _check_combinations(config):
         raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                           "TensorFlow 2.21 (XLA cannot reach the other replicas' "
                           "variables); drop --jit_compile.")
+
+
+def _check_distillation(config, mode):
+    """--teacher names the teacher of a distillation run, and only then; the labels
+    it mixes in come with --distill_alpha < 1."""
+    distilling = mode.trains and config.train_mode == "distill"
+    if distilling and not config.teacher:
+        raise ConfigError("teacher", "is required with --train_mode=distill: the "
+                          "fine-tuned model to distil, e.g. --teacher=<a fine-tuning "
+                          "run directory> (a checkpoint, one of our exports or an "
+                          "authors' released fine-tuned model also work).")
+    if config.teacher and mode.trains and not distilling:
+        raise ConfigError("teacher", f"is the teacher of --train_mode=distill; drop it "
+                          f"with --train_mode={config.train_mode} (or distil).")
+    if not distilling:
+        return
+    if config.label_fraction < 1.0 and config.distill_alpha == 1.0:
+        raise ConfigError("label_fraction", f"is {config.label_fraction}, but "
+                          "--distill_alpha=1.0 uses no labels: pass --distill_alpha < 1 "
+                          "to mix in the cross-entropy on that labelled subset, or drop "
+                          "--label_fraction.")
 
 
 def _check_encoder(config):
@@ -183,6 +206,9 @@ def _check_rules(config):
     checks = (
         ("resnet_depth", variants.check_depth, (config.resnet_depth,)),
         ("temperature", rules.check_temperature, (config.temperature,)),
+        ("distill_temperature", rules.check_distill_temperature,
+         (config.distill_temperature,)),
+        ("distill_alpha", rules.check_distill_alpha, (config.distill_alpha,)),
         ("weight_decay", rules.check_weight_decay, (config.weight_decay,)),
         ("fine_tune_after_block", rules.check_fine_tune_after_block,
          (config.fine_tune_after_block,)),

@@ -12,7 +12,7 @@ from simclr_tf.config import Config
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags")))
-BASE_FILES = {"imagenet_pretrain_base.flags"}
+BASE_FILES = {"imagenet_pretrain_base.flags", "simclrv2_distill_base.flags"}
 
 sys.path.insert(0, ROOT)
 import run  # noqa: E402  pylint: disable=wrong-import-position
@@ -51,7 +51,9 @@ def test_there_is_a_flagfile_per_paper_configuration():
 def test_flagfile_is_a_valid_experiment_record(path, monkeypatch):
     monkeypatch.chdir(ROOT)  # included flagfiles are relative to the repository root
     if os.path.basename(path) in BASE_FILES:
-        _parse(path, "--model_dir=/tmp/simclr_base")  # a base needs the including file's
+        # A base needs the including file's model_dir (and a distillation's teacher).
+        teacher = ("--teacher=/tmp/simclr_teacher",) if "distill" in path else ()
+        _parse(path, "--model_dir=/tmp/simclr_base", *teacher)
         return
     config = _parse(path)
     header = [line for line in open(path) if line.startswith("#")]
@@ -78,3 +80,23 @@ def test_paper_settings_reach_the_config(monkeypatch):
     assert one_pct.label_fraction == 0.01 and one_pct.ft_proj_selector == 1
     cifar = _parse(os.path.join(ROOT, "flags", "cifar10_r18_pretrain.flags"))
     assert cifar.resolved_stem == "cifar" and not cifar.use_blur
+
+
+def test_distillation_flagfiles_carry_the_papers_settings(monkeypatch):
+    """Self-distillation at temperature 0.1, big-to-small at 1.0 (SimCLR v2's text),
+    no labels, 400 epochs, a student without the projection head; each variant's
+    teacher is the previous stage's run."""
+    monkeypatch.chdir(ROOT)
+    for pct in ("1pct", "10pct"):
+        self_distill = _parse(os.path.join(
+            ROOT, "flags", f"simclrv2_r152_3x_sk1_self_distill_{pct}.flags"))
+        small = _parse(os.path.join(
+            ROOT, "flags", f"simclrv2_r50_distill_from_r152_3x_sk1_{pct}.flags"))
+        for config in (self_distill, small):
+            assert (config.train_mode, config.distill_alpha, config.train_epochs,
+                    config.proj_head_mode) == ("distill", 1.0, 400, "none")
+        assert (self_distill.resnet_depth, self_distill.width_multiplier,
+                self_distill.distill_temperature) == (152, 3, 0.1)
+        assert self_distill.teacher.endswith(f"r152_3x_sk1_finetune_{pct}")
+        assert (small.resnet_depth, small.sk_ratio, small.distill_temperature) == (50, 0.0, 1.0)
+        assert small.teacher == self_distill.model_dir

@@ -11,6 +11,8 @@ context. (Evaluation batches come from the one eval pipeline,
   int32 [n] (-1 where the split has none). Blur is not applied here: the train step
   calls `augment.batch_random_blur` on the device.
 - fine-tuning (`train_mode='finetune'`): `(images, labels)`, crop and flip only.
+- distillation (`train_mode='distill'`): the same, over every example of the split;
+  labels -1 outside `labelled_ids` (when given) and where the split has none.
 
 n is the per-replica batch, `global_batch_size // num_replicas_in_sync`. The datasets
 repeat forever and drop the last partial batch, so every step sees full, statically
@@ -34,6 +36,7 @@ import tensorflow as tf
 
 from simclr_tf import rules
 from simclr_tf.data import augment, device_augment
+from simclr_tf.data import sources
 from simclr_tf.data.sources import DatasetSource
 
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
@@ -60,6 +63,7 @@ def build_input_fn(
     cache: bool = False,
     seed: int | None = None,
     label_subset_ids: Sequence[int] | np.ndarray | None = None,
+    labelled_ids: Sequence[int] | np.ndarray | None = None,
     shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
     start_step: int = 0,
     augment_on: str = "host",
@@ -70,8 +74,8 @@ def build_input_fn(
       source: the dataset (`registry.get_dataset(...)`).
       split: split spec, e.g. 'train', 'train[:10%]', 'unlabelled'.
       global_batch_size: examples per step over all replicas; must divide evenly.
-      train_mode: 'pretrain' (two colour-distorted views) or 'finetune' (one crop+flip
-        view).
+      train_mode: 'pretrain' (two colour-distorted views), 'finetune' (one crop+flip
+        view) or 'distill' (the same view; the split may be unlabelled).
       image_size: output side in pixels.
       color_jitter_strength: SimCLR's s (1.0 ImageNet, 0.5 CIFAR).
       impl: 'simclrv2' (multiplicative brightness) or 'simclrv1' (additive).
@@ -81,6 +85,8 @@ def build_input_fn(
         sees exactly the batches an uninterrupted run would. None draws one.
       label_subset_ids: keep only these example ids of `split` (semi-supervised
         fine-tuning; see `subsets.make_label_subset`).
+      labelled_ids: keep every example of `split`, but only these ids keep their
+        label (the others' is -1): distillation's labelled subset.
       shuffle_buffer_size: examples in the shuffle buffer.
       start_step: training steps already taken (resume): the stream starts at the
         epoch and position that step reached. Skipping within that epoch reads (and
@@ -106,13 +112,20 @@ def build_input_fn(
     rules.check_color_jitter_strength(color_jitter_strength)
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.
     pretraining = train_mode == "pretrain"
-    if not pretraining and not source.has_labels(split):
+    if train_mode == "finetune" and not source.has_labels(split):
         raise ValueError(
             f"Split {split!r} of dataset {source.name!r} has no labels: it can only be "
             "used for pretraining (train_mode='pretrain').")
     if not isinstance(start_step, (int, np.integer)) or start_step < 0:
         raise ValueError(f"`start_step` must be an int >= 0. Received: start_step={start_step!r}")
     subset = None if label_subset_ids is None else np.asarray(label_subset_ids, np.int64)
+    if labelled_ids is not None and subset is not None:
+        raise ValueError("Pass label_subset_ids (keep only those examples) or "
+                         "labelled_ids (keep all, label only those), not both.")
+    labelled = None
+    if labelled_ids is not None:
+        labelled = np.zeros(source.num_examples(split), bool)
+        labelled[sources.check_example_ids(labelled_ids, len(labelled), split)] = True
     if seed is None:
         seed = int(np.random.default_rng().integers(2**31 - 1))
 
@@ -157,7 +170,7 @@ def build_input_fn(
             batch_size = input_context.get_per_replica_batch_size(global_batch_size)
         dataset = _training_stream(
             source, split, subset, input_context, global_batch_size, cache, seed,
-            shuffle_buffer_size, start_step).map(
+            shuffle_buffer_size, start_step, labelled).map(
                 preprocess, num_parallel_calls=tf.data.AUTOTUNE)
         # Batches keep the stream's order (map and batch are deterministic by
         # default), so training is reproducible and resumable step for step.
@@ -169,10 +182,12 @@ def build_input_fn(
 
 
 def _training_stream(source, split, subset, input_context, global_batch_size, cache,
-                     seed, shuffle_buffer_size, start_step):
+                     seed, shuffle_buffer_size, start_step, labelled=None):
     """(image, label, seed) forever: epoch e is this pipeline's shard shuffled with a
     seed derived from (seed, e); each element's augmentation seed is derived from
-    (seed, pipeline, position in the stream). Starts where `start_step` left off."""
+    (seed, pipeline, position in the stream). Starts where `start_step` left off.
+    `labelled`: a bool per example of the split; the label of one that is False is
+    -1."""
     pipelines, pipeline_id = 1, 0
     if input_context is not None:
         pipelines = input_context.num_input_pipelines
@@ -180,6 +195,12 @@ def _training_stream(source, split, subset, input_context, global_batch_size, ca
     # Canonical order, then a shard by example: this pipeline's size is known, which
     # is what resuming at an exact position needs.
     base = source.load(split, example_ids=subset)
+    if labelled is not None:
+        # Ids are positions in the canonical order, which `load` keeps.
+        mask = tf.constant(labelled)
+        base = tf.data.Dataset.zip(base, tf.data.Dataset.range(len(labelled))).map(
+            lambda pair, position: (pair[0], tf.where(tf.gather(mask, position),
+                                                      tf.cast(pair[1], tf.int32), -1)))
     total = len(subset) if subset is not None else source.num_examples(split)
     if pipelines > 1:
         base = base.shard(pipelines, pipeline_id)

@@ -15,13 +15,14 @@ them from the Config in one place, `simclr_tf.modes.parts.evaluators_for`.
 """
 import difflib
 
-from simclr_tf.evaluation import base, knn, supervised, transfer
+from simclr_tf.evaluation import base, distill, knn, supervised, transfer
 
 EVALUATORS = {
     "supervised": supervised.SupervisedEval,   # --mode=eval: the supervised head
     "knn": knn.KnnEval,                        # the kNN monitor of pretraining
     "linear_probe": transfer.LinearProbeEval,  # --mode=linear_probe: probe and kNN
     "final_probe": transfer.FinalProbeEval,    # --final_linear_probe
+    "distill": distill.DistillEval,            # the monitor of --train_mode=distill
 }
 
 

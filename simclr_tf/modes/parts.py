@@ -8,7 +8,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, export, loop, optimizers, preflight, records, schedules
+from simclr_tf import checkpoints, export, loop, optimizers, preflight, records, rules, \
+    schedules, teacher
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment
 from simclr_tf.evaluation import registry
@@ -19,7 +20,8 @@ POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_f
 
 
 def build_model(config, strategy, num_classes):
-    """Creates and builds the model under the strategy, frozen for fine-tuning."""
+    """Creates and builds the model under the strategy, frozen for fine-tuning
+    (and distillation: --fine_tune_after_block, default -1, freezes nothing)."""
     if config.stem == "auto":
         logging.info("Stem: %s (--stem=auto: cifar when image_size <= 32)",
                      config.resolved_stem)
@@ -27,18 +29,19 @@ def build_model(config, strategy, num_classes):
         model = SimCLRModel(**config.model_kwargs(num_classes),
                             dtype=POLICIES[config.mixed_precision])
         model.build((None, config.image_size, config.image_size, 3))
-        if config.train_mode == "finetune":
+        if config.train_mode in rules.ONE_VIEW_MODES:
             freeze_for_finetuning(model, config.fine_tune_after_block)
     return model
 
 
-def build_trainer(config, strategy, model, *, plan=None):
+def build_trainer(config, strategy, model, *, plan=None, teacher=None):
     """The Trainer of `config` for a built `model`: learning-rate schedule, optimizer
     and loss weight decay (resolved once), views and blur, under the strategy.
 
     Args:
         plan: the run's `schedules.StepPlan` (warmup + cosine over its steps); None
             for a constant rate (benchmarks).
+        teacher: --train_mode=distill: the built `teacher.Teacher` (`build_teacher`).
     """
     with strategy.scope():
         learning_rate = config.learning_rate
@@ -56,7 +59,16 @@ def build_trainer(config, strategy, model, *, plan=None):
         logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
                         "oneDNN kernels here (docs/performance.md); drop it on CPU.")
     return Trainer(strategy, model, optimizer, step_options(config),
-                   weight_decay_loss=decay, jit_compile=config.jit_compile)
+                   weight_decay_loss=decay, jit_compile=config.jit_compile,
+                   teacher=teacher)
+
+
+def build_teacher(config, strategy, info):
+    """--teacher built under the strategy with every variable loaded, in the run's
+    compute dtype (bfloat16 with --mixed_precision=bfloat16), seeing the student's
+    --image_size images."""
+    return teacher.build_teacher(info, strategy, image_size=config.image_size,
+                                 dtype=POLICIES[config.mixed_precision])
 
 
 def step_options(config):
@@ -65,7 +77,8 @@ def step_options(config):
     return StepOptions(train_mode=config.train_mode, temperature=config.temperature,
                        hidden_norm=config.hidden_norm, blur_fn=blur_fn(config),
                        view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk,
-                       seed=config.seed)
+                       seed=config.seed, distill_temperature=config.distill_temperature,
+                       distill_alpha=config.distill_alpha)
 
 
 def blur_fn(config):
@@ -165,6 +178,8 @@ EVALUATOR_ARGUMENTS = {
         cache_dir=os.path.join(config.model_dir, "features") if config.model_dir else None),
     "final_probe": lambda config: dict(train_split=config.train_split,
                                        test_split=config.eval_split),
+    "distill": lambda config: dict(split=config.eval_split,
+                                   steps=config.eval_steps or None),
 }
 
 

@@ -1,6 +1,7 @@
-"""--mode=train: the training run (pretrain or fine-tune) from a Config: data,
-schedule, model, Trainer, checkpoints, hooks (summaries, progress, kNN monitor, the
-final export) and the loop."""
+"""--mode=train: the training run (pretrain, fine-tune or distil) from a Config: data,
+schedule, model (and the distillation teacher), Trainer, checkpoints, hooks
+(summaries, progress, the kNN or distillation monitor, the final export) and the
+loop."""
 import os
 
 import tensorflow as tf
@@ -15,11 +16,13 @@ from simclr_tf.progress import TrainingProgress
 # What runs on the training model every --knn_eval_every steps of pretraining
 # (`simclr_tf.evaluation.registry` names): the kNN monitor.
 TRAINING_EVALUATORS = ("knn",)
+# ... and of distillation, at every checkpoint: the student against its teacher.
+DISTILL_EVALUATORS = ("distill",)
 
 
 def train(config, strategy, context):
     source = context["source"]
-    split, subset_ids = config.train_split, None
+    split, subset_ids, labelled_ids = config.train_split, None, None
     num_examples = context["num_train_examples"]
     if config.train_mode == "finetune" and config.label_fraction < 1.0:
         subset = subsets.make_label_subset(source, split, config.label_fraction,
@@ -29,13 +32,19 @@ def train(config, strategy, context):
         num_examples = subset.num_examples
         logging.info("Fine-tuning on %d labelled examples (%.3g of %s)", num_examples,
                      config.label_fraction, config.train_split)
+    if config.train_mode == "distill":
+        labelled_ids = distillation_labels(config, source, split)
     plan = schedules.compute_steps(
         num_examples=num_examples, batch_size=config.train_batch_size,
         train_epochs=config.train_epochs, train_steps=config.train_steps,
         warmup_epochs=config.warmup_epochs, checkpoint_epochs=config.checkpoint_epochs,
         checkpoint_steps=config.checkpoint_steps)
     model = parts.build_model(config, strategy, context["num_classes"])
-    trainer = parts.build_trainer(config, strategy, model, plan=plan)
+    teacher = None
+    if config.train_mode == "distill":
+        teacher = parts.build_teacher(config, strategy, context["teacher"])
+        print(describe_teacher(config, teacher.info), flush=True)
+    trainer = parts.build_trainer(config, strategy, model, plan=plan, teacher=teacher)
     chief = parts.is_chief(strategy)
     # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
     scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
@@ -49,8 +58,8 @@ def train(config, strategy, context):
         strategy, source, split, global_batch_size=config.train_batch_size,
         train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
-        seed=config.seed, label_subset_ids=subset_ids, start_step=step,
-        augment_on=config.augment_on)
+        seed=config.seed, label_subset_ids=subset_ids, labelled_ids=labelled_ids,
+        start_step=step, augment_on=config.augment_on)
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if step == 0 and chief:
         write_hparams(writer, config)
@@ -82,6 +91,12 @@ def train(config, strategy, context):
         hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
                                            monitors, model, writer=writer,
                                            say=progress.note if chief else None))
+    if teacher is not None and config.eval_split:
+        monitors = parts.evaluators_for(config, strategy, source, DISTILL_EVALUATORS,
+                                        teacher=teacher)
+        hooks.append(parts.evaluation_hook(plan.checkpoint_steps, monitors, model,
+                                           writer=writer,
+                                           say=progress.note if chief else None))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
@@ -94,6 +109,31 @@ def train(config, strategy, context):
         return results
     del results["logs"], results["interrupted"]  # the summaries' train/* are in
     return dict(results, **{"train/initialized_from": initialized_from})
+
+
+def distillation_labels(config, source, split):
+    """The ids of the examples whose labels distillation mixes in (--distill_alpha <
+    1): all (None) or the --label_fraction subset, written to model_dir as
+    fine-tuning's. With alpha = 1 the labels train nothing: the split's own (None)
+    then only measure train/supervised_acc."""
+    if config.distill_alpha == 1.0 or config.label_fraction == 1.0:
+        return None
+    subset = subsets.make_label_subset(source, split, config.label_fraction,
+                                       seed=config.seed)
+    subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
+    print(f"Distilling with the labels of {len(subset.example_ids)} examples "
+          f"({config.label_fraction:.3g} of {split}), weight 1 - alpha = "
+          f"{1 - config.distill_alpha:.3g}.", flush=True)
+    return subset.example_ids
+
+
+def describe_teacher(config, info):
+    """The line naming the teacher a distillation run learns from."""
+    size = "" if info.image_size in (None, config.image_size) else (
+        f"; trained at {info.image_size} px, it sees the student's {config.image_size} px")
+    return (f"Teacher: {info.description} ({info.num_classes} classes, inference "
+            f"mode{size}); distillation temperature {config.distill_temperature:g}, "
+            f"alpha {config.distill_alpha:g}.")
 
 
 def initialize(config, model, state):

@@ -1,0 +1,396 @@
+"""SimCLR v2's distillation (--train_mode=distill): the loss against closed forms, the
+step on 1 and 2 replicas, the fixed teacher, the flags' errors before anything is
+built, and whole runs (train, resume bit-exact, evaluate, export)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import checkpoints, experiment, loop, losses, optimizers, preflight, \
+    records, teacher, train
+from simclr_tf.config import ConfigError
+from simclr_tf.models import SimCLRModel
+from simclr_tf.modes import parts
+from helpers import official_fixtures as fx
+from helpers import run_fixtures
+from helpers.standin_model import make_model, random_batch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis=-1):
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+# ------------------------------------------------------------------ the loss
+
+
+@pytest.mark.parametrize("temperature", [0.1, 1.0, 4.0])
+def test_distillation_loss_is_the_papers_cross_entropy(temperature):
+    """-mean_i sum_y P_T(y|x_i; tau) log P_S(y|x_i; tau) (SimCLR v2, eq. 2), no tau^2;
+    its gradient is (P_S - P_T) / (tau n), and the teacher receives none."""
+    rng = np.random.default_rng(int(temperature * 10))
+    t = rng.normal(scale=3.0, size=(6, 5)).astype(np.float32)
+    s = rng.normal(scale=3.0, size=(6, 5)).astype(np.float32)
+    expected = -np.mean(np.sum(_softmax(t.astype(np.float64) / temperature)
+                               * _log_softmax(s.astype(np.float64) / temperature), axis=1))
+    teacher_logits, student_logits = tf.Variable(t), tf.Variable(s)
+    with tf.GradientTape(persistent=True) as tape:
+        loss = losses.distillation_loss(teacher_logits, student_logits, temperature)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+    grad = tape.gradient(loss, student_logits).numpy()
+    closed = (_softmax(s / temperature) - _softmax(t / temperature)) / (temperature * 6)
+    np.testing.assert_allclose(grad, closed, rtol=1e-4, atol=1e-7)
+    assert tape.gradient(loss, teacher_logits) is None
+    # The authors' colab (add_kd_loss) multiplies by tau^2: the same only at tau = 1.
+    colab = temperature ** 2 * expected
+    assert (abs(float(loss) - colab) < 1e-5) == (temperature == 1.0)
+
+
+def test_a_student_equal_to_its_teacher_starts_at_the_teachers_entropy():
+    """With student == teacher the loss is H(P_T), the minimum over students (the
+    cross-entropy minus the KL divergence, which is >= 0)."""
+    rng = np.random.default_rng(3)
+    t = rng.normal(scale=2.0, size=(8, 10)).astype(np.float32)
+    for temperature in (0.5, 1.0):
+        p = _softmax(t.astype(np.float64) / temperature)
+        entropy = -np.mean(np.sum(p * np.log(p), axis=1))
+        np.testing.assert_allclose(float(losses.distillation_loss(t, t, temperature)),
+                                   entropy, rtol=1e-5)
+        other = t + rng.normal(size=t.shape).astype(np.float32)
+        assert float(losses.distillation_loss(t, other, temperature)) > entropy
+
+
+def test_the_labelled_term_is_summed_and_divided_by_the_whole_batch():
+    """Eq. 3's sum over D^L shares the normaliser of the sum over D: the labelled
+    examples' cross-entropy summed, over all n examples."""
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(6, 4)).astype(np.float32)
+    labels = np.array([2, -1, 0, -1, -1, 3], np.int32)
+    log_p = _log_softmax(logits.astype(np.float64))
+    expected = -sum(log_p[i, y] for i, y in enumerate(labels) if y >= 0) / 6
+    np.testing.assert_allclose(float(losses.labelled_cross_entropy(labels, logits)),
+                               expected, rtol=1e-5)
+    assert float(losses.labelled_cross_entropy(np.full(6, -1, np.int32), logits)) == 0.0
+    np.testing.assert_allclose(float(losses.agreement(logits, logits)), 1.0)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="distill_temperature must be > 0"):
+        losses.distillation_loss(np.zeros([2, 3]), np.zeros([2, 3]), 0.0)
+    with pytest.raises(ValueError, match="same classes"):
+        losses.distillation_loss(np.zeros([2, 3]), np.zeros([2, 4]), 1.0)
+    with pytest.raises(ValueError, match="distill_alpha must be in"):
+        train.StepOptions(train_mode="distill", distill_alpha=1.5)
+
+
+# ------------------------------------------------------------------ the step
+
+
+class _StandInTeacher:
+    """A fixed stand-in model as `teacher(images) -> logits` (what Trainer takes)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, images):
+        return self.model(images, training=False)["logits_sup"]
+
+
+def _strategy(num_replicas):
+    tf.distribute.MirroredStrategy._collective_key_base += 100000
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(num_replicas)])
+
+
+def _distil(num_replicas, student_weights, teacher_weights, batches, alpha):
+    strategy = _strategy(num_replicas) if num_replicas > 1 else tf.distribute.get_strategy()
+    with strategy.scope():
+        student = make_model(8, head_stop_gradient=False)
+        student.set_weights(student_weights)
+        fixed = make_model(8, head_stop_gradient=False, seed=7)
+        fixed.set_weights(teacher_weights)
+        fixed.trainable = False
+        optimizer = optimizers.build_optimizer("momentum", 0.5, momentum=0.9)
+    trainer = train.Trainer(strategy, student, optimizer, train_mode="distill",
+                            distill_temperature=0.5, distill_alpha=alpha,
+                            teacher=_StandInTeacher(fixed))
+    images = np.concatenate([b[0] for b in batches])
+    labels = np.concatenate([b[2] for b in batches])
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    logs = [trainer.train_steps(iterator) for _ in batches]
+    return logs, [w.numpy() for w in student.weights], [w.numpy() for w in fixed.weights]
+
+
+@pytest.mark.large  # 20 s beside another job
+def test_two_replicas_distil_as_one_and_the_teacher_never_changes():
+    """The global batch's loss and the weights after two steps are the same on 1 and
+    2 replicas (alpha 0.5: both terms, labels partly -1); the teacher's weights
+    (BN moving statistics included) end exactly as they started; the first step's
+    loss is alpha times the distillation loss plus 1 - alpha times the labelled
+    term, computed here from the two models' logits."""
+    student_weights = [w.numpy() for w in make_model(8, head_stop_gradient=False).weights]
+    teacher_weights = [w.numpy() for w in make_model(8, seed=7).weights]
+    batches = [random_batch(8, 8, seed=60 + s) for s in range(2)]
+    logs_1, weights_1, fixed_1 = _distil(1, student_weights, teacher_weights, batches, 0.5)
+    logs_2, weights_2, fixed_2 = _distil(2, student_weights, teacher_weights, batches, 0.5)
+    for log_2, log_1 in zip(logs_2, logs_1):
+        for name in ("loss", "distill_loss", "supervised_loss", "teacher_agreement",
+                     "supervised_acc"):
+            np.testing.assert_allclose(log_2[name], log_1[name], rtol=1e-5, err_msg=name)
+    for w_2, w_1 in zip(weights_2, weights_1):
+        np.testing.assert_allclose(w_2, w_1, atol=1e-5, rtol=1e-5)
+    for after, before in zip(fixed_1 + fixed_2, teacher_weights + teacher_weights):
+        np.testing.assert_array_equal(after, before)
+    assert any(not np.array_equal(a, b) for a, b in zip(weights_1, student_weights))
+
+    # The first step's loss from the models' logits (the student in training mode).
+    student = make_model(8, head_stop_gradient=False)
+    student.set_weights(student_weights)
+    fixed = make_model(8, seed=7)
+    fixed.set_weights(teacher_weights)
+    images, _, labels = batches[0]
+    s = student(images, training=True)["logits_sup"].numpy().astype(np.float64)
+    t = fixed(images, training=False)["logits_sup"].numpy().astype(np.float64)
+    distill = -np.mean(np.sum(_softmax(t / 0.5) * _log_softmax(s / 0.5), axis=1))
+    labelled = -sum(_log_softmax(s)[i, y] for i, y in enumerate(labels) if y >= 0) / 8
+    np.testing.assert_allclose(logs_1[0]["distill_loss"], distill, rtol=1e-5)
+    np.testing.assert_allclose(logs_1[0]["supervised_loss"], labelled, rtol=1e-5)
+    np.testing.assert_allclose(logs_1[0]["loss"], 0.5 * distill + 0.5 * labelled, rtol=1e-5)
+
+
+def test_the_trainer_takes_a_teacher_only_to_distil():
+    model = make_model(8, head_stop_gradient=False)
+    optimizer = optimizers.build_optimizer("momentum", 0.1)
+    strategy = tf.distribute.get_strategy()
+    with pytest.raises(ValueError, match="needs a teacher"):
+        train.Trainer(strategy, model, optimizer, train_mode="distill")
+    with pytest.raises(ValueError, match="needs a teacher, and only it takes one"):
+        train.Trainer(strategy, model, optimizer, train_mode="finetune",
+                      teacher=_StandInTeacher(model))
+
+
+# ------------------------------------------------------------------ the teacher
+
+
+def _teacher_run(directory, **overrides):
+    """A fine-tuning run directory (ckpt-1 and flags.json) of the tiny model."""
+    return run_fixtures.write_run(directory, train_mode="finetune", **overrides)
+
+
+@pytest.mark.large  # 10 s beside another job
+def test_our_run_is_a_teacher_in_inference_mode_with_no_trainable_variables(tmp_path):
+    """inspect_teacher reads the architecture from flags.json and the classes from
+    the head's kernel, builds nothing; build_teacher loads every variable, and the
+    teacher's logits are the fine-tuned model's in inference mode."""
+    cfg = _teacher_run(tmp_path / "teacher")
+    info = teacher.inspect_teacher(str(tmp_path / "teacher"))
+    assert (info.num_classes, info.image_size) == (10, 16)
+    assert info.model_kwargs == cfg.model_kwargs(10)
+    built = teacher.build_teacher(info, tf.distribute.get_strategy(), image_size=16)
+    assert built.model.trainable_variables == []
+    reference = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+    checkpoints.restore_model(reference, tf.train.latest_checkpoint(str(tmp_path / "teacher")))
+    images = np.random.default_rng(0).uniform(size=(4, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_allclose(built(images), reference(images, training=False)["logits_sup"],
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.large  # 10 s beside another job
+def test_a_released_model_is_a_teacher(tmp_path):
+    """An authors' release with a supervised head (a small stand-in in their layout):
+    its architecture and head from inspect_official, every variable loaded. One whose
+    head's input layer nothing tells (no graph, hidden widths equal to h's) is refused,
+    saying so."""
+    small = dict(fx.SMALL_R50, encoder_options=dict(depth=18, width_multiplier=0.125,
+                                                   stem="cifar"))
+    path, original = fx.write_small_official(tmp_path / "release",
+                                             **dict(small, num_proj_layers=1))
+    info = teacher.inspect_teacher(path)
+    assert info.num_classes == 10 and info.description.startswith("released model")
+    built = teacher.build_teacher(info, tf.distribute.get_strategy(), image_size=16)
+    images = np.random.default_rng(1).uniform(size=(3, 16, 16, 3)).astype(np.float32)
+    np.testing.assert_allclose(built(images), original(images, training=False)["logits_sup"],
+                               rtol=1e-5, atol=1e-6)
+    ambiguous, _ = fx.write_small_official(tmp_path / "ambiguous", **small)
+    with pytest.raises(teacher.TeacherError, match="cannot tell which output feeds it.*"
+                       "As a teacher it must be told"):
+        teacher.inspect_teacher(ambiguous)
+
+
+def _distill_config(tmp_path, teacher_path, **overrides):
+    return run_fixtures.config(**dict(dict(
+        model_dir=str(tmp_path / "student"), train_mode="distill", teacher=str(teacher_path),
+        train_steps=4, checkpoint_steps=2, mode="train"), **overrides))
+
+
+def _preflight(cfg):
+    return preflight.check(cfg, tf.distribute.get_strategy(), preflight.load_source(cfg))
+
+
+@pytest.mark.large  # 12 s beside another job
+def test_bad_teachers_are_flag_errors_before_anything_is_built(tmp_path):
+    """A missing path, a run without a supervised head, a head of other classes and
+    a checkpoint without its run's record are ConfigErrors of --teacher from
+    preflight, which builds nothing."""
+    with pytest.raises(ConfigError, match=r"--teacher: .*neither a directory"):
+        _preflight(_distill_config(tmp_path, tmp_path / "missing"))
+    run_fixtures.write_run(tmp_path / "pretrained", lineareval_while_pretraining=False)
+    with pytest.raises(ConfigError, match="--teacher: .*has no supervised head.*Fine-tune"):
+        _preflight(_distill_config(tmp_path, tmp_path / "pretrained"))
+    # A head of 7 classes against digits' 10.
+    cfg = run_fixtures.config(train_mode="finetune", model_dir=str(tmp_path / "seven"))
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 7)
+    tf.train.Checkpoint(model=model).save(str(tmp_path / "seven" / "ckpt"))
+    records.write_json(records.record_path(str(tmp_path / "seven"), records.FLAGS, "train"),
+                       cfg.to_dict())
+    with pytest.raises(ConfigError, match="--teacher: .*scores 7 classes, but "
+                       "--dataset=digits has 10"):
+        _preflight(_distill_config(tmp_path, tmp_path / "seven"))
+    _teacher_run(tmp_path / "norecord", flags_json=False)
+    with pytest.raises(ConfigError, match="--teacher: .*has no flags.json"):
+        _preflight(_distill_config(tmp_path, tmp_path / "norecord"))
+    _teacher_run(tmp_path / "good")
+    context = _preflight(_distill_config(tmp_path, tmp_path / "good"))
+    assert context["teacher"].num_classes == context["num_classes"] == 10
+    assert not os.path.exists(tmp_path / "student")
+
+
+def test_distillation_flags_are_checked_with_the_others(tmp_path):
+    teacher_dir = str(tmp_path / "t")
+    cases = [
+        (dict(train_mode="distill"), "--teacher: is required with --train_mode=distill"),
+        (dict(train_mode="finetune", teacher=teacher_dir), "--teacher: is the teacher of"),
+        (dict(train_mode="distill", teacher=teacher_dir, label_fraction=0.1),
+         "--label_fraction: is 0.1, but --distill_alpha=1.0 uses no labels"),
+        (dict(train_mode="distill", teacher=teacher_dir, distill_alpha=-0.1),
+         "--distill_alpha: .*must be in"),
+        (dict(train_mode="distill", teacher=teacher_dir, distill_temperature=0.0),
+         "--distill_temperature: .*must be > 0"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            run_fixtures.config(model_dir=str(tmp_path / "m"), mode="train", **overrides)
+    # Mixing in labels is accepted with alpha < 1.
+    run_fixtures.config(model_dir=str(tmp_path / "m"), mode="train", train_mode="distill",
+                        teacher=teacher_dir, label_fraction=0.1, distill_alpha=0.5)
+
+
+def test_the_student_is_the_teachers_model_unless_flags_say_otherwise(tmp_path):
+    """Distilling with no architecture flag and no --checkpoint reads the model and
+    the data from the teacher's run (self-distillation); a flag given wins."""
+    sys.path.insert(0, REPO)
+    try:
+        import run  # pylint: disable=import-outside-toplevel
+        from helpers.cli_flags import flag_values  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(REPO)
+    _teacher_run(tmp_path / "teacher", width_multiplier=0.25, image_size=24)
+    argv = ["--train_mode=distill", f"--teacher={tmp_path / 'teacher'}",
+            f"--model_dir={tmp_path / 'student'}"]
+    cfg = run.config_from_flags(flag_values(argv))
+    assert (cfg.dataset, cfg.width_multiplier, cfg.image_size, cfg.resnet_depth) == \
+        ("digits", 0.25, 24, 18)
+    cfg = run.config_from_flags(flag_values(argv + ["--width_multiplier=0.125"]))
+    assert (cfg.width_multiplier, cfg.image_size) == (0.125, 24)
+
+
+# ------------------------------------------------------------------ whole runs
+
+
+@pytest.mark.large  # 55 s beside another job
+def test_run_py_distils_evaluates_and_exports_a_student(tmp_path):
+    """The issue's command: run.py --train_mode=distill --teacher=<fine-tuned run>
+    --model_dir=<new> (everything else read from the teacher's run) trains, writes
+    train/distill_loss and the monitor's scalars, evaluates the student and exports
+    it; the teacher's directory is untouched."""
+    _teacher_run(tmp_path / "teacher")
+    before = {name: os.path.getmtime(tmp_path / "teacher" / name)
+              for name in os.listdir(tmp_path / "teacher")}
+    student = tmp_path / "student"
+    process = subprocess.run(
+        [sys.executable, os.path.join(REPO, "run.py"), "--train_mode=distill",
+         f"--teacher={tmp_path / 'teacher'}", f"--model_dir={student}",
+         "--mode=train_then_eval", "--train_steps=4", "--checkpoint_steps=2",
+         "--progress=lines", "--learning_rate=0.1"],
+        capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert "Teacher: checkpoint" in process.stdout
+    assert "Distillation on test at step 4: student top-1" in process.stdout
+    result = json.load(open(student / "result.json"))
+    for name in ("train/distill_loss", "train/teacher_agreement",
+                 "distill/student_top_1_accuracy", "distill/teacher_agreement",
+                 "eval/label_top_1_accuracy"):
+        assert name in result, name
+    np.testing.assert_allclose(result["eval/label_top_1_accuracy"],
+                               result["distill/student_top_1_accuracy"])
+    assert os.path.exists(student / "saved_model" / "4" / "saved_model.pb")
+    flags = json.load(open(student / "flags.json"))
+    assert (flags["train_mode"], flags["teacher"]) == ("distill", str(tmp_path / "teacher"))
+    tags = set()
+    for event_file in tf.io.gfile.glob(str(student / "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(event_file):
+            tags.update(value.tag for value in event.summary.value)
+    assert {"train/distill_loss", "train/teacher_agreement",
+            "distill/student_top_1_accuracy"} <= tags
+    assert {name: os.path.getmtime(tmp_path / "teacher" / name)
+            for name in os.listdir(tmp_path / "teacher")} == before
+
+
+@pytest.mark.extra_large  # 53 s beside another job (two runs and a resume)
+def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final_export):
+    """Stopped after its first checkpoint and started again, a distillation run ends
+    with the weights of one never stopped (the teacher is loaded again from its path;
+    data order and crops are restored with the step)."""
+    _teacher_run(tmp_path / "teacher")
+    common = dict(train_mode="distill", teacher=str(tmp_path / "teacher"), mode="train",
+                  checkpoint_steps=3, train_steps=6, train_batch_size=32,
+                  log_every_steps=3, learning_rate=0.1)
+    straight = run_fixtures.config(model_dir=str(tmp_path / "straight"), **common)
+    resumed = run_fixtures.config(model_dir=str(tmp_path / "resumed"), **common)
+    experiment.run(straight)
+
+    class Stopped(Exception):
+        pass
+
+    original_run, calls = loop.run_steps, []
+
+    def run_then_stop(*args, **kwargs):
+        if calls:
+            raise Stopped()
+        calls.append(1)
+        return original_run(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "run_steps", run_then_stop)
+        with pytest.raises(Stopped):
+            experiment.run(resumed)
+    assert tf.train.latest_checkpoint(resumed.model_dir).endswith("ckpt-3")
+    experiment.run(resumed)
+
+    def weights(cfg):
+        model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+        checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
+        return {v.path: v.numpy() for v in model.weights}
+
+    a, b = weights(straight), weights(resumed)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
+    assert json.load(open(tmp_path / "resumed" / "result.json"))["global_step"] == 6
+
+
+def test_fit_refuses_distillation():
+    from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError, match="custom loop only"):
+        keras_fit.SimCLR(SimCLRModel(), train_mode="distill")
