@@ -204,6 +204,11 @@ def test_our_run_is_a_teacher_in_inference_mode_with_no_trainable_variables(tmp_
     images = np.random.default_rng(0).uniform(size=(4, 16, 16, 3)).astype(np.float32)
     np.testing.assert_allclose(built(images), reference(images, training=False)["logits_sup"],
                                rtol=1e-5, atol=1e-6)
+    # With --mixed_precision=bfloat16 it computes in bfloat16; its logits stay float32.
+    half = teacher.build_teacher(info, tf.distribute.get_strategy(), image_size=16,
+                                 dtype="mixed_bfloat16")
+    assert half.model.compute_dtype == "bfloat16" and half(images).dtype == tf.float32
+    np.testing.assert_allclose(half(images), built(images), rtol=0.05, atol=0.05)
 
 
 @pytest.mark.large  # 10 s beside another job
@@ -345,6 +350,14 @@ def test_run_py_distils_evaluates_and_exports_a_student(tmp_path):
             "distill/student_top_1_accuracy"} <= tags
     assert {name: os.path.getmtime(tmp_path / "teacher" / name)
             for name in os.listdir(tmp_path / "teacher")} == before
+    # The student's export is a teacher in its turn: its logits are the served ones.
+    export_dir = str(student / "saved_model" / "4")
+    info = teacher.inspect_teacher(export_dir)
+    assert info.num_classes == 10 and info.description.startswith("export")
+    built = teacher.build_teacher(info, tf.distribute.get_strategy(), image_size=16)
+    images = np.random.default_rng(2).uniform(size=(2, 16, 16, 3)).astype(np.float32)
+    served = tf.saved_model.load(export_dir)(images, trainable=False)["logits_sup"]
+    np.testing.assert_allclose(built(images), served, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.extra_large  # 53 s beside another job (two runs and a resume)
