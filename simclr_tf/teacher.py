@@ -56,10 +56,8 @@ class TeacherInfo:
 def supervised_head_classes(prefix):
     """The classes of the supervised head in our checkpoint at `prefix` (a training
     checkpoint or an export's variables), or None when it has none."""
-    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
-    kernels = [shape for key, shape in shapes.items()
-               if key.startswith("model/supervised_head/") and "OPTIMIZER_SLOT" not in key
-               and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE") and len(shape) == 2]
+    shapes = checkpoints.object_variable_shapes(prefix, "model", "supervised_head")
+    kernels = [shape for shape in shapes.values() if len(shape) == 2]
     return int(kernels[0][-1]) if kernels else None
 
 

@@ -150,6 +150,38 @@ def test_linear_probe_mode_on_the_run(tiny_run, tmp_path):
     assert os.listdir(os.path.join(cfg.model_dir, "features", "digits"))
 
 
+def test_a_fine_tune_from_the_run_starts_from_its_online_head(tiny_run, tmp_path):
+    """A training checkpoint saves the model's trainable variables under the
+    optimizer's path (model and optimizer together): read through the object graph,
+    the online head is found and, fitting, loaded without --zero_init_logits_layer
+    (read by key prefix it was missed, and the head started random)."""
+    from simclr_tf.modes import train as modes_train  # pylint: disable=import-outside-toplevel
+    prefix = os.path.join(tiny_run.directory, "ckpt-4")
+    assert sorted(checkpoints.object_variable_shapes(prefix, "model", "supervised_head")
+                  .values()) == [(10,), (64, 10)]
+    cfg = TinyRun.config_for(str(tmp_path / "finetune"), train_mode="finetune",
+                             checkpoint=tiny_run.directory)
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+
+    class NoResume:
+        def recover(self):
+            return None
+
+    modes_train.initialize(cfg, model, NoResume())
+    pretrained = _restored(tiny_run.config, prefix)
+    for a, b in zip(pretrained.supervised_head.weights, model.supervised_head.weights):
+        np.testing.assert_array_equal(b.numpy(), a.numpy())
+
+
+def test_the_run_is_a_teacher(tiny_run):
+    """Its online head makes it a teacher: the classes are read from the training
+    checkpoint through the object graph, the architecture from its flags.json."""
+    from simclr_tf import teacher  # pylint: disable=import-outside-toplevel
+    info = teacher.inspect_teacher(tiny_run.directory)
+    assert (info.num_classes, info.image_size) == (10, 16)
+    assert info.model_kwargs == tiny_run.config.model_kwargs(10)
+
+
 def test_fine_tuning_from_the_run_keeps_its_frozen_encoder(tiny_run, tmp_path,
                                                           skip_final_export):
     cfg = TinyRun.config_for(str(tmp_path / "finetune"), train_mode="finetune",

@@ -21,7 +21,7 @@ the path.
 """
 from simclr_tf.checkpoints.files import (
     STATE_FILE, UNLOADABLE_DIR, candidates, latest, missing_data_bytes, non_finite_variables,
-    read_state, step_of, unreadable_reason)
+    object_variable_shapes, read_state, step_of, unreadable_reason)
 from simclr_tf.checkpoints.loading import (
     CHECKPOINT, EXPORT, RELEASED, CheckpointMismatchError, NoLoadableCheckpointError, Weights,
     initialize_from, load_into, load_latest, open_encoder, recorded_run_config, resolve,
@@ -35,6 +35,6 @@ __all__ = [
     "NoLoadableCheckpointError",
     "NonFiniteWeightsError", "UnrecoverableCheckpointsError", "Weights", "candidates",
     "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
-    "non_finite_variables", "open_encoder", "read_state", "recorded_run_config", "resolve",
+    "non_finite_variables", "object_variable_shapes", "open_encoder", "read_state", "recorded_run_config", "resolve",
     "resolve_checkpoint_path", "restore_model", "step_of", "unreadable_reason",
 ]

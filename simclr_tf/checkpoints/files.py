@@ -174,3 +174,39 @@ def step_of(prefix, default=None):
     (e.g. a SavedModel's 'variables/variables' or a released model)."""
     tail = prefix.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else default
+
+
+def object_variable_shapes(prefix, *path):
+    """`{path below: shape}` of every variable the checkpoint at `prefix` holds under
+    the object path `path` (e.g. 'model', 'supervised_head'), read through the
+    checkpoint's object graph.
+
+    Not by key prefix: a variable reachable from several objects is saved once,
+    under the first path TensorFlow finds. A training checkpoint (model and
+    optimizer together) keeps every trainable variable under
+    `optimizer/_trainable_variables/<i>`, so its `model/supervised_head/` keys name
+    only the non-trainable variables, if any. Empty when nothing is under `path`.
+    """
+    from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    node = 0
+    for name in path:
+        children = {child.local_name: child.node_id for child in graph.nodes[node].children}
+        if name not in children:
+            return {}
+        node = children[name]
+    found, seen, stack = {}, set(), [(node, ())]
+    while stack:
+        node, names = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for attribute in graph.nodes[node].attributes:
+            if attribute.name == "VARIABLE_VALUE" and attribute.checkpoint_key in shapes:
+                found["/".join(names)] = tuple(shapes[attribute.checkpoint_key])
+        stack.extend((child.node_id, names + (child.local_name,))
+                     for child in graph.nodes[node].children)
+    return found

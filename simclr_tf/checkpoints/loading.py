@@ -12,8 +12,8 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import export, official, records
-from simclr_tf.checkpoints.files import _first_line, candidates, latest, step_of, \
-    unreadable_reason
+from simclr_tf.checkpoints.files import _first_line, candidates, latest, \
+    object_variable_shapes, step_of, unreadable_reason
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
 
 
@@ -254,10 +254,7 @@ def _head_fits(model, prefix):
     head = getattr(model, "supervised_head", None)
     if head is None:
         return False
-    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
-    saved = sorted(tuple(shape) for key, shape in shapes.items()
-                   if key.startswith("model/supervised_head/") and "OPTIMIZER_SLOT" not in key
-                   and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    saved = sorted(object_variable_shapes(prefix, "model", "supervised_head").values())
     ours = sorted(tuple(v.shape) for v in head.weights)
     return bool(saved) and saved == ours
 
