@@ -61,6 +61,14 @@ def check(config, strategy, source):
     if mode.trains and config.train_mode == "distill":
         context["teacher"] = _check_teacher(config, source)
         context["num_classes"] = context["teacher"].num_classes
+        if config.eval_split:  # the distillation monitor's split
+            try:
+                _check_split(source, "eval_split", config.eval_split)
+            except ConfigError as error:
+                reason = str(error).split(": ", 1)[1]
+                raise ConfigError("eval_split", f"{reason} The distillation monitor "
+                                  "evaluates the student on it at every checkpoint; "
+                                  "--eval_split='' turns it off.") from None
     if mode.evaluates_head or (mode.trains and config.final_linear_probe):
         _check_evaluating(config, source, mode)
     _check_evaluation_splits(config, source, mode)

@@ -266,6 +266,9 @@ def test_bad_teachers_are_flag_errors_before_anything_is_built(tmp_path):
     with pytest.raises(ConfigError, match="--teacher: .*has no flags.json"):
         _preflight(_distill_config(tmp_path, tmp_path / "norecord"))
     _teacher_run(tmp_path / "good")
+    with pytest.raises(ConfigError, match="--eval_split: .*no_such_split.* The distillation "
+                       "monitor .* --eval_split='' turns it off"):
+        _preflight(_distill_config(tmp_path, tmp_path / "good", eval_split="no_such_split"))
     context = _preflight(_distill_config(tmp_path, tmp_path / "good"))
     assert context["teacher"].num_classes == context["num_classes"] == 10
     assert not os.path.exists(tmp_path / "student")
