@@ -8,6 +8,12 @@ Three parts, each printing a table and adding to one JSON file (--json):
            achieved GFLOP/s (forward FLOPs counted by TF's profiler on the forward
            graph, a training step taken as 3x the forward) and the fraction of a
            float32 / bfloat16 matmul peak measured in the same process (MFU).
+           Any --train_mode: pretrain (two views per image), finetune and distill
+           (one view per image; distill adds its teacher's forward pass, a model
+           like the student or --teacher_width_multiplier / --teacher_resnet_depth /
+           --teacher_sk_ratio, random weights). --train_modes=finetune,distill
+           measures several modes in turn in one process and prints the step-time
+           ratio of each to the first.
   input    input-pipeline throughput (images/s on one core) of the pretraining
            augmentation, two views per image, from decoded and from encoded (PNG at
            32 px, JPEG at 224 px) images; plus the host part of --augment_on=device.
@@ -27,6 +33,10 @@ Examples:
   python scripts/benchmark.py memory --preset=r50_224_4096   # ~25 min on 2 CPU cores
   python scripts/benchmark.py train --preset=gpu_r50  # scripts/gpu_check.sh
   python scripts/benchmark.py train --preset=vit_s16_224   # ViT-S/16 beside r50_224
+  python scripts/benchmark.py train --resnet_depth=18 --width_multiplier=0.25 \\
+      --image_size=16 --stem=cifar --train_batch_size=64 --use_blur=false \\
+      --num_proj_layers=2 --train_modes=finetune,distill    # distillation's cost
+  # ... a big-to-small student: add --teacher_width_multiplier=0.25 --width_multiplier=0.125
 """
 import argparse
 import json
@@ -52,7 +62,13 @@ TRAIN_FLAGS = dict(
     proj_head_mode=str, use_blur=None, mixed_precision=str, jit_compile=None,
     optimizer=str, stem=str, augment_on=str, grad_cache_chunk=int,
     lineareval_while_pretraining=None, global_bn=None, temperature=float, encoder=str,
-    vit_pool=str)
+    vit_pool=str, train_mode=str)
+# Benchmark-only flags: the distillation teacher's architecture where it differs from
+# the student's (the Config field of the name without 'teacher_').
+TEACHER_FLAGS = dict(teacher_width_multiplier=float, teacher_resnet_depth=int,
+                     teacher_sk_ratio=float)
+# Classes of the supervised head of the one-view modes (and the online linear head).
+NUM_CLASSES = 10
 
 PRESETS = {
     # Seconds on a laptop CPU: checks that every part runs.
@@ -171,9 +187,28 @@ def build_config(overrides):
     return Config.from_dict(values)
 
 
+def _one_view(config):
+    from simclr_tf import rules
+    return config.train_mode in rules.ONE_VIEW_MODES
+
+
+def views_per_image(config):
+    """Views the step trains on per image: 2 when pretraining, 1 in the one-view
+    modes (finetune, distill)."""
+    return 1 if _one_view(config) else 2
+
+
 def _synthetic_batch(config, rng):
+    """A batch of the shape the step of `config.train_mode` reads (docs/design.md,
+    "Batches"): `((view1, view2), labels)` when pretraining (or the sources of
+    --augment_on=device), `(images, labels)` for finetune and distill."""
     n, size = config.train_batch_size, config.image_size
-    labels = rng.integers(0, 10, size=n).astype(np.int32)
+    labels = rng.integers(0, NUM_CLASSES, size=n).astype(np.int32)
+    if _one_view(config):
+        if config.augment_on == "device" or config.grad_cache_chunk:
+            raise SystemExit(f"--train_mode={config.train_mode}: --augment_on=device and "
+                             "--grad_cache_chunk apply to pretraining only.")
+        return rng.random(size=(n, size, size, 3), dtype=np.float32), labels
     if config.augment_on == "device":
         from simclr_tf.data import device_augment
         source = device_augment.source_size(size)
@@ -187,16 +222,45 @@ def _synthetic_batch(config, rng):
     return (view1, view2), labels
 
 
-def _make_trainer(overrides, prefetch=2):
-    """(config, model, trainer, iterator) for `overrides`, on synthetic data."""
+def teacher_config(config, teacher_overrides):
+    """The Config of a distillation teacher: the student's, with the teacher_*
+    overrides (e.g. teacher_width_multiplier=0.25 -> width_multiplier=0.25)."""
+    import dataclasses
+    values = {name[len("teacher_"):]: value
+              for name, value in (teacher_overrides or {}).items() if value is not None}
+    return dataclasses.replace(config, **values)
+
+
+def build_teacher(config, strategy, teacher_overrides=None):
+    """A `simclr_tf.teacher.Teacher` for timing: a SimCLRModel with a supervised head,
+    built like the student (or with the teacher_* overrides), random weights, not
+    trainable, in the run's compute dtype."""
+    from simclr_tf import teacher
+    from simclr_tf.models import SimCLRModel
+    from simclr_tf.modes import parts
+    tconfig = teacher_config(config, teacher_overrides)
+    with strategy.scope():
+        model = SimCLRModel(**tconfig.model_kwargs(NUM_CLASSES),
+                            dtype=parts.POLICIES[tconfig.mixed_precision], name="teacher")
+        model.build((None, tconfig.image_size, tconfig.image_size, 3))
+    model.trainable = False
+    return teacher.Teacher(model, info=None)
+
+
+def _make_trainer(overrides, prefetch=2, teacher_overrides=None):
+    """(config, model, trainer, iterator) for `overrides`, on synthetic data; the
+    trainer's teacher (distill) is `trainer.teacher`."""
     import keras
     from simclr_tf.modes import parts
     config = build_config(overrides)
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
-    num_classes = 10 if config.lineareval_while_pretraining else None
-    model = parts.build_model(config, strategy, num_classes)
-    trainer = parts.build_trainer(config, strategy, model)
+    needs_head = _one_view(config) or config.lineareval_while_pretraining
+    model = parts.build_model(config, strategy, NUM_CLASSES if needs_head else None)
+    teacher = None
+    if config.train_mode == "distill":
+        teacher = build_teacher(config, strategy, teacher_overrides)
+    trainer = parts.build_trainer(config, strategy, model, teacher=teacher)
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:
@@ -205,14 +269,18 @@ def _make_trainer(overrides, prefetch=2):
     return config, model, trainer, iterator
 
 
-def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
-    """Train-step throughput of the configuration `overrides` (Config fields)."""
-    config, model, trainer, iterator = _make_trainer(overrides)
+def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None,
+                teacher_overrides=None):
+    """Train-step throughput of the configuration `overrides` (Config fields; for
+    distill, the teacher's `teacher_overrides`)."""
+    config, model, trainer, iterator = _make_trainer(overrides,
+                                                     teacher_overrides=teacher_overrides)
     load_before = load_average()
     start = time.perf_counter()
     trainer.train_steps(iterator, 1)
     first_step = time.perf_counter() - start
-    views = 2 * config.train_batch_size * steps
+    per_image = views_per_image(config)
+    views = per_image * config.train_batch_size * steps
     rate, seconds = _median_rate(lambda: trainer.train_steps(iterator, steps), views,
                                  max(warmup - 1, 0), windows)
     # Inference-graph FLOPs of the forward pass over all views; a training step is
@@ -221,17 +289,34 @@ def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None):
     train_flops_per_view = 3.0 * flops_per_view
     if config.grad_cache_chunk:
         train_flops_per_view = 4.0 * flops_per_view  # one extra forward
+    teacher_flops_per_view = None
+    if trainer.teacher is not None:  # distill: + the teacher's forward, no backward
+        teacher_flops_per_view = forward_flops(trainer.teacher.model, 2,
+                                               config.image_size) / 2
+        train_flops_per_view += teacher_flops_per_view
     achieved = rate * train_flops_per_view / 1e9
     peaks = peaks or {}
     compute = "bfloat16" if config.mixed_precision == "bfloat16" else (
         "float16" if config.mixed_precision == "float16" else "float32")
     peak = peaks.get(compute)
+    teacher = None
+    if trainer.teacher is not None:
+        tconfig = teacher_config(config, teacher_overrides)
+        teacher = dict(resnet_depth=tconfig.resnet_depth,
+                       width_multiplier=tconfig.width_multiplier,
+                       sk_ratio=tconfig.sk_ratio,
+                       params=int(trainer.teacher.model.count_params()))
     return dict(
         config={k: getattr(config, k) for k in overrides},
-        compute_dtype=compute, views_per_sec=rate, images_per_sec=rate / 2,
-        step_seconds=2 * config.train_batch_size / rate, window_seconds=seconds,
+        train_mode=config.train_mode, views_per_image=per_image, teacher=teacher,
+        student_params=int(model.count_params()),
+        compute_dtype=compute, views_per_sec=rate, images_per_sec=rate / per_image,
+        step_seconds=per_image * config.train_batch_size / rate, window_seconds=seconds,
         steps_per_window=steps, first_step_seconds=first_step,
         forward_gflops_per_view=flops_per_view / 1e9,
+        teacher_forward_gflops_per_view=(None if teacher_flops_per_view is None
+                                         else teacher_flops_per_view / 1e9),
+        train_gflops_per_view=train_flops_per_view / 1e9,
         achieved_gflops_per_sec=achieved, matmul_peak_gflops_per_sec=peak,
         mfu=achieved / peak if peak else None,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -250,9 +335,10 @@ def _rss_mb():
     return float("nan")
 
 
-def bench_memory_one(overrides):
+def bench_memory_one(overrides, teacher_overrides=None):
     """Peak memory of ONE train step of `overrides` (run it in a fresh process)."""
-    config, _, trainer, iterator = _make_trainer(overrides, prefetch=0)
+    config, _, trainer, iterator = _make_trainer(overrides, prefetch=0,
+                                                 teacher_overrides=teacher_overrides)
     gpu = bool(tf.config.list_logical_devices("GPU"))
     if gpu:
         tf.config.experimental.reset_memory_stats("GPU:0")
@@ -266,14 +352,16 @@ def bench_memory_one(overrides):
     peak = _peak_memory_bytes() / 2**20
     return dict(train_batch_size=config.train_batch_size,
                 grad_cache_chunk=config.grad_cache_chunk, augment_on=config.augment_on,
-                views=2 * config.train_batch_size, input_batch_mb=input_mb,
+                train_mode=config.train_mode,
+                views=views_per_image(config) * config.train_batch_size,
+                input_batch_mb=input_mb,
                 memory_before_step_mb=None if gpu else before, peak_memory_mb=peak,
                 peak_memory_kind="GPU peak" if gpu else "CPU RSS high-water",
                 first_step_seconds=seconds, loss=float(logs["loss"]),
                 load_average=load_average())
 
 
-def bench_memory(overrides, batch_sizes):
+def bench_memory(overrides, batch_sizes, teacher_overrides=None):
     """One step per global batch size, each in a fresh process (peak memory is a
     per-process high-water mark); with gradient caching also the plain step of one
     chunk, the memory that the chunked steps are measured against."""
@@ -285,6 +373,7 @@ def bench_memory(overrides, batch_sizes):
     for run in runs:
         command = [sys.executable, os.path.abspath(__file__), "memory_one"]
         command += [f"--{k}={v}" for k, v in run.items()]
+        command += [f"--{k}={v}" for k, v in (teacher_overrides or {}).items()]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         lines = [l for l in done.stdout.splitlines() if l.startswith("MEMORY ")]
         if done.returncode or not lines:
@@ -390,6 +479,26 @@ def bench_ntxent(batch_size, dim=128, temperature=0.1, windows=3):
 # ----------------------------------------------------------------- main
 
 
+def mode_ratios(rows, train_modes):
+    """Each mode's step time over the first mode's (--train_modes), per precision:
+    measured side by side in one process, so the machine's drift is shared."""
+    ratios = []
+    per_precision = len(train_modes)
+    for start in range(0, len(rows), per_precision):
+        group = rows[start:start + per_precision]
+        reference = group[0]
+        for row in group[1:]:
+            ratios.append(dict(
+                train_mode=row["train_mode"], reference=reference["train_mode"],
+                mixed_precision=row["config"].get("mixed_precision"),
+                step_seconds=row["step_seconds"],
+                reference_step_seconds=reference["step_seconds"],
+                step_seconds_ratio=row["step_seconds"] / reference["step_seconds"],
+                train_flops_ratio=(row["train_gflops_per_view"] * row["views_per_image"])
+                / (reference["train_gflops_per_view"] * reference["views_per_image"])))
+    return ratios
+
+
 def _print_table(title, rows, columns):
     print(f"\n{title}")
     print(" | ".join(name for name, _ in columns))
@@ -420,8 +529,17 @@ def parse_args(argv):
     parser.add_argument("--compare", default="",
                         help="comma-separated mixed_precision values to run in turn "
                              "(e.g. none,bfloat16)")
+    parser.add_argument("--train_modes", default="",
+                        help="comma-separated train modes to run in turn in this "
+                             "process, e.g. finetune,distill (each overrides "
+                             "--train_mode); prints each one's step time over the "
+                             "first's")
     for name, kind in TRAIN_FLAGS.items():
         parser.add_argument(f"--{name}", type=_bool if kind is None else kind)
+    for name, kind in TEACHER_FLAGS.items():
+        parser.add_argument(f"--{name}", type=kind,
+                            help="distill: the teacher's, where it differs from the "
+                                 "student's")
     args = parser.parse_args(argv)
     train_overrides = {}
     settings = dict(warmup=args.warmup, windows=args.windows, steps=args.steps,
@@ -436,6 +554,13 @@ def parse_args(argv):
         settings.update({k: v for k, v in preset.items() if k not in explicit})
     train_overrides.update({k: getattr(args, k) for k in TRAIN_FLAGS
                             if getattr(args, k) is not None})
+    settings["teacher"] = {k: getattr(args, k) for k in TEACHER_FLAGS
+                           if getattr(args, k) is not None}
+    settings["train_modes"] = [m for m in args.train_modes.split(",") if m]
+    from simclr_tf import rules
+    for mode in settings["train_modes"] + [train_overrides.get("train_mode", "pretrain")]:
+        if mode not in rules.TRAIN_MODES:
+            parser.error(f"train mode {mode!r} is not one of {rules.TRAIN_MODES}")
     return args, settings, train_overrides
 
 
@@ -447,7 +572,8 @@ def main(argv=None):
     print(f"{results['device']}, TF {tf.__version__}, load average "
           f"{results['load_average_start']}", flush=True)
     if args.part == "memory_one":  # the child process of the memory part
-        print("MEMORY " + json.dumps(bench_memory_one(overrides)), flush=True)
+        print("MEMORY " + json.dumps(bench_memory_one(overrides, settings["teacher"])),
+              flush=True)
         return None
     if args.part in ("train", "all"):
         dtypes = ["float32", "bfloat16"]
@@ -459,22 +585,38 @@ def main(argv=None):
         print("matmul peak GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()),
               flush=True)
         precisions = [p for p in args.compare.split(",") if p] or [None]
+        train_modes = settings["train_modes"] or [None]
         rows = []
         for precision in precisions:
-            run = dict(overrides)
-            if precision is not None:
-                run["mixed_precision"] = precision
-            rows.append(bench_train(run, warmup=settings["warmup"],
-                                    windows=settings["windows"], steps=settings["steps"],
-                                    peaks=peaks))
-            print(json.dumps(rows[-1], default=str), flush=True)
+            for train_mode in train_modes:
+                run = dict(overrides)
+                if precision is not None:
+                    run["mixed_precision"] = precision
+                if train_mode is not None:
+                    run["train_mode"] = train_mode
+                rows.append(bench_train(run, warmup=settings["warmup"],
+                                        windows=settings["windows"],
+                                        steps=settings["steps"], peaks=peaks,
+                                        teacher_overrides=settings["teacher"]))
+                print(json.dumps(rows[-1], default=str), flush=True)
         results["train"] = rows
         _print_table("Train step", rows, [
             ("config", lambda r: " ".join(f"{k}={v}" for k, v in r["config"].items())),
+            ("teacher", lambda r: "" if not r["teacher"] else
+             f"r{r['teacher']['resnet_depth']} x{r['teacher']['width_multiplier']:g}"),
             ("dtype", "compute_dtype"), ("s/step", "step_seconds"),
             ("views/s", "views_per_sec"), ("images/s", "images_per_sec"),
+            ("train GFLOP/view", "train_gflops_per_view"),
             ("GFLOP/s", "achieved_gflops_per_sec"), ("MFU", "mfu"),
             ("load", "load_average_after")])
+        if len(train_modes) > 1:
+            results["train_mode_ratios"] = mode_ratios(rows, train_modes)
+            for line in results["train_mode_ratios"]:
+                print(f"step time {line['train_mode']} / {line['reference']}"
+                      f"{' (' + line['mixed_precision'] + ')' if line['mixed_precision'] else ''}"
+                      f": {line['step_seconds_ratio']:.3g} "
+                      f"({line['step_seconds']:.3g} s / {line['reference_step_seconds']:.3g} s;"
+                      f" train FLOPs ratio {line['train_flops_ratio']:.3g})")
     if args.part in ("input", "all"):
         rows = []
         for size in settings["image_sizes"]:
@@ -497,7 +639,8 @@ def main(argv=None):
             ("logits MB", "logits_mb"), ("memory", "peak_memory_kind"),
             ("load", "load_average")])
     if args.part == "memory":  # not in "all": whole steps in child processes
-        rows = bench_memory(overrides, sorted(settings["batch_sizes"]))
+        rows = bench_memory(overrides, sorted(settings["batch_sizes"]),
+                            settings["teacher"])
         results["memory"] = rows
         _print_table("Peak memory of one train step (each in a fresh process)", rows, [
             ("batch", "train_batch_size"), ("views", "views"), ("chunk", "grad_cache_chunk"),
