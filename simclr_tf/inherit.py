@@ -12,9 +12,10 @@ Which run is read (`recorded_run`):
 - model_dir's flags.json (the run being resumed, extended or read);
 - else --checkpoint's run: a run directory, a checkpoint prefix in one, or one of
   our exports (`run/saved_model/<step>`);
-- else, distilling (`--train_mode=distill`), --teacher's run: the student is then
-  the teacher's model on the teacher's data (self-distillation) unless flags say
-  otherwise.
+- else, distilling (`--train_mode=distill`) without --checkpoint, --teacher's run:
+  the student is then the teacher's model on the teacher's data
+  (self-distillation) unless flags say otherwise. A --checkpoint without a record
+  (a released model, a copied prefix) lends nothing, nor does the teacher then.
 
 What is read (`inherited_flags`): from model_dir's own record, every flag but the
 run's identity and the machine (`NEVER_READ`); from another run, its model and its
@@ -111,18 +112,15 @@ def run_of_checkpoint(path):
 
 def recorded_run(config):
     """`(flags.json path, own)` of the run `config` reads, or None: model_dir's
-    record (own=True), or --checkpoint's run's, or distilling --teacher's
-    (own=False)."""
+    record (own=True), or --checkpoint's run's, or distilling without
+    --checkpoint --teacher's (own=False)."""
     if config.model_dir:
         path = os.path.join(config.model_dir, FLAGS_FILE)
         if _exists(path):
             return path, True
-    others = [config.checkpoint]
-    if config.train_mode == "distill":
-        others.append(config.teacher)
-    for other in others:
-        if not other:
-            continue
+    # The student's weights' run; only without them, distilling, the teacher's.
+    other = config.checkpoint or (config.teacher if config.train_mode == "distill" else None)
+    if other:
         run_dir = run_of_checkpoint(other)
         path = os.path.join(run_dir, FLAGS_FILE) if run_dir else None
         if path and _exists(path):

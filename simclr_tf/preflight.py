@@ -5,6 +5,7 @@ here, so that a bad flag, split, batch size or path fails with a `ConfigError` t
 names the flag and the fix, before any expensive work starts.
 """
 import contextlib
+import dataclasses
 import os
 
 import tensorflow as tf
@@ -81,6 +82,8 @@ def check(config, strategy, source):
             _check_recorded_architecture(config, checkpoints.resolve(latest), "model_dir")
         if latest and mode.trains:  # what no override can change is refused above
             _check_recorded_flags(config)
+        if not latest and mode.trains and not config.checkpoint:
+            _check_recorded_start(config)
     _check_something_to_load(config, mode)
     return context
 
@@ -156,11 +159,41 @@ def _check_training(config, strategy, source):
 
 def _check_teacher(config, source):
     """--teacher holds a model with a supervised head, readable, whose classes are
-    the dataset's; returns its `teacher.TeacherInfo`. Nothing is built."""
+    the dataset's, and that can see --image_size images; returns its
+    `teacher.TeacherInfo`. A run that resumes with the same --teacher gets the
+    weights it started with (`teacher.PIN_FILE`), not that run's newer ones. Nothing
+    is built."""
     try:
         info = teacher.inspect_teacher(config.teacher)
     except teacher.TeacherError as error:
         raise ConfigError("teacher", str(error)) from None
+    pin = teacher.read_pin(config.model_dir) if config.model_dir else None
+    if pin and pin.get("teacher") == config.teacher and \
+            pin.get("weights") != teacher.pinned_weights(info):
+        try:
+            info = teacher.inspect_teacher(pin["weights"])
+        except teacher.TeacherError as error:
+            raise ConfigError("teacher", (
+                f"this run started distilling from {pin['weights']!r} ({config.teacher!r} "
+                f"then), which no longer loads ({error}); a resumed run must learn from "
+                "the same teacher. Restore it, or start a new --model_dir.")) from None
+        info = dataclasses.replace(info, path=config.teacher, description=(
+            f"{info.description}, pinned by {teacher.PIN_FILE} (--teacher now resolves "
+            "to newer weights)"))
+    encoder = info.model_kwargs.get("encoder", "resnet")
+    if isinstance(encoder, str) and encoder.startswith(rules.HUB_ENCODER_PREFIX):
+        try:
+            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        except ImportError as error:
+            raise ConfigError("teacher", f"{config.teacher!r} is a {encoder} model: "
+                              f"{hub.import_error_message(error)}") from None
+    spec = architecture.encoder_spec(encoder) if isinstance(encoder, str) else None
+    if spec is not None and spec.patch_size and info.image_size not in (
+            None, config.image_size):
+        raise ConfigError("teacher", f"{config.teacher!r} is a {encoder} model trained at "
+                          f"{info.image_size} px, whose position embedding fits that size "
+                          f"only, and --image_size is {config.image_size}; pass "
+                          f"--image_size={info.image_size}.")
     classes = source.num_classes or None
     if classes is not None and classes != info.num_classes:
         raise ConfigError("teacher", f"{config.teacher!r} scores {info.num_classes} "
@@ -248,6 +281,24 @@ def _check_recorded_flags(config):
         "run, use another --model_dir; to continue these checkpoints with the new "
         "values, pass --allow_changed_flags (recorded in "
         f"{records.HISTORY_FILE})."))
+
+
+def _check_recorded_start(config):
+    """A training run that stopped before its first checkpoint starts again as its
+    flags.json records it: from the --checkpoint it names (--checkpoint is never read
+    from a record), not from random weights."""
+    path = records.record_path(config.model_dir, records.FLAGS, "train")
+    try:
+        recorded = records.read_json(path) if tf.io.gfile.exists(path) else None
+    except (ValueError, OSError, tf.errors.OpError):
+        return  # an unreadable record is reported where it is read
+    started_from = recorded.get("checkpoint") if isinstance(recorded, dict) else None
+    if started_from:
+        raise ConfigError("checkpoint", f"model_dir {config.model_dir!r} records a run "
+                          f"that starts from --checkpoint={started_from} and holds no "
+                          "checkpoint of its own yet (it stopped before its first); pass "
+                          f"--checkpoint={started_from} again to run it as recorded, or "
+                          "use another --model_dir.")
 
 
 def _check_something_to_load(config, mode):

@@ -16,15 +16,20 @@ A teacher is anything `checkpoints.resolve` reads that has a supervised head:
   head's input layer from `official.inspect_official`.
 """
 import dataclasses
+import os
 from typing import Optional
 
 import tensorflow as tf
 
-from simclr_tf import checkpoints, official
+from simclr_tf import checkpoints, official, records
 from simclr_tf.models import SimCLRModel
 from simclr_tf.models.outputs import LOGITS
 
 RELEASED_IMAGE_SIZE = 224  # the authors' released models were trained at 224 px
+# model_dir's record of the teacher a distillation run started with: the weights
+# --teacher resolved to then (a run directory resolves to its newest checkpoint, which
+# changes while that run trains on), so that a resumed run learns from the same ones.
+PIN_FILE = "teacher.json"
 
 
 class TeacherError(ValueError):
@@ -116,6 +121,30 @@ def _released(path, weights):
                            "ours with --ft_proj_selector=N and distil from that run.")
     return TeacherInfo(path, weights, kwargs, int(kwargs["num_classes"]),
                        RELEASED_IMAGE_SIZE, f"released model {path}")
+
+
+def pinned_weights(info):
+    """What `PIN_FILE` records for `info`: the checkpoint prefix of ours (a run
+    directory's newest checkpoint at the time), the directory of a release."""
+    return info.path if info.weights.kind == checkpoints.RELEASED else info.weights.prefix
+
+
+def read_pin(model_dir):
+    """`{'teacher': the --teacher given, 'weights': what it resolved to}` recorded in
+    model_dir, or None."""
+    path = os.path.join(model_dir, PIN_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    return records.read_json(path)
+
+
+def write_pin(model_dir, teacher_flag, info, write_guard=None):
+    """Records the teacher's weights in model_dir (`PIN_FILE`)."""
+    if write_guard is not None:
+        write_guard()
+    records.write_json(os.path.join(model_dir, PIN_FILE),
+                       dict(teacher=teacher_flag, weights=pinned_weights(info),
+                            description=info.description, num_classes=info.num_classes))
 
 
 class Teacher:

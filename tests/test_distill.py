@@ -274,6 +274,66 @@ def test_bad_teachers_are_flag_errors_before_anything_is_built(tmp_path):
     assert not os.path.exists(tmp_path / "student")
 
 
+@pytest.mark.large  # 10 s beside another job
+def test_a_resumed_run_keeps_the_teacher_it_started_with(tmp_path):
+    """--teacher=<run directory> resolves to that run's newest checkpoint, which
+    changes while the teacher's run goes on: model_dir's teacher.json pins the weights
+    the run started with, a resume gets those, and refuses once they are gone; another
+    --teacher (a changed flag, allowed) is not pinned."""
+    teacher_dir = tmp_path / "teacher"
+    cfg = _teacher_run(teacher_dir)
+    student = _distill_config(tmp_path, teacher_dir)
+    first = teacher.inspect_teacher(str(teacher_dir))
+    os.makedirs(student.model_dir)
+    teacher.write_pin(student.model_dir, str(teacher_dir), first)
+    # The teacher's run writes a newer checkpoint.
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(teacher_dir),
+                                         max_to_keep=2)
+    manager.save(checkpoint_number=2)
+    assert teacher.inspect_teacher(str(teacher_dir)).weights.prefix.endswith("ckpt-2")
+    info = _preflight(student)["teacher"]
+    assert info.weights.prefix.endswith("ckpt-1") and "pinned by teacher.json" in \
+        info.description
+    for name in os.listdir(teacher_dir):
+        if name.startswith("ckpt-1."):
+            os.remove(teacher_dir / name)
+    with pytest.raises(ConfigError, match="--teacher: this run started distilling from "
+                       ".*ckpt-1.*no longer loads.*must learn from the same teacher"):
+        _preflight(student)
+    other = tmp_path / "other"
+    _teacher_run(other)
+    assert _preflight(_distill_config(tmp_path, other))["teacher"].weights.prefix \
+        .endswith(os.path.join("other", "ckpt-1"))
+
+
+def test_a_size_bound_teacher_is_refused_at_another_image_size(tmp_path, monkeypatch):
+    """A ViT's position embedding fits the size it was trained at: a teacher trained
+    at 224 px cannot see the student's 16 px images (refused before anything is
+    built)."""
+    info = teacher.TeacherInfo("/runs/vit", None, dict(encoder="vit_s16"), 10, 224, "vit")
+    monkeypatch.setattr(teacher, "inspect_teacher", lambda path: info)
+    with pytest.raises(ConfigError, match="--teacher: .*vit_s16 model trained at 224 px.*"
+                       "pass --image_size=224"):
+        _preflight(_distill_config(tmp_path, "/runs/vit"))
+
+
+def test_a_run_stopped_before_its_first_checkpoint_restarts_as_recorded(tmp_path):
+    """--checkpoint is never read from a record: a training run whose flags.json says
+    it starts from one, rerun without it before it saved anything, is refused rather
+    than started from random weights."""
+    _teacher_run(tmp_path / "teacher")
+    started = _distill_config(tmp_path, tmp_path / "teacher",
+                              checkpoint=str(tmp_path / "teacher"))
+    os.makedirs(started.model_dir)
+    records.write_json(records.record_path(started.model_dir, records.FLAGS, "train"),
+                       started.to_dict())
+    with pytest.raises(ConfigError, match="--checkpoint: model_dir .* records a run that "
+                       "starts from --checkpoint=.*teacher.*pass --checkpoint="):
+        _preflight(_distill_config(tmp_path, tmp_path / "teacher"))
+    _preflight(started)  # as recorded: accepted
+
+
 def test_distillation_flags_are_checked_with_the_others(tmp_path):
     teacher_dir = str(tmp_path / "t")
     cases = [
@@ -311,6 +371,12 @@ def test_the_student_is_the_teachers_model_unless_flags_say_otherwise(tmp_path):
         ("digits", 0.25, 24, 18)
     cfg = run.config_from_flags(flag_values(argv + ["--width_multiplier=0.125"]))
     assert (cfg.width_multiplier, cfg.image_size) == (0.125, 24)
+    # With --checkpoint the student's weights decide: a checkpoint without a record
+    # lends nothing, and the teacher's run does not fill in for it.
+    run_fixtures.write_run(tmp_path / "bare", flags_json=False)
+    cfg = run.config_from_flags(flag_values(argv + [f"--checkpoint={tmp_path / 'bare'}",
+                                                    "--dataset=digits"]))
+    assert (cfg.width_multiplier, cfg.image_size) == (1, 224)
 
 
 # ------------------------------------------------------------------ whole runs

@@ -171,6 +171,14 @@ def test_a_fine_tune_from_the_run_starts_from_its_online_head(tiny_run, tmp_path
     pretrained = _restored(tiny_run.config, prefix)
     for a, b in zip(pretrained.supervised_head.weights, model.supervised_head.weights):
         np.testing.assert_array_equal(b.numpy(), a.numpy())
+    # A head on the first projection layer fits by shape (the hidden layers are as
+    # wide as h) but is not the online head's classifier: not loaded.
+    other = TinyRun.config_for(str(tmp_path / "other"), train_mode="finetune",
+                               checkpoint=tiny_run.directory, ft_proj_selector=1)
+    model = parts.build_model(other, tf.distribute.get_strategy(), 10)
+    modes_train.initialize(other, model, NoResume())
+    assert not np.array_equal(model.supervised_head.weights[0].numpy(),
+                              pretrained.supervised_head.weights[0].numpy())
 
 
 def test_the_run_is_a_teacher(tiny_run):

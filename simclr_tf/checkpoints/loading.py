@@ -11,7 +11,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import export, official, records
+from simclr_tf import export, official, records, rules
 from simclr_tf.checkpoints.files import _first_line, candidates, latest, \
     object_variable_shapes, step_of, unreadable_reason
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
@@ -120,8 +120,35 @@ def load_into(model, path, *, whole_model, supervised_head=True):
     elif whole_model:
         restore_model(model, weights.prefix)
     else:
-        initialize_from(model, weights.prefix, supervised_head=supervised_head)
+        initialize_from(model, weights.prefix,
+                        supervised_head=supervised_head and _same_head_input(model, weights))
     return weights
+
+
+def head_input(proj_head_mode, num_proj_layers, ft_proj_selector):
+    """The projection output a supervised head reads: 0 = h, j = head layer j."""
+    layers = rules.num_head_layers(proj_head_mode, num_proj_layers)
+    return ft_proj_selector % (layers + 1)
+
+
+def _same_head_input(model, weights):
+    """Whether the supervised head of the run that wrote `weights` (its flags.json)
+    reads the projection output `model`'s head reads: a head fits by shape alone
+    whenever the head's hidden layers are as wide as h, and one trained on h is not
+    a classifier of the first projection layer. Without a record, True (the shapes
+    decide, as before)."""
+    recorded = recorded_run_config(weights)
+    head = getattr(model, "projection_head", None)
+    if recorded is None or head is None or getattr(model, "supervised_head", None) is None:
+        return True
+    source = head_input(recorded.proj_head_mode, recorded.num_proj_layers,
+                        recorded.ft_proj_selector)
+    target = head_input(head.mode, head.num_proj_layers, head.ft_proj_selector)
+    if source != target:
+        logging.warning("The supervised head of %s reads projection output %d and this "
+                        "model's reads %d: not loaded (it starts at its initialisation).",
+                        weights.prefix, source, target)
+    return source == target
 
 
 def _saved_model_variables(directory):

@@ -9,6 +9,7 @@ from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
 from simclr_tf import checkpoints, loop, preflight, records, rules, schedules
+from simclr_tf import teacher as teacher_module
 from simclr_tf.data import pipeline, subsets
 from simclr_tf.modes import parts
 from simclr_tf.progress import TrainingProgress
@@ -42,7 +43,8 @@ def train(config, strategy, context):
     model = parts.build_model(config, strategy, context["num_classes"])
     teacher = None
     if config.train_mode == "distill":
-        teacher = parts.build_teacher(config, strategy, context["teacher"])
+        with preflight.flag_errors("teacher"):
+            teacher = parts.build_teacher(config, strategy, context["teacher"])
         print(describe_teacher(config, teacher.info), flush=True)
     trainer = parts.build_trainer(config, strategy, model, plan=plan, teacher=teacher)
     chief = parts.is_chief(strategy)
@@ -53,6 +55,12 @@ def train(config, strategy, context):
                                         max_to_keep=config.keep_checkpoint_max,
                                         save_dir=scratch_dir, write_guard=guard)
     initialized_from = initialize(config, model, state)
+    if teacher is not None and chief:
+        # What a resume learns from: these weights, whatever --teacher resolves to then.
+        pin = teacher_module.read_pin(config.model_dir)
+        if pin is None or pin.get("teacher") != config.teacher:
+            teacher_module.write_pin(config.model_dir, config.teacher, teacher.info,
+                                     write_guard=guard)
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
