@@ -3,7 +3,8 @@
 `run` trains four tiny deterministic runs on the offline 'digits' dataset with the
 checkout this script lives in (pretraining with blur and online eval; device views
 with gradient caching; momentum; fine-tuning the first on a 50% label subset, then
-eval) and saves every tensor of their last checkpoints (model and optimizer slots)
+eval; distilling that fine-tune into a narrower student, where the checkout has
+--train_mode=distill) and saves every tensor of their last checkpoints (model and optimizer slots)
 and their results. `compare` says whether two such outputs are identical, bit for
 bit. A change that only moves code must give identical outputs.
 
@@ -52,6 +53,13 @@ def run(out, repo=REPO):
     configs["finetune"] = dict(TINY, train_mode="finetune", label_fraction=0.5,
                                checkpoint=os.path.join(out, "pretrain_blur"),
                                fine_tune_after_block=2, mode="train_then_eval")
+    from simclr_tf import rules  # pylint: disable=import-outside-toplevel
+    if "distill" in rules.TRAIN_MODES:  # a checkout from before distillation has none
+        # A width-0.0625 student of the fine-tune, with half the labels mixed in.
+        configs["distill"] = dict(TINY, train_mode="distill", width_multiplier=0.0625,
+                                  teacher=os.path.join(out, "finetune"),
+                                  distill_temperature=0.5, distill_alpha=0.5,
+                                  label_fraction=0.5, mode="train")
     results, tensors = {}, {}
     for name, values in configs.items():
         model_dir = os.path.join(out, name)
