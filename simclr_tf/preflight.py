@@ -167,7 +167,12 @@ def _check_teacher(config, source):
         info = teacher.inspect_teacher(config.teacher)
     except teacher.TeacherError as error:
         raise ConfigError("teacher", str(error)) from None
-    pin = teacher.read_pin(config.model_dir) if config.model_dir else None
+    try:
+        pin = teacher.read_pin(config.model_dir) if config.model_dir else None
+    except ValueError as error:
+        raise ConfigError("model_dir", f"its {teacher.PIN_FILE}, the record of the teacher "
+                          f"this run started with, cannot be read ({error}); restore it "
+                          "from a copy, or start a new --model_dir.") from None
     if pin and pin.get("teacher") == config.teacher and \
             pin.get("weights") != teacher.pinned_weights(info):
         try:

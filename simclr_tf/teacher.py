@@ -135,7 +135,10 @@ def read_pin(model_dir):
     path = os.path.join(model_dir, PIN_FILE)
     if not tf.io.gfile.exists(path):
         return None
-    return records.read_json(path)
+    pin = records.read_json(path)  # ValueError: not JSON
+    if not isinstance(pin, dict) or not isinstance(pin.get("weights"), str):
+        raise ValueError(f"{path!r} holds no 'weights' entry")
+    return pin
 
 
 def write_pin(model_dir, teacher_flag, info, write_guard=None):

@@ -305,6 +305,11 @@ def test_a_resumed_run_keeps_the_teacher_it_started_with(tmp_path):
     _teacher_run(other)
     assert _preflight(_distill_config(tmp_path, other))["teacher"].weights.prefix \
         .endswith(os.path.join("other", "ckpt-1"))
+    with open(os.path.join(student.model_dir, teacher.PIN_FILE), "w") as f:
+        f.write("[1, 2")
+    with pytest.raises(ConfigError, match="--model_dir: its teacher.json, the record of "
+                       "the teacher this run started with, cannot be read"):
+        _preflight(student)
 
 
 def test_a_size_bound_teacher_is_refused_at_another_image_size(tmp_path, monkeypatch):
