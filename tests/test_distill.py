@@ -434,6 +434,37 @@ def test_run_py_distils_evaluates_and_exports_a_student(tmp_path):
     np.testing.assert_allclose(built(images), served, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.extra_large  # 94 s beside the full suite
+def test_distillation_under_mirrored_strategy(tmp_path, monkeypatch, skip_final_export):
+    """The training mode under MirroredStrategy on 2 replicas: the teacher's variables
+    are the strategy's, and the monitor's student top-1 over the replicas equals the
+    saved student's evaluated on one device."""
+    from simclr_tf.evaluation import supervised  # pylint: disable=import-outside-toplevel
+    from simclr_tf.modes import train as modes_train  # pylint: disable=import-outside-toplevel
+    _teacher_run(tmp_path / "teacher")
+    strategy = _strategy(2)
+    cfg = _distill_config(tmp_path, tmp_path / "teacher", train_steps=2, checkpoint_steps=2)
+    source = preflight.load_source(cfg)
+    context = preflight.check(cfg, strategy, source)
+    os.makedirs(cfg.model_dir)
+    built = []
+    build_teacher = parts.build_teacher
+    monkeypatch.setattr(parts, "build_teacher", lambda *args: built.append(
+        build_teacher(*args)) or built[-1])
+    result = modes_train.train(cfg, strategy, context)
+    assert result["global_step"] == 2 and len(built) == 1
+    assert all(strategy.extended.variable_created_in_scope(v.value)
+               for v in built[0].model.variables)
+    student = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
+    checkpoints.restore_model(student, tf.train.latest_checkpoint(cfg.model_dir))
+    one_device = supervised.evaluate(tf.distribute.get_strategy(), student, source, "test",
+                                     image_size=16, batch_size=128)
+    np.testing.assert_allclose(result["distill/student_top_1_accuracy"],
+                               one_device["top_1_accuracy"])
+    assert json.load(open(os.path.join(cfg.model_dir, teacher.PIN_FILE)))["weights"] \
+        .endswith("ckpt-1")
+
+
 @pytest.mark.extra_large  # 53 s beside another job (two runs and a resume)
 def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final_export):
     """Stopped after its first checkpoint and started again, a distillation run ends
