@@ -251,7 +251,8 @@ class Config:
     distill_temperature: float = _distill(
         1.0, "tau of the teacher's and the student's softmax in the distillation loss "
         "-sum_y P_T(y|x; tau) log P_S(y|x; tau) (SimCLR v2, eq. 2; no tau^2 factor: "
-        "docs/distillation.md).")
+        "docs/distillation.md). The paper: 0.1 for self-distillation, 1.0 (the "
+        "default, and the authors' colab's) for a smaller student.")
     distill_alpha: float = _distill(
         1.0, "Weight of the distillation loss; 1 - alpha weighs the cross-entropy on "
         "the labelled examples (--label_fraction of --train_split; the others count "
