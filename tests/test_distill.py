@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, losses, optimizers, preflight, \
-    records, teacher, train
+from simclr_tf import checkpoints, experiment, losses, optimizers, preflight, records, \
+    teacher, train
 from simclr_tf.config import ConfigError
 from simclr_tf.models import SimCLRModel
 from simclr_tf.modes import parts
@@ -477,31 +477,10 @@ def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final
     straight = run_fixtures.config(model_dir=str(tmp_path / "straight"), **common)
     resumed = run_fixtures.config(model_dir=str(tmp_path / "resumed"), **common)
     experiment.run(straight)
-
-    class Stopped(Exception):
-        pass
-
-    original_run, calls = loop.run_steps, []
-
-    def run_then_stop(*args, **kwargs):
-        if calls:
-            raise Stopped()
-        calls.append(1)
-        return original_run(*args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(loop, "run_steps", run_then_stop)
-        with pytest.raises(Stopped):
-            experiment.run(resumed)
+    run_fixtures.run_stopped_after_first_segment(monkeypatch, resumed)
     assert tf.train.latest_checkpoint(resumed.model_dir).endswith("ckpt-3")
     experiment.run(resumed)
-
-    def weights(cfg):
-        model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
-        checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
-        return {v.path: v.numpy() for v in model.weights}
-
-    a, b = weights(straight), weights(resumed)
+    a, b = run_fixtures.final_weights(straight), run_fixtures.final_weights(resumed)
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, preflight
+from simclr_tf import checkpoints, experiment, preflight
 from simclr_tf.modes import parts
 from simclr_tf import export as simclr_export
 from simclr_tf.config import ConfigError
@@ -18,6 +18,7 @@ from simclr_tf.evaluation import features
 
 from helpers import official_fixtures, official_layout
 from simclr_tf.models import SimCLRModel
+from helpers import run_fixtures
 from helpers.run_fixtures import config
 
 
@@ -122,35 +123,15 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
                   train_split="train[:200]", log_every_steps=3, **variant)
     experiment.run(config(model_dir=straight, **common))
-
-    class Stopped(Exception):
-        pass
-
-    original_run, calls = loop.run_steps, []
-
-    def run_then_stop(*args, **kwargs):
-        if calls:
-            raise Stopped()
-        calls.append(1)
-        return original_run(*args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(loop, "run_steps", run_then_stop)
-        with pytest.raises(Stopped):
-            experiment.run(config(model_dir=resumed, **common))
+    run_fixtures.run_stopped_after_first_segment(monkeypatch,
+                                                 config(model_dir=resumed, **common))
     assert tf.train.latest_checkpoint(resumed).endswith("ckpt-3")
     experiment.run(config(model_dir=resumed, **common))
-    a = _all_weights(config(model_dir=straight))
-    b = _all_weights(config(model_dir=resumed))
+    a = run_fixtures.final_weights(config(model_dir=straight))
+    b = run_fixtures.final_weights(config(model_dir=resumed))
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
-
-
-def _all_weights(cfg):
-    model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
-    checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
-    return {v.path: v.numpy() for v in model.weights}
 
 
 def _bytes(path):

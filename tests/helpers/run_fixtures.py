@@ -33,6 +33,40 @@ def write_run(directory, *, flags_json=True, **overrides):
     return cfg
 
 
+def run_stopped_after_first_segment(monkeypatch, cfg):
+    """Runs `cfg` with `experiment.run` and stops it after the loop's first segment
+    (`loop.run_steps`' first call, which ends at the first checkpoint when the log
+    interval does not come earlier), as an interruption would."""
+    import pytest  # pylint: disable=import-outside-toplevel
+    from simclr_tf import experiment, loop  # pylint: disable=import-outside-toplevel
+
+    class Stopped(Exception):
+        pass
+
+    original_run, calls = loop.run_steps, []
+
+    def run_then_stop(*args, **kwargs):
+        if calls:
+            raise Stopped()
+        calls.append(1)
+        return original_run(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "run_steps", run_then_stop)
+        with pytest.raises(Stopped):
+            experiment.run(cfg)
+
+
+def final_weights(cfg, num_classes=10):
+    """{variable path: value} of the model of `cfg` at model_dir's latest checkpoint."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
+    model = parts.build_model(cfg, tf.distribute.get_strategy(), num_classes)
+    checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
+    return {v.path: v.numpy() for v in model.weights}
+
+
 class TinyRun:
     """A finished tiny pretraining run, trained once per test session (see the
     `tiny_run` fixture): 4 steps, checkpoints ckpt-2 and ckpt-4, the SavedModel
