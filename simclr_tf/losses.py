@@ -225,8 +225,13 @@ def labelled_cross_entropy(labels, logits):
     return total / tf.cast(tf.maximum(tf.shape(labels)[0], 1), tf.float32)
 
 
-def agreement(teacher_logits, student_logits):
-    """Fraction of this replica's examples whose student argmax is the teacher's."""
+def same_class(teacher_logits, student_logits):
+    """Per example, 1.0 where the student's argmax is the teacher's, else 0.0."""
     same = tf.equal(tf.argmax(tf.cast(teacher_logits, tf.float32), -1, output_type=tf.int32),
                     tf.argmax(tf.cast(student_logits, tf.float32), -1, output_type=tf.int32))
-    return tf.reduce_mean(tf.cast(same, tf.float32))
+    return tf.cast(same, tf.float32)
+
+
+def agreement(teacher_logits, student_logits):
+    """Fraction of this replica's examples whose student argmax is the teacher's."""
+    return tf.reduce_mean(same_class(teacher_logits, student_logits))

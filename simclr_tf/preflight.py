@@ -96,10 +96,7 @@ def _check_encoder(config):
     initialisation."""
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
-        try:
-            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-        except ImportError as error:
-            raise ConfigError("encoder", f"{name} {hub.import_error_message(error)}") from None
+        _require_keras_hub("encoder", name)
         return  # hub.build names a bad spec before any weights exist
     if name not in encoders.ENCODERS:
         raise ConfigError("encoder", f"must be one of {', '.join(encoders.ENCODERS)} or "
@@ -111,6 +108,15 @@ def _check_encoder(config):
         raise ConfigError("image_size", f"{size} is not a multiple of the patch size "
                           f"{patch} of --encoder={name}; use e.g. "
                           f"{max(patch, size - size % patch)} or 224.")
+
+
+def _require_keras_hub(flag, subject):
+    """A keras-hub encoder needs keras-hub: else the ConfigError of `flag`, what
+    `subject` is followed by what is missing and the install line."""
+    try:
+        import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError as error:
+        raise ConfigError(flag, f"{subject} {hub.import_error_message(error)}") from None
 
 
 def _check_training(config, strategy, source):
@@ -173,8 +179,8 @@ def _check_teacher(config, source):
         raise ConfigError("model_dir", f"its {teacher.PIN_FILE}, the record of the teacher "
                           f"this run started with, cannot be read ({error}); restore it "
                           "from a copy, or start a new --model_dir.") from None
-    if pin and pin.get("teacher") == config.teacher and \
-            pin.get("weights") != teacher.pinned_weights(info):
+    pin = teacher.pin_of(pin, config.teacher)
+    if pin and pin["weights"] != teacher.pinned_weights(info):
         try:
             info = teacher.inspect_teacher(pin["weights"])
         except teacher.TeacherError as error:
@@ -187,11 +193,7 @@ def _check_teacher(config, source):
             "to newer weights)"))
     encoder = info.model_kwargs.get("encoder", "resnet")
     if isinstance(encoder, str) and encoder.startswith(rules.HUB_ENCODER_PREFIX):
-        try:
-            import keras_hub  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-        except ImportError as error:
-            raise ConfigError("teacher", f"{config.teacher!r} is a {encoder} model: "
-                              f"{hub.import_error_message(error)}") from None
+        _require_keras_hub("teacher", f"{config.teacher!r} is a {encoder} model:")
     spec = architecture.encoder_spec(encoder) if isinstance(encoder, str) else None
     if spec is not None and spec.patch_size and info.image_size not in (
             None, config.image_size):

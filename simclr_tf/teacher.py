@@ -141,6 +141,12 @@ def read_pin(model_dir):
     return pin
 
 
+def pin_of(pin, teacher_flag):
+    """`pin` (`read_pin`) when it records this --teacher, else None: a run given
+    another --teacher (a changed flag, allowed) is not held to the old weights."""
+    return pin if pin is not None and pin.get("teacher") == teacher_flag else None
+
+
 def write_pin(model_dir, teacher_flag, info, write_guard=None):
     """Records the teacher's weights in model_dir (`PIN_FILE`)."""
     if write_guard is not None:

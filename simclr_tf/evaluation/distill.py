@@ -30,8 +30,7 @@ def distill_counts(student, teacher, images, labels, ids):
     student_logits = tf.cast(student(images, training=False)[LOGITS], tf.float32)
     teacher_logits = tf.cast(teacher(images), tf.float32)
     real = tf.cast(ids >= 0, tf.float32)
-    same = tf.cast(tf.equal(tf.argmax(student_logits, -1), tf.argmax(teacher_logits, -1)),
-                   tf.float32)
+    same = losses.same_class(teacher_logits, student_logits)
     return dict(student_correct=losses.top_k_correct(labels, student_logits, 1),
                 teacher_correct=losses.top_k_correct(labels, teacher_logits, 1),
                 agreed=tf.reduce_sum(same * real),
@@ -61,30 +60,17 @@ class DistillEval(base.Evaluator):
         self.labelled = self.source.has_labels(split)
         self._model = self._step = None
 
-    def _make_step(self, model, per_replica):
-        def replica_step(batch):
-            batch = features.pad_batch(batch, per_replica)
-            return distill_counts(model, self.teacher, batch["image"], batch["label"],
-                                  batch["id"])
-
-        @tf.function(reduce_retracing=True)
-        def step(batch):
-            counts = self.strategy.run(replica_step, args=(batch,))
-            return {name: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-                    for name, value in counts.items()}
-
-        return step
-
     def run(self, model, step, *, checkpoint=None):
         if model is not self._model:
             per_replica = features.replica_batch_size(self.strategy, self.dataset,
                                                       self.batch_size)
-            self._step, self._model = self._make_step(model, per_replica), model
-        dataset = self.dataset.take(self.steps) if self.steps else self.dataset
-        totals = dict.fromkeys(COUNTS, 0.0)
-        for batch in self.strategy.experimental_distribute_dataset(dataset):
-            for name, value in self._step(batch).items():
-                totals[name] += float(value)
+            self._step = features.summed_counts_step(
+                self.strategy, lambda batch: distill_counts(
+                    model, self.teacher, batch["image"], batch["label"], batch["id"]),
+                per_replica)
+            self._model = model
+        totals = features.total_counts(self.strategy, self._step, self.dataset, COUNTS,
+                                       self.steps)
         values = {"distill/teacher_agreement": totals["agreed"] / max(totals["num_examples"], 1.0)}
         if self.labelled:
             labelled = max(totals["num_labelled"], 1.0)

@@ -120,6 +120,36 @@ def replica_batch_size(strategy, dataset, batch_size=None):
     return max(1, math.ceil(batch_size / strategy.num_replicas_in_sync))
 
 
+def summed_counts_step(strategy, replica_counts, per_replica):
+    """The compiled step of a counting evaluator: a global batch -> {name: count
+    summed over the replicas} of `replica_counts(batch)`, each replica's share of the
+    batch first padded to `per_replica` rows (`pad_batch`: padding rows carry label
+    and id -1, which no count may count)."""
+    def replica_step(batch):
+        # A replica's share of a batch may be short or empty (uneven split).
+        return replica_counts(pad_batch(batch, per_replica))
+
+    @tf.function(reduce_retracing=True)
+    def step(batch):
+        counts = strategy.run(replica_step, args=(batch,))
+        return {name: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+                for name, value in counts.items()}
+
+    return step
+
+
+def total_counts(strategy, step, dataset, names, steps=None):
+    """{name: Python float} of `step` (`summed_counts_step`) summed over the global
+    batches of `dataset` (at most `steps` of them when given)."""
+    if steps:
+        dataset = dataset.take(steps)
+    totals = dict.fromkeys(names, 0.0)
+    for batch in strategy.experimental_distribute_dataset(dataset):
+        for name, value in step(batch).items():
+            totals[name] += float(value)
+    return totals
+
+
 def example_names(source, split, ids):
     """A name per id: the file path for image folders, else 'dataset:split:id'."""
     select = getattr(source, "_select", None)  # array-backed sources (folders, digits)

@@ -70,22 +70,6 @@ class SupervisedEvaluator:
         self._step = None
         self._per_replica = None
 
-    def _make_step(self, per_replica):
-        def replica_step(batch):
-            # A replica's share of a batch may be short or empty (uneven split):
-            # padded to a fixed size with unlabelled blank rows, never counted.
-            batch = features.pad_batch(batch, per_replica)
-            return eval_counts(self.model, batch["image"], batch["label"])
-
-        @tf.function(reduce_retracing=True)
-        def step(batch):
-            counts = self.strategy.run(replica_step, args=(batch,))
-            return {name: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value,
-                                               axis=None)
-                    for name, value in counts.items()}
-
-        return step
-
     def __call__(self, dataset, *, steps=None, batch_size=None):
         """dict(top_1_accuracy, top_5_accuracy, loss, num_examples) as Python numbers,
         over the labelled examples (label >= 0).
@@ -100,13 +84,11 @@ class SupervisedEvaluator:
             raise ValueError(f"steps must be None or an int >= 0. Received: steps={steps!r}")
         per_replica = features.replica_batch_size(self.strategy, dataset, batch_size)
         if self._step is None or self._per_replica != per_replica:
-            self._step, self._per_replica = self._make_step(per_replica), per_replica
-        if steps:
-            dataset = dataset.take(steps)
-        totals = dict.fromkeys(COUNTS, 0.0)
-        for batch in self.strategy.experimental_distribute_dataset(dataset):
-            for name, value in self._step(batch).items():
-                totals[name] += float(value)
+            self._step = features.summed_counts_step(
+                self.strategy, lambda batch: eval_counts(self.model, batch["image"],
+                                                         batch["label"]), per_replica)
+            self._per_replica = per_replica
+        totals = features.total_counts(self.strategy, self._step, dataset, COUNTS, steps)
         count = totals["num_labelled"]
         denominator = max(count, 1.0)
         return dict(top_1_accuracy=totals["top_1_correct"] / denominator,

@@ -26,9 +26,7 @@ def train(config, strategy, context):
     split, subset_ids, labelled_ids = config.train_split, None, None
     num_examples = context["num_train_examples"]
     if config.train_mode == "finetune" and config.label_fraction < 1.0:
-        subset = subsets.make_label_subset(source, split, config.label_fraction,
-                                           seed=config.seed)
-        subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
+        subset = label_subset(config, source, split)
         source, split, subset_ids = subset.source, subset.split, subset.example_ids
         num_examples = subset.num_examples
         logging.info("Fine-tuning on %d labelled examples (%.3g of %s)", num_examples,
@@ -57,8 +55,8 @@ def train(config, strategy, context):
     initialized_from = initialize(config, model, state)
     if teacher is not None and chief:
         # What a resume learns from: these weights, whatever --teacher resolves to then.
-        pin = teacher_module.read_pin(config.model_dir)
-        if pin is None or pin.get("teacher") != config.teacher:
+        if teacher_module.pin_of(teacher_module.read_pin(config.model_dir),
+                                 config.teacher) is None:
             teacher_module.write_pin(config.model_dir, config.teacher, teacher.info,
                                      write_guard=guard)
     step = trainer.step
@@ -119,6 +117,15 @@ def train(config, strategy, context):
     return dict(results, **{"train/initialized_from": initialized_from})
 
 
+def label_subset(config, source, split):
+    """The --label_fraction subset of `split` (`subsets.make_label_subset`, seeded by
+    --seed), its ids recorded in model_dir/label_subset_ids.txt."""
+    subset = subsets.make_label_subset(source, split, config.label_fraction,
+                                       seed=config.seed)
+    subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
+    return subset
+
+
 def distillation_labels(config, source, split):
     """The ids of the examples whose labels distillation mixes in (--distill_alpha <
     1): all (None) or the --label_fraction subset, written to model_dir as
@@ -126,9 +133,7 @@ def distillation_labels(config, source, split):
     then only measure train/supervised_acc."""
     if config.distill_alpha == 1.0 or config.label_fraction == 1.0:
         return None
-    subset = subsets.make_label_subset(source, split, config.label_fraction,
-                                       seed=config.seed)
-    subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
+    subset = label_subset(config, source, split)
     print(f"Distilling with the labels of {len(subset.example_ids)} examples "
           f"({config.label_fraction:.3g} of {split}), weight 1 - alpha = "
           f"{1 - config.distill_alpha:.3g}.", flush=True)
