@@ -35,6 +35,7 @@ __all__ = [
     "NoLoadableCheckpointError",
     "NonFiniteWeightsError", "UnrecoverableCheckpointsError", "Weights", "candidates",
     "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
-    "non_finite_variables", "object_variable_shapes", "open_encoder", "read_state", "recorded_run_config", "resolve",
-    "resolve_checkpoint_path", "restore_model", "step_of", "unreadable_reason",
+    "non_finite_variables", "object_variable_shapes", "open_encoder", "read_state",
+    "recorded_run_config", "resolve", "resolve_checkpoint_path", "restore_model", "step_of",
+    "unreadable_reason",
 ]

@@ -71,7 +71,8 @@ class DistillEval(base.Evaluator):
             self._model = model
         totals = features.total_counts(self.strategy, self._step, self.dataset, COUNTS,
                                        self.steps)
-        values = {"distill/teacher_agreement": totals["agreed"] / max(totals["num_examples"], 1.0)}
+        agreed = totals["agreed"] / max(totals["num_examples"], 1.0)
+        values = {"distill/teacher_agreement": agreed}
         if self.labelled:
             labelled = max(totals["num_labelled"], 1.0)
             values["distill/student_top_1_accuracy"] = totals["student_correct"] / labelled
