@@ -4,12 +4,15 @@
 source = get_dataset("cifar10", data_dir="/data/tfds")   # any TFDS image dataset
 source = get_dataset("folder:/data/my_images")           # a folder of images
 source = get_dataset("digits")                           # offline, scikit-learn's digits
+source = get_dataset("fashion_mnist")  # offline, `apt-get install dataset-fashion-mnist`
 ```
 
 Names, in the order they are tried:
 - `folder:/path`: a folder of images (`folders.ImageFolderSource`).
-- a registered name (`registered_datasets()`): 'digits' (`digits.DigitsSource`) and
-  whatever `register_dataset` added.
+- a registered name (`registered_datasets()`): 'digits' (`digits.DigitsSource`),
+  'fashion_mnist' (`fashion_mnist.fashion_mnist_source`: the IDX files in data_dir or
+  Debian's package, else TFDS's prepared copy; the registered name wins over TFDS's
+  of the same name) and whatever `register_dataset` added.
 - anything else: a TFDS dataset read from `data_dir` (`tfds_source.TFDSSource`).
 
 Adding a dataset touches one file:
@@ -27,12 +30,14 @@ import os
 from typing import Callable
 
 from simclr_tf.data.digits import DigitsSource
+from simclr_tf.data.fashion_mnist import fashion_mnist_source
 from simclr_tf.data.folders import ImageFolderSource
 from simclr_tf.data.sources import FOLDER_PREFIX, DatasetSource
 from simclr_tf.data.tfds_source import TFDSSource, UnknownDatasetError, tfds_names
 
 _FACTORIES: dict[str, Callable[[str | None], DatasetSource]] = {
     "digits": lambda data_dir: DigitsSource(),
+    "fashion_mnist": fashion_mnist_source,
 }
 
 
@@ -50,7 +55,7 @@ def register_dataset(name: str, factory: Callable[[str | None], DatasetSource]) 
 
 
 def registered_datasets() -> tuple[str, ...]:
-    """Names registered besides TFDS and folders ('digits', ...)."""
+    """Names registered besides TFDS and folders ('digits', 'fashion_mnist', ...)."""
     return tuple(sorted(_FACTORIES))
 
 
@@ -59,8 +64,10 @@ def get_dataset(name: str, *, data_dir: str | None = None,
     """The dataset called `name`: registered, 'folder:/path', or TFDS.
 
     Args:
-      name: 'digits', 'folder:/path/to/images', or a TFDS name such as 'cifar10'.
-      data_dir: TFDS data folder (ignored by the other kinds).
+      name: 'digits', 'fashion_mnist', 'folder:/path/to/images', or a TFDS name
+        such as 'cifar10'.
+      data_dir: TFDS data folder (also where 'fashion_mnist' looks for its files;
+        ignored by the other kinds).
       skip_corrupt_images: folders only: skip undecodable files (see
         `ImageFolderSource`) instead of raising `CorruptImageError`.
       download: TFDS only: download and prepare a dataset missing from data_dir.
