@@ -11,8 +11,9 @@ only:
   so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
   run directories open.
 - `read_json(path)`: a result (or any record) as a dict.
-- `MetricsLog`: `metrics.jsonl`, one line per logging interval of training (what
-  TensorBoard shows, for scripts and plots that read no event files).
+- `MetricsLog`: `metrics.jsonl`, one line per logging interval of training and one
+  per evaluation during training (what TensorBoard shows, for scripts and plots that
+  read no event files).
 - `write_result(model_dir, mode, results)`: a mode's result, merged into the one
   already there.
 - `flag_changes(model_dir, config)`: the flags of a training run that differ from
@@ -83,11 +84,14 @@ METRICS_FILE = "metrics.jsonl"
 class MetricsLog:
     """`model_dir/metrics.jsonl`: one JSON object per logging interval of training,
     `{"step": 100, "time": <unix seconds>, "train/contrast_loss": ..., ...}` (the
-    TensorBoard scalars of that step, under the same names), oldest first.
+    TensorBoard scalars of that step, under the same names), and one per evaluation
+    during training (the kNN or the distillation monitor: `{"step": 100, "time": ...,
+    "knn/top_1_accuracy": ..., "knn/rankme": ..., ...}`), oldest first. A step may
+    thus have two lines, each with its own names; merge them by step.
 
     Each line is appended with one write and a reader skips a line cut short (a
     kill mid-write). A run that resumes from step s first drops the lines after s
-    (steps it trains again), so every step appears once.
+    (steps it trains again), so every step's lines appear once.
 
     Args:
         model_dir: the run directory.

@@ -85,6 +85,8 @@ def test_knn_monitor_two_replicas_equal_one():
         assert monitor.bank_size == 300 and monitor.num_queries == 101
         results[name] = monitor.run(_tiny_model(strategy), step=3)
     assert results["one"]["knn/top_1_accuracy"] == results["two"]["knn/top_1_accuracy"]
+    assert results["one"]["knn/rankme"] == pytest.approx(results["two"]["knn/rankme"],
+                                                         rel=1e-5)
     assert results["one"]["knn/global_step"] == 3
     assert results["one"]["knn/seconds"] > 0
 

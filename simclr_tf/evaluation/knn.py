@@ -11,7 +11,9 @@ winner is their label.
 ops inside, queries in chunks so memory stays [chunk, bank]). `KnnEval` runs the
 protocol during pretraining (the kNN monitor): bank and query features are computed under the training
 strategy with every replica's features gathered (`simclr_tf.evaluation.features`), so the
-result does not depend on the number of replicas.
+result does not depend on the number of replicas. With the accuracy it reports RankMe
+of the bank's h (`simclr_tf.evaluation.rankme`), which needs no labels: a collapse
+shows as a value near 1.
 
 Example:
 >>> knn_accuracy(bank_h, bank_labels, query_h, query_labels, k=200, temperature=0.07)
@@ -23,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf import rules
-from simclr_tf.evaluation import base, features
+from simclr_tf.evaluation import base, features, rankme
 from simclr_tf.models.outputs import H
 
 DEFAULT_K = 200
@@ -120,7 +122,9 @@ class KnnEval(base.Evaluator):
         k, temperature: the protocol (see module docstring).
         max_bank, max_queries: at most this many examples (0 = all).
 
-    `run(model, step)` -> {'knn/top_1_accuracy', 'knn/seconds', 'knn/global_step'}.
+    `run(model, step)` -> {'knn/top_1_accuracy', 'knn/rankme' (RankMe of the bank's
+    h: ~1 when the encoder collapsed, up to the width of h), 'knn/seconds',
+    'knn/global_step'}.
     """
 
     def __init__(self, strategy, *, bank_split, query_split, k=DEFAULT_K,
@@ -142,6 +146,7 @@ class KnnEval(base.Evaluator):
         self.bank_size = self._size(bank_split, self.bank_ids)
         self.num_queries = self._size(query_split, self.query_ids)
         self._extractor = None
+        self.feature_dim = None  # the width of h, known after a run
 
     def _size(self, split, ids):
         return self.source.num_examples(split) if ids is None else len(ids)
@@ -163,11 +168,13 @@ class KnnEval(base.Evaluator):
                                 queries[H], queries["labels"], k=self.k,
                                 temperature=self.temperature,
                                 num_classes=self.source.num_classes or None)
-        return {"knn/top_1_accuracy": accuracy, "knn/seconds": time.perf_counter() - start,
-                "knn/global_step": step}
+        self.feature_dim = int(bank[H].shape[1])
+        return {"knn/top_1_accuracy": accuracy, "knn/rankme": rankme.rankme(bank[H]),
+                "knn/seconds": time.perf_counter() - start, "knn/global_step": step}
 
     def describe(self, values, *, step, checkpoint=None):
         return (f"kNN at step {step}: top-1 {values['knn/top_1_accuracy']:.4f} on "
                 f"{self.query_split} ({self.num_queries} queries, bank of "
                 f"{self.bank_size} from {self.bank_split}, k={self.k}, "
-                f"T={self.temperature:g}) in {values['knn/seconds']:.1f} s")
+                f"T={self.temperature:g}); RankMe {values['knn/rankme']:.1f} of "
+                f"{self.feature_dim} dims; in {values['knn/seconds']:.1f} s")

@@ -224,18 +224,20 @@ def say_line(text):
 
 
 def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None,
-                   say=say_line, recorded=None):
+                   say=say_line, recorded=None, metrics_log=None):
     """Runs each evaluator on `model` at `step`: what it is about to do (`announce`,
     for one that takes a while) and its line told to `say` (None: silent), its
-    scalars to `writer` (None: no TensorBoard). Returns their entries merged, under
-    the names they gave (the mode's result entries).
+    scalars to `writer` (None: no TensorBoard) and to `metrics_log` (a
+    `records.MetricsLog`, training's metrics.jsonl: one line of them all; None: not
+    there). Returns their entries merged, under the names they gave (the mode's
+    result entries).
 
     Args:
         checkpoint: the prefix the weights came from (None: weights in memory).
         recorded: the entries a record already holds for this step (a rerun): an
             evaluator whose values equal them writes no second TensorBoard point.
     """
-    results = {}
+    results, logged = {}, {}
     for evaluator in evaluators:
         evaluator.say = say
         if say is not None and evaluator.announce() is not None:
@@ -246,14 +248,18 @@ def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None,
             recorded.get(name) == value for name, value in scalars.items())
         if writer is not None and not repeated:
             write_scalars(writer, step, scalars)
+        logged.update(scalars)
         if say is not None:
             say(evaluator.describe(values, step=step, checkpoint=checkpoint))
         results.update(values)
+    if metrics_log is not None and logged:
+        metrics_log.append(step, logged)
     return results
 
 
-def evaluation_hook(every, evaluators, model, *, writer, say=say_line):
+def evaluation_hook(every, evaluators, model, *, writer, say=say_line, metrics_log=None):
     """A loop hook running `evaluators` on the training model every `every` steps
-    and after the last (`run_evaluators`); the run's results get the last entries."""
+    and after the last (`run_evaluators`: TensorBoard, `metrics_log`, the line told
+    to `say`); the run's results get the last entries."""
     return loop.Every(every, lambda step, logs: run_evaluators(
-        evaluators, model, step, writer=writer, say=say))
+        evaluators, model, step, writer=writer, say=say, metrics_log=metrics_log))

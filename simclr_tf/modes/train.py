@@ -96,13 +96,15 @@ def train(config, strategy, context):
         monitors = parts.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
         hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
                                            monitors, model, writer=writer,
-                                           say=progress.note if chief else None))
+                                           say=progress.note if chief else None,
+                                           metrics_log=metrics_log))
     if teacher is not None and config.eval_split:
         monitors = parts.evaluators_for(config, strategy, source, DISTILL_EVALUATORS,
                                         teacher=teacher)
         hooks.append(parts.evaluation_hook(plan.checkpoint_steps, monitors, model,
                                            writer=writer,
-                                           say=progress.note if chief else None))
+                                           say=progress.note if chief else None,
+                                           metrics_log=metrics_log))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:

@@ -69,15 +69,17 @@ def final_weights(cfg, num_classes=10):
 
 class TinyRun:
     """A finished tiny pretraining run, trained once per test session (see the
-    `tiny_run` fixture): 4 steps, checkpoints ckpt-2 and ckpt-4, the SavedModel
-    export saved_model/4, flags.json and result.json.
+    `tiny_run` fixture): 4 steps, checkpoints ckpt-2 and ckpt-4, the kNN monitor
+    (test against the train split) at both, the SavedModel export saved_model/4,
+    flags.json and result.json.
 
     Tests read it as it is, or take a copy (`copy_to`) before running a mode that
     writes into its directory: the run is shared by every test of the session.
     """
 
     STEPS = 4
-    OVERRIDES = dict(train_steps=STEPS, checkpoint_steps=2, mode="train")
+    OVERRIDES = dict(train_steps=STEPS, checkpoint_steps=2, mode="train",
+                     knn_eval_split="test")
 
     def __init__(self, directory):
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
