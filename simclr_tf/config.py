@@ -262,6 +262,14 @@ class Config:
         False, "After training, fit an L-BFGS logistic-regression probe on frozen h "
         "(train split) and report its eval-split accuracy next to the same probe on a "
         "randomly initialised encoder.")
+    allow_eval_overlap: bool = _eval(
+        False, "Evaluate on a split that shares examples with the split the weights "
+        "were trained on, or a kNN bank or probe training split that shares examples "
+        "with the split it is evaluated on (e.g. --train_split=test --eval_split=test, "
+        "or train[:60%] and train[50%:]; for image folders, the same file or a "
+        "byte-identical copy in both). Without this flag such a run is refused before "
+        "anything is built, naming both flags and the number of shared examples; with "
+        "it, result.json records eval_overlaps_train: true and each overlap.")
     knn_eval_split: Optional[str] = _eval(
         None, "kNN monitor while pretraining: a labelled split classified by weighted "
         "kNN on h every --knn_eval_every steps (None = off).")

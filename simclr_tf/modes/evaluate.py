@@ -29,6 +29,7 @@ def evaluate(config, strategy, context):
         results = parts.run_evaluators(
             evaluators, model, step, writer=writer, checkpoint=prefix,
             recorded=parts.recorded_result(config.model_dir, record, step))
+        results.update(parts.overlap_record(context))
         if config.model_dir:
             records.write_json(record, results)
     if not results:

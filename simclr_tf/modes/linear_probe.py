@@ -13,8 +13,8 @@ def linear_probe_mode(config, strategy, context):
     split -> eval split, features cached in model_dir/features/."""
     model, prefix = parts.load_trained_encoder(config, strategy, context)
     evaluators = parts.evaluators_for(config, strategy, context["source"], ["linear_probe"])
-    return parts.run_evaluators(evaluators, model, checkpoints.step_of(prefix, 0),
-                                checkpoint=prefix)
+    return dict(parts.run_evaluators(evaluators, model, checkpoints.step_of(prefix, 0),
+                                     checkpoint=prefix), **parts.overlap_record(context))
 
 
 def final_linear_probe(config, strategy, context):
@@ -38,5 +38,6 @@ def final_linear_probe(config, strategy, context):
         writer = tf.summary.create_file_writer(config.model_dir)
         recorded = parts.recorded_result(config.model_dir, records.record_path(
             config.model_dir, records.RESULT, config.mode), step)
-    return parts.run_evaluators(evaluators, trained, step, checkpoint=weights.prefix,
-                                writer=writer, recorded=recorded)
+    return dict(parts.run_evaluators(evaluators, trained, step, checkpoint=weights.prefix,
+                                     writer=writer, recorded=recorded),
+                **parts.overlap_record(context))

@@ -202,6 +202,19 @@ def evaluators_for(config, strategy, source, names, **objects):
         **objects) for name in names]
 
 
+def overlap_record(context):
+    """The result entries of what `preflight.check_eval_overlap` found, when this run
+    evaluates: `eval_overlaps_train` (True when --allow_eval_overlap let a split that
+    shares examples with the weights' training split, a kNN bank or a probe's
+    training split be evaluated) and `eval_overlap` (each such overlap: both flags,
+    both splits, the shared examples and of how many); {} when nothing is
+    evaluated."""
+    overlaps = context.get("eval_overlap")
+    if overlaps is None:
+        return {}
+    return {"eval_overlaps_train": bool(overlaps), "eval_overlap": list(overlaps)}
+
+
 def recorded_result(model_dir, path, step):
     """The entries of the result record at `path` when it is of `step` (a rerun of
     an evaluation already recorded), else None; never raises."""

@@ -116,7 +116,8 @@ def train(config, strategy, context):
     if results["interrupted"]:
         return results
     del results["logs"], results["interrupted"]  # the summaries' train/* are in
-    return dict(results, **{"train/initialized_from": initialized_from})
+    return dict(results, **{"train/initialized_from": initialized_from},
+                **parts.overlap_record(context))
 
 
 def label_subset(config, source, split):

@@ -1,0 +1,157 @@
+"""An evaluation on examples that trained the weights, filled the kNN bank or fitted
+the probe is refused before anything is built (`preflight.check_eval_overlap`),
+naming both flags and the shared examples, unless --allow_eval_overlap; the result
+then records it. Splits are compared by position of the same base split; image
+folders by file (any path, link, hard link, or a byte-identical copy)."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from simclr_tf import experiment, modes, preflight
+from simclr_tf.config import ConfigError
+
+from helpers.run_fixtures import config
+
+
+def _check(**overrides):
+    cfg = config(**overrides)
+    return preflight.check(cfg, tf.distribute.get_strategy(), preflight.load_source(cfg))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return preflight.load_source(config(model_dir="/unused"))
+
+
+def test_shared_examples_by_position(digits):
+    shared = lambda a, b: preflight.shared_examples(digits, a, b)[:2]  # noqa: E731
+    assert shared("test", "test") == (360, 360)
+    assert shared("train", "test") == (0, 360)
+    assert shared("train+test", "test[:100]") == (100, 100)
+    first = digits.split_ranges("train[:60%]")[0][2]   # TFDS's own rounding
+    second = digits.split_ranges("train[50%:]")[0][1]
+    assert shared("train[:60%]", "train[50%:]") == (first - second,
+                                                    digits.num_examples("train[50%:]"))
+    assert first - second > 100
+    assert shared("train[:10]+train[:10]", "train[5:20]") == (5, 15)  # counted once
+    with pytest.raises(ValueError):
+        shared("train", "no_such_split")
+
+
+@pytest.mark.parametrize("overrides,flag,other,count", [
+    # Pretraining on the kNN monitor's queries.
+    (dict(train_split="test", knn_eval_split="test"), "knn_eval_split", "train_split", 360),
+    # A kNN bank that holds the queries.
+    (dict(knn_bank_split="test[:50]", knn_eval_split="test"), "knn_eval_split",
+     "knn_bank_split", 50),
+    # train_then_eval, and a fine-tune's final linear probe, on overlapping slices.
+    (dict(mode="train_then_eval", train_split="train[:60%]", eval_split="train[50%:]"),
+     "eval_split", "train_split", None),
+    (dict(train_mode="finetune", final_linear_probe=True, train_split="train+test",
+          eval_split="test"), "eval_split", "train_split", 360),
+])
+def test_a_training_run_that_evaluates_on_its_training_examples_is_refused(
+        tmp_path, overrides, flag, other, count):
+    with pytest.raises(ConfigError) as raised:
+        _check(model_dir=str(tmp_path / "run"), train_steps=1, **overrides)
+    message = str(raised.value)
+    assert raised.value.flag == flag and f"--{other}=" in message, message
+    assert "--allow_eval_overlap" in message
+    if count is not None:
+        assert f"shares {count} of its" in message
+    assert not os.path.exists(tmp_path / "run")  # nothing written
+    context = _check(model_dir=str(tmp_path / "run"), train_steps=1,
+                     allow_eval_overlap=True, **overrides)
+    (overlap,) = context["eval_overlap"]
+    assert (overlap["eval_flag"], overlap["train_flag"]) == (flag, other)
+    assert overlap["examples"] > 0 and overlap["of"] >= overlap["examples"]
+
+
+def test_disjoint_or_unevaluated_splits_pass(tmp_path):
+    run = dict(model_dir=str(tmp_path / "run"), train_steps=1)
+    assert _check(**run)["eval_overlap"] is None  # pretraining that evaluates nothing
+    assert _check(**run, eval_split="train")["eval_overlap"] is None  # not evaluated
+    assert _check(**run, knn_eval_split="test")["eval_overlap"] == []
+    assert _check(**run, mode="train_then_eval", train_split="train[:80%]",
+                  eval_split="train[80%:]")["eval_overlap"] == []
+
+
+def test_the_distillation_monitor_and_reader_modes_compare_their_splits():
+    distill = config(train_mode="distill", teacher="/t", model_dir="/m", train_steps=1)
+    assert preflight.evaluated_pairs(distill, modes.get("train"))[0][:4] == (
+        "train_split", "train", "eval_split", "test")
+    probe = config(mode="linear_probe", checkpoint="/c", train_split="test[:10]")
+    assert preflight.evaluated_pairs(probe, modes.get("linear_probe"))[0][:4] == (
+        "train_split", "test[:10]", "eval_split", "test")
+    assert preflight.evaluated_pairs(config(mode="embed", checkpoint="/c"),
+                                     modes.get("embed")) == []
+
+
+def test_a_probe_or_an_eval_of_the_tiny_run_on_its_training_examples_is_refused(tiny_run):
+    """The probe's own training split against its test split; the run that trained
+    the weights (its flags.json: --train_split=train) against --eval_split."""
+    with pytest.raises(ConfigError, match=r"--eval_split: 'test' shares 360 of its 360 "
+                       r"examples \(all of them\) with --train_split='test'"):
+        _check(mode="linear_probe", model_dir=tiny_run.directory, train_split="test")
+    with pytest.raises(ConfigError) as raised:
+        _check(mode="linear_probe", model_dir=tiny_run.directory, train_split="test[:100]",
+               eval_split="train[:50]")
+    assert "shares 50 of its 50 examples (all of them) with --train_split='train' (what " \
+        f"trained the weights: its flags.json in {tiny_run.directory})" in str(raised.value)
+    with pytest.raises(ConfigError, match="--eval_split: 'train.:64.' shares 64"):
+        _check(mode="eval", model_dir=tiny_run.directory, eval_split="train[:64]")
+    # The tiny run's own record: its kNN monitor's queries are disjoint from train.
+    result = json.load(open(os.path.join(tiny_run.directory, "result.json")))
+    assert (result["eval_overlaps_train"], result["eval_overlap"]) == (False, [])
+
+
+def test_an_allowed_overlap_is_in_the_result(tiny_run, tmp_path):
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="eval", eval_split="train[:64]",
+                           allow_eval_overlap=True)
+    result = experiment.run(cfg)
+    assert result["eval/num_examples"] == 64
+    recorded = json.load(open(os.path.join(cfg.model_dir, "result.eval.json")))
+    assert recorded["eval_overlaps_train"] is True
+    assert recorded["eval_overlap"] == [dict(
+        train_flag="train_split", train_split="train", eval_flag="eval_split",
+        eval_split="train[:64]", examples=64, of=64, trained="the training data")]
+    assert json.load(open(os.path.join(cfg.model_dir, "flags.eval.json")))[
+        "allow_eval_overlap"] is True
+
+
+def _png(path, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tf.io.write_file(path, tf.io.encode_png(np.full([8, 8, 3], value, np.uint8)))
+
+
+def test_image_folders_share_files_by_identity_or_bytes(tmp_path):
+    """test/ holds a link to a training image, a hard link to one, a byte-identical
+    copy of one and two images of its own: 3 of 5 are training images."""
+    root = tmp_path / "images"
+    for i in range(6):
+        _png(str(root / "train" / "a" / f"{i}.png"), 10 * i)
+    test = root / "test" / "a"
+    _png(str(test / "own1.png"), 200)
+    _png(str(test / "own2.png"), 201)
+    os.symlink(root / "train" / "a" / "0.png", test / "link.png")
+    os.link(root / "train" / "a" / "1.png", test / "hard.png")
+    shutil.copy(root / "train" / "a" / "2.png", test / "copy.png")
+    source = preflight.load_source(config(dataset=f"folder:{root}", model_dir="/unused"))
+    assert preflight.shared_examples(source, "train", "test") == (3, 5, "image files")
+    assert preflight.shared_examples(source, "train[:2]", "test")[:2] == (2, 5)
+    assert preflight.shared_examples(source, "test", "test")[:2] == (5, 5)
+    with pytest.raises(ConfigError, match="--eval_split: 'test' shares 3 of its 5 image "
+                       "files with --train_split='train'"):
+        _check(dataset=f"folder:{root}", mode="train_then_eval",
+               model_dir=str(tmp_path / "run"), train_steps=1)
+    # Without copies looked for (over the reading budget), links count, copies not.
+    original = preflight.COPY_CHECK_MAX_BYTES
+    try:
+        preflight.COPY_CHECK_MAX_BYTES = 0
+        assert preflight.shared_examples(source, "train", "test")[:2] == (2, 5)
+    finally:
+        preflight.COPY_CHECK_MAX_BYTES = original
