@@ -15,7 +15,11 @@ only:
   per evaluation during training (what TensorBoard shows, for scripts and plots that
   read no event files).
 - `write_result(model_dir, mode, results)`: a mode's result, merged into the one
-  already there.
+  already there. Each accuracy has beside it a `protocol/<name>` entry, how it was
+  measured (`protocol_of`): evaluator, split, examples, the checkpoint {path
+  (`run_relative`), step}, preprocessing, and the evaluator's own settings. They are
+  entries of their own, not one nested `protocol` dict, so that the merge keeps the
+  protocol of every accuracy it keeps, whichever run measured it.
 - `flag_changes(model_dir, config)`: the flags of a training run that differ from
   what flags.json records (every flag but `FREE_FLAGS`); `preflight` refuses those
   outside `EXTENSION_FLAGS` when model_dir holds checkpoints, unless
@@ -261,6 +265,27 @@ def start_run_record(config):
         if changes:
             _append_history(config, changes)
     write_json(flags_path, config.to_dict())
+
+
+PROTOCOL_PREFIX = "protocol/"
+
+
+def protocol_of(result, name):
+    """How the accuracy `name` of a result was measured (its `protocol/<name>` entry:
+    evaluator, split, examples, checkpoint, preprocessing, the evaluator's own
+    settings), or None."""
+    return result.get(PROTOCOL_PREFIX + name)
+
+
+def run_relative(path, model_dir):
+    """`path` as a result records it: relative to the run directory when the path is
+    in it or in a directory beside it (a run and its neighbours moved together stay
+    readable: 'ckpt-4', '../finetune/ckpt-4'), else as given; None stays None."""
+    if not path or not model_dir or "://" in str(path) or "://" in str(model_dir):
+        return path
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(model_dir))
+    return relative if not relative.startswith(os.path.join(os.pardir, os.pardir)) \
+        else path
 
 
 def write_result(model_dir, mode, results):

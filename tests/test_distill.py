@@ -17,6 +17,7 @@ from simclr_tf.models import SimCLRModel
 from simclr_tf.modes import parts
 from helpers import official_fixtures as fx
 from helpers import run_fixtures
+from helpers.protocols import check_protocols
 from helpers.standin_model import make_model, random_batch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -413,6 +414,13 @@ def test_run_py_distils_evaluates_and_exports_a_student(tmp_path):
         assert name in result, name
     np.testing.assert_allclose(result["eval/label_top_1_accuracy"],
                                result["distill/student_top_1_accuracy"])
+    protocols = check_protocols(result)
+    assert protocols["distill/student_top_1_accuracy"]["checkpoint"] == dict(
+        path="ckpt-4", step=4)
+    assert protocols["distill/student_top_1_accuracy"]["examples"] == 360
+    teacher_weights = protocols["distill/teacher_top_1_accuracy"]["checkpoint"]
+    assert teacher_weights["path"].startswith(os.path.join("..", "teacher", "ckpt-"))
+    assert os.path.exists(os.path.join(student, teacher_weights["path"] + ".index"))
     assert os.path.exists(student / "saved_model" / "4" / "saved_model.pb")
     flags = json.load(open(student / "flags.json"))
     assert (flags["train_mode"], flags["teacher"]) == ("distill", str(tmp_path / "teacher"))

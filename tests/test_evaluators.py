@@ -15,6 +15,8 @@ from simclr_tf.data import registry as datasets
 from simclr_tf.evaluation import base, features, registry
 from simclr_tf.modes import linear_probe, parts
 
+from helpers.protocols import check_protocols
+
 SPLIT = "test[:37]"  # batches of 16: the last one padded (rows that must not count)
 
 
@@ -103,6 +105,13 @@ def test_final_probe_builds_both_encoders_under_the_runs_strategy(tmp_path, monk
     for model in built:
         assert all(strategy.extended.variable_created_in_scope(v.value)
                    for v in model.variables)
-    assert set(results) == {"linear_probe/pretrained", "linear_probe/random_init"}
-    for value in results.values():  # accuracies over the 60 test examples
+    accuracies = {name: value for name, value in results.items()
+                  if not name.startswith("protocol/")}
+    assert set(accuracies) == {"linear_probe/pretrained", "linear_probe/random_init"}
+    for value in accuracies.values():  # accuracies over the 60 test examples
         assert 0.0 <= value <= 1.0 and round(value * 60) == pytest.approx(value * 60)
+    protocols = check_protocols(results)
+    assert protocols["linear_probe/pretrained"]["checkpoint"] == dict(path="ckpt-2", step=2)
+    assert protocols["linear_probe/random_init"]["checkpoint"]["path"] is None
+    for protocol in protocols.values():
+        assert (protocol["examples"], protocol["train"]["examples"]) == (60, 100)

@@ -19,6 +19,7 @@ from simclr_tf.evaluation import features
 from helpers import official_fixtures, official_layout
 from simclr_tf.models import SimCLRModel
 from helpers import run_fixtures
+from helpers.protocols import check_protocols
 from helpers.run_fixtures import config
 
 
@@ -330,6 +331,11 @@ def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path, ca
         assert round(results[name] * 200) == pytest.approx(results[name] * 200, abs=1e-6)
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved["linear_probe/pretrained"] == pytest.approx(results["linear_probe/pretrained"])
+    protocols = check_protocols(saved)  # and the training accuracies'
+    for name in ("linear_probe/pretrained", "linear_probe/random_init"):
+        assert (protocols[name]["split"], protocols[name]["examples"],
+                protocols[name]["train"]["examples"]) == ("test[:200]", 200, 300)
+    assert protocols["linear_probe/pretrained"]["checkpoint"] == dict(path="ckpt-2", step=2)
     out = capsys.readouterr().out
     assert out.index("Final linear probe: features of the 300 train[:300] and 200 "
                      "test[:200] examples") < out.index("  pretrained encoder: top-1") < \

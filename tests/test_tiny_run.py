@@ -14,6 +14,7 @@ from simclr_tf import checkpoints, experiment, preflight
 from simclr_tf.modes import parts
 from simclr_tf.evaluation import features
 
+from helpers.protocols import check_protocols
 from helpers.run_fixtures import TinyRun
 
 
@@ -89,6 +90,17 @@ def test_eval_mode_equals_the_checkpoints_logits_counted_here(tiny_run, tmp_path
     assert _files(cfg.model_dir) == record
     assert json.load(open(os.path.join(cfg.model_dir, "result.eval.json")))[
         "eval/num_examples"] == 360
+    # How it was measured: the 360 test examples at ckpt-4, the checkpoint of step 4.
+    for saved in (result, json.load(open(os.path.join(cfg.model_dir, "result_4.json")))):
+        protocols = check_protocols(saved)
+        assert sorted(protocols) == ["eval/label_top_1_accuracy",
+                                     "eval/label_top_5_accuracy"]
+        for k, protocol in zip((1, 5), protocols.values()):
+            assert (protocol["evaluator"], protocol["split"], protocol["examples"],
+                    protocol["split_examples"], protocol["top_k"]) == (
+                        "supervised", "test", 360, 360, k)
+            assert protocol["checkpoint"] == dict(path="ckpt-4", step=4)
+            assert protocol["preprocessing"]["center_crop"] is False
 
 
 def test_export_mode_writes_the_latest_checkpoint_and_keeps_the_record(tiny_run, tmp_path):
@@ -148,6 +160,23 @@ def test_linear_probe_mode_on_the_run(tiny_run, tmp_path):
         assert least < result[name] <= 1.0, (name, result[name])
         assert result[name] * 200 == pytest.approx(round(result[name] * 200), abs=1e-6)
     assert os.listdir(os.path.join(cfg.model_dir, "features", "digits"))
+    # How each was measured: the probe's C, chosen on a held-out fifth of the 600.
+    protocols = check_protocols(result)
+    assert sorted(protocols) == ["knn/top_1_accuracy", "linear_probe/top_1_accuracy",
+                                 "linear_probe/validation_accuracy"]
+    probe = protocols["linear_probe/top_1_accuracy"]
+    assert (probe["split"], probe["examples"], probe["split_examples"]) == (
+        "test[:200]", 200, 200)
+    assert probe["train"] == dict(split="train[:600]", examples=600, split_examples=600)
+    assert probe["checkpoint"] == dict(path="ckpt-4", step=4)
+    chosen = probe["regularization"]
+    assert chosen["c"] == result["linear_probe/c"] and chosen["c"] in chosen["c_grid"]
+    assert chosen["validation_accuracy"] == result["linear_probe/validation_accuracy"]
+    assert (chosen["validation_fraction"], chosen["validation_examples"]) == (0.2, 120)
+    held_out = protocols["linear_probe/validation_accuracy"]
+    assert (held_out["split"], held_out["examples"]) == ("train[:600]", 120)
+    knn = protocols["knn/top_1_accuracy"]
+    assert (knn["examples"], knn["bank"]["examples"], knn["k"]) == (200, 600, 200)
 
 
 def test_a_fine_tune_from_the_run_starts_from_its_online_head(tiny_run, tmp_path):

@@ -24,6 +24,13 @@ The contract (big_vision's evaluators: one small interface, the trainer only cal
 - `scalars(values)`: the entries that are TensorBoard scalars. By default the floats
   (measurements); ints (counts, steps) and strings (a checkpoint path) go to the
   records only.
+- `protocols(values, *, step, checkpoint=None)`: {accuracy name: how it was
+  measured}, a JSON-able dict per accuracy `run` returned (`protocol` makes the
+  common part: evaluator, split, examples counted, the split's size, the eval
+  preprocessing; each evaluator adds its own: k and temperature, the probe's C and
+  how it was chosen, ...). The modes write each as the result entry
+  `protocol/<name>` with a `checkpoint` {path, step} added where the evaluator gave
+  none. {} by default.
 - `describe(values, *, step, checkpoint=None)`: the one line printed for a run.
 - `announce()`: for an evaluator that takes more than a few seconds, the line printed
   before it starts (what it computes, on how many examples), so a run is never silent
@@ -36,6 +43,8 @@ line in `simclr_tf.modes.parts.EVALUATOR_ARGUMENTS`).
 """
 import numpy as np
 import tensorflow as tf
+
+from simclr_tf.evaluation import features
 
 
 # Splits at least this large are announced before they are read (several seconds on
@@ -74,6 +83,20 @@ class Evaluator:
         """The entries of `values` that are TensorBoard scalars: the floats."""
         return {name: value for name, value in values.items()
                 if isinstance(value, (float, np.floating))}
+
+    def protocols(self, values, *, step, checkpoint=None):  # pylint: disable=unused-argument
+        """{accuracy name in `values`: its protocol} (see the module docstring)."""
+        return {}
+
+    def protocol(self, evaluator, split, examples, **fields):
+        """The common part of a protocol: `evaluator` (its registry name), the split
+        and the examples counted in it, the split's size (more when a subset or
+        fewer steps were evaluated), the eval preprocessing at this image size;
+        then `fields`."""
+        return dict(evaluator=evaluator, split=split, examples=int(examples),
+                    split_examples=int(self.source.num_examples(split)),
+                    preprocessing=features.preprocessing_record(self.image_size),
+                    **fields)
 
     def announce(self):
         """The line printed before a long evaluation starts, or None."""

@@ -10,7 +10,7 @@ has one too); the accuracies count the labelled ones.
 """
 import tensorflow as tf
 
-from simclr_tf import losses
+from simclr_tf import checkpoints, losses
 from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import LOGITS
 
@@ -59,6 +59,7 @@ class DistillEval(base.Evaluator):
                                              batch_size=self.batch_size)
         self.labelled = self.source.has_labels(split)
         self._model = self._step = None
+        self._labelled = 0  # labelled examples counted by the last run
 
     def run(self, model, step, *, checkpoint=None):
         if model is not self._model:
@@ -73,6 +74,7 @@ class DistillEval(base.Evaluator):
                                        self.steps)
         agreed = totals["agreed"] / max(totals["num_examples"], 1.0)
         values = {"distill/teacher_agreement": agreed}
+        self._labelled = int(totals["num_labelled"])
         if self.labelled:
             labelled = max(totals["num_labelled"], 1.0)
             values["distill/student_top_1_accuracy"] = totals["student_correct"] / labelled
@@ -80,6 +82,22 @@ class DistillEval(base.Evaluator):
         values.update({"distill/num_examples": int(totals["num_examples"]),
                        "global_step": step})
         return values
+
+    def protocols(self, values, *, step, checkpoint=None):
+        if "distill/student_top_1_accuracy" not in values:
+            return {}
+        counted = self._labelled
+        common = dict(method="top-1 of the supervised head's logits, counted over the "
+                      "split's labelled examples", batches=self.steps)
+        weights = self.teacher.info.weights
+        teacher_checkpoint = dict(path=weights.prefix, step=checkpoints.step_of(
+            weights.prefix), weights=self.teacher.info.description)
+        return {
+            "distill/student_top_1_accuracy": self.protocol(
+                "distill", self.split, counted, model="the student", **common),
+            "distill/teacher_top_1_accuracy": self.protocol(
+                "distill", self.split, counted, model="the teacher (fixed)",
+                checkpoint=teacher_checkpoint, **common)}
 
     def announce(self):
         size = self.source.num_examples(self.split)

@@ -87,6 +87,17 @@ def eval_dataset(source, split, *, image_size, batch_size, example_ids=None, cro
         lambda batch: pad_batch(batch, batch_size)).prefetch(tf.data.AUTOTUNE)
 
 
+def preprocessing_record(image_size, crop=None):
+    """What `eval_dataset` does to an image, for the records (an accuracy's
+    protocol): no augmentation, the centre crop (or none: `crop` None follows the
+    reference, none at <= 32 px), a bicubic resize to `image_size`, pixels in [0, 1]."""
+    if crop is None:
+        crop = augment.eval_center_crop_enabled(image_size)
+    return dict(image_size=int(image_size), augmentation="none", center_crop=bool(crop),
+                crop_proportion=augment.EVAL_CROP_PROPORTION if crop else None,
+                resize="bicubic", pixels="[0, 1]")
+
+
 def pad_batch(batch, size):
     """`batch` with `size` rows: blank images, and -1 in every other entry (label, id).
 

@@ -172,6 +172,28 @@ class KnnEval(base.Evaluator):
         return {"knn/top_1_accuracy": accuracy, "knn/rankme": rankme.rankme(bank[H]),
                 "knn/seconds": time.perf_counter() - start, "knn/global_step": step}
 
+    def _sample(self, ids):
+        return None if ids is None else (
+            f"a fixed stratified sample (seed {self.seed}) of the split")
+
+    def protocols(self, values, *, step, checkpoint=None):
+        bank = dict(split=self.bank_split, examples=self.bank_size,
+                    split_examples=self.source.num_examples(self.bank_split),
+                    sample=self._sample(self.bank_ids))
+        return {
+            "knn/top_1_accuracy": self.protocol(
+                "knn", self.query_split, self.num_queries, method=(
+                    "weighted kNN on h: cosine similarity, the k most similar bank "
+                    "examples vote exp(similarity / temperature) for their label"),
+                features=H, sample=self._sample(self.query_ids), bank=bank, k=self.k,
+                temperature=self.temperature),
+            "knn/rankme": self.protocol(
+                "knn", self.bank_split, self.bank_size, method=(
+                    "RankMe (Garrido et al. 2023): exp of the entropy of h's singular "
+                    "values normalised to sum 1, plus epsilon; h not centred"),
+                features=H, sample=bank["sample"], epsilon=rankme.EPSILON,
+                feature_dim=self.feature_dim)}
+
     def describe(self, values, *, step, checkpoint=None):
         return (f"kNN at step {step}: top-1 {values['knn/top_1_accuracy']:.4f} on "
                 f"{self.query_split} ({self.num_queries} queries, bank of "

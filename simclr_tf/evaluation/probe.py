@@ -31,7 +31,9 @@ def linear_probe(train_x, train_y, test_x, test_y, *, c_grid=DEFAULT_C_GRID,
         seed: split and solver seed.
 
     Returns:
-        dict(top_1_accuracy, c, validation_accuracy).
+        dict(top_1_accuracy, c, validation_accuracy, and how they were measured:
+        protocol=dict(c_grid, validation_fraction, validation_examples,
+        max_iter, seed)).
     """
     if len(train_x) != len(train_y) or len(test_x) != len(test_y):
         raise ValueError("Features and labels must have the same length. Received: "
@@ -46,4 +48,8 @@ def linear_probe(train_x, train_y, test_x, test_y, *, c_grid=DEFAULT_C_GRID,
     best_c = max(c_grid, key=lambda c: (scores[c], -c))  # ties: stronger regularisation
     probe = _fit(train_x, train_y, best_c, max_iter, seed)
     return dict(top_1_accuracy=float(probe.score(test_x, test_y)), c=best_c,
-                validation_accuracy=float(scores[best_c]))
+                validation_accuracy=float(scores[best_c]),
+                protocol=dict(c_grid=[float(c) for c in c_grid],
+                              validation_fraction=float(validation_fraction),
+                              validation_examples=len(val_y), max_iter=int(max_iter),
+                              seed=seed))

@@ -142,6 +142,15 @@ class SupervisedEval(base.Evaluator):
                 "eval/supervised_loss": metrics["loss"],
                 "eval/num_examples": metrics["num_examples"], "global_step": step}
 
+    def protocols(self, values, *, step, checkpoint=None):
+        counted = values["eval/num_examples"]
+        common = self.protocol(
+            "supervised", self.split, counted,
+            method="top-k of the supervised head's logits (logits_sup), counted over "
+            "the split's labelled examples", batches=self.steps)
+        return {"eval/label_top_1_accuracy": dict(common, top_k=1),
+                "eval/label_top_5_accuracy": dict(common, top_k=5)}
+
     def announce(self):
         size = self.source.num_examples(self.split)
         if size < base.ANNOUNCE_EXAMPLES:

@@ -81,8 +81,8 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
         c_grid: inverse L2 strengths the probe chooses from.
 
     Returns:
-        A dict with the keys of `COLUMNS` (plus 'linear_probe_validation_accuracy'
-        and 'cached').
+        A dict with the keys of `COLUMNS` (plus 'linear_probe_validation_accuracy',
+        'linear_probe_protocol' (`probe.linear_probe`'s) and 'cached').
     """
     strategy = strategy or tf.distribute.get_strategy()
     if cache_dir and encoder_id is None:
@@ -110,7 +110,36 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
                 linear_probe_top_1=probe_result["top_1_accuracy"],
                 linear_probe_c=probe_result["c"],
                 linear_probe_validation_accuracy=probe_result["validation_accuracy"],
+                linear_probe_protocol=probe_result["protocol"],
                 seconds=time.perf_counter() - start, cached=train_cached and test_cached)
+
+
+# How the probe and kNN rows are measured, for the records (`base.Evaluator.protocols`).
+PROBE_METHOD = ("L2-regularised multinomial logistic regression (scikit-learn, L-BFGS) "
+                "on frozen h, standardised with the training features' mean and "
+                "deviation")
+C_CHOICE = ("the C of c_grid with the best accuracy on a held-out stratified "
+            "validation_fraction of the training features (ties: the smaller C), then "
+            "refitted on all of them")
+KNN_METHOD = ("weighted kNN on h: cosine similarity, the k most similar training "
+              "examples vote exp(similarity / temperature) for their label")
+
+
+def probe_protocol(evaluator, result, *, train_split, num_train):
+    """The protocol fields of a probe's top-1 besides the common ones: its
+    training split and the regularisation, chosen how (`probe.linear_probe`'s
+    result: c, validation_accuracy, protocol)."""
+    chosen = result["protocol"]
+    return dict(
+        method=PROBE_METHOD, features=features.H,
+        train=dict(split=train_split, examples=int(num_train),
+                   split_examples=int(evaluator.source.num_examples(train_split))),
+        regularization=dict(c=float(result["c"]), chosen_by=C_CHOICE,
+                            c_grid=chosen["c_grid"],
+                            validation_fraction=chosen["validation_fraction"],
+                            validation_examples=chosen["validation_examples"],
+                            validation_accuracy=float(result["validation_accuracy"])),
+        max_iter=chosen["max_iter"], seed=chosen["seed"])
 
 
 class LinearProbeEval(base.Evaluator):
@@ -132,6 +161,7 @@ class LinearProbeEval(base.Evaluator):
         self.train_split, self.test_split = train_split, test_split
         self.k, self.temperature, self.cache_dir = k, temperature, cache_dir
         self._cached = False  # whether the last run's features came from the cache
+        self._row = None  # the last run's `evaluate_protocols` row
 
     def announce(self):
         return (f"Linear probe: features of {self.train_split} and {self.test_split} "
@@ -145,13 +175,37 @@ class LinearProbeEval(base.Evaluator):
             batch_size=self.batch_size, knn_k=self.k, knn_temperature=self.temperature,
             cache_dir=self.cache_dir if encoder_id else None, encoder_id=encoder_id,
             seed=self.seed)
-        self._cached = row["cached"]
+        self._cached, self._row = row["cached"], row
         return {"linear_probe/top_1_accuracy": row["linear_probe_top_1"],
                 "linear_probe/c": row["linear_probe_c"],
                 "linear_probe/validation_accuracy": row["linear_probe_validation_accuracy"],
                 "knn/top_1_accuracy": row["knn_top_1"], "linear_probe/checkpoint": checkpoint,
                 "linear_probe/num_train": row["num_train"],
                 "linear_probe/num_test": row["num_test"]}
+
+    def protocols(self, values, *, step, checkpoint=None):
+        row = self._row
+        result = dict(c=row["linear_probe_c"], protocol=row["linear_probe_protocol"],
+                      validation_accuracy=row["linear_probe_validation_accuracy"])
+        probe_fields = probe_protocol(self, result, train_split=self.train_split,
+                                      num_train=row["num_train"])
+        held_out = probe_fields["regularization"]
+        return {
+            "linear_probe/top_1_accuracy": self.protocol(
+                "linear_probe", self.test_split, row["num_test"], **probe_fields),
+            "linear_probe/validation_accuracy": self.protocol(
+                "linear_probe", self.train_split, held_out["validation_examples"],
+                **dict(probe_fields, method=(
+                    f"the probe of C={held_out['c']:g}, fitted on the rest of the "
+                    "training features, on the held-out validation part (a stratified "
+                    f"{held_out['validation_fraction']:g} of {self.train_split}, seed "
+                    f"{probe_fields['seed']}): what chose C"))),
+            "knn/top_1_accuracy": self.protocol(
+                "linear_probe", self.test_split, row["num_test"], method=KNN_METHOD,
+                features=features.H, bank=dict(
+                    split=self.train_split, examples=row["num_train"],
+                    split_examples=self.source.num_examples(self.train_split)),
+                k=self.k, temperature=self.temperature)}
 
     def describe(self, values, *, step, checkpoint=None):
         return (f"Linear probe (L-BFGS logistic regression on frozen h, "
@@ -179,6 +233,7 @@ class FinalProbeEval(base.Evaluator):
         super().__init__(strategy, **common)
         features.check_strategy_and_model(strategy, baseline)
         self.train_split, self.test_split, self.baseline = train_split, test_split, baseline
+        self._probes = {}  # the last run's probe result per encoder
 
     def announce(self):
         sizes = " and ".join(f"{self.source.num_examples(split)} {split}"
@@ -200,10 +255,25 @@ class FinalProbeEval(base.Evaluator):
             result = probe.linear_probe(train[features.H], train["labels"],
                                         test[features.H], test["labels"], seed=self.seed)
             results[f"linear_probe/{name}"] = result["top_1_accuracy"]
+            self._probes[name] = dict(result, num_train=len(train["labels"]),
+                                      num_test=len(test["labels"]))
             self.tell(f"  {name.replace('_', ' ')} encoder: top-1 "
                       f"{result['top_1_accuracy']:.4f} (features "
                       f"{extracted - start:.0f} s, probe {time.perf_counter() - extracted:.0f} s)")
         return results
+
+    def protocols(self, values, *, step, checkpoint=None):
+        found = {}
+        for name, result in self._probes.items():
+            fields = probe_protocol(self, result, train_split=self.train_split,
+                                    num_train=result["num_train"])
+            if name == "random_init":
+                fields["checkpoint"] = dict(
+                    path=None, step=0, weights="a randomly initialised encoder of the "
+                    "same architecture (the run's --seed + 1): the baseline")
+            found[f"linear_probe/{name}"] = self.protocol(
+                "final_probe", self.test_split, result["num_test"], **fields)
+        return found
 
     def describe(self, values, *, step, checkpoint=None):
         return (f"Linear probe (L-BFGS logistic regression on frozen h, {self.test_split}): "

@@ -28,7 +28,8 @@ def evaluate(config, strategy, context):
                                      step=step) if config.model_dir else None
         results = parts.run_evaluators(
             evaluators, model, step, writer=writer, checkpoint=prefix,
-            recorded=parts.recorded_result(config.model_dir, record, step))
+            recorded=parts.recorded_result(config.model_dir, record, step),
+            model_dir=config.model_dir)
         results.update(parts.overlap_record(context))
         if config.model_dir:
             records.write_json(record, results)

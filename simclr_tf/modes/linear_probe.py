@@ -14,7 +14,8 @@ def linear_probe_mode(config, strategy, context):
     model, prefix = parts.load_trained_encoder(config, strategy, context)
     evaluators = parts.evaluators_for(config, strategy, context["source"], ["linear_probe"])
     return dict(parts.run_evaluators(evaluators, model, checkpoints.step_of(prefix, 0),
-                                     checkpoint=prefix), **parts.overlap_record(context))
+                                     checkpoint=prefix, model_dir=config.model_dir),
+                **parts.overlap_record(context))
 
 
 def final_linear_probe(config, strategy, context):
@@ -39,5 +40,6 @@ def final_linear_probe(config, strategy, context):
         recorded = parts.recorded_result(config.model_dir, records.record_path(
             config.model_dir, records.RESULT, config.mode), step)
     return dict(parts.run_evaluators(evaluators, trained, step, checkpoint=weights.prefix,
-                                     writer=writer, recorded=recorded),
+                                     writer=writer, recorded=recorded,
+                                     model_dir=config.model_dir),
                 **parts.overlap_record(context))

@@ -237,18 +237,21 @@ def say_line(text):
 
 
 def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None,
-                   say=say_line, recorded=None, metrics_log=None):
+                   say=say_line, recorded=None, metrics_log=None, model_dir=None):
     """Runs each evaluator on `model` at `step`: what it is about to do (`announce`,
     for one that takes a while) and its line told to `say` (None: silent), its
     scalars to `writer` (None: no TensorBoard) and to `metrics_log` (a
     `records.MetricsLog`, training's metrics.jsonl: one line of them all; None: not
     there). Returns their entries merged, under the names they gave (the mode's
-    result entries).
+    result entries), with each accuracy's protocol (`Evaluator.protocols`) as the
+    entry `protocol/<name>`.
 
     Args:
         checkpoint: the prefix the weights came from (None: weights in memory).
         recorded: the entries a record already holds for this step (a rerun): an
             evaluator whose values equal them writes no second TensorBoard point.
+        model_dir: the run directory the result goes to: the protocols' checkpoint
+            paths are relative to it (`records.run_relative`).
     """
     results, logged = {}, {}
     for evaluator in evaluators:
@@ -265,14 +268,37 @@ def run_evaluators(evaluators, model, step, *, writer=None, checkpoint=None,
         if say is not None:
             say(evaluator.describe(values, step=step, checkpoint=checkpoint))
         results.update(values)
+        for name, protocol in evaluator.protocols(values, step=step,
+                                                  checkpoint=checkpoint).items():
+            results[records.PROTOCOL_PREFIX + name] = with_checkpoint(
+                protocol, checkpoint, step, model_dir)
     if metrics_log is not None and logged:
         metrics_log.append(step, logged)
     return results
 
 
-def evaluation_hook(every, evaluators, model, *, writer, say=say_line, metrics_log=None):
+def with_checkpoint(protocol, checkpoint, step, model_dir):
+    """`protocol` with its `checkpoint` entry: {path, step} of the weights measured
+    (the evaluator's own, e.g. a teacher's, else `checkpoint` at `step`; a path
+    None: weights in memory, written to no checkpoint at that step), the path
+    relative to `model_dir` (`records.run_relative`)."""
+    entry = dict(protocol.get("checkpoint") or dict(path=checkpoint, step=step))
+    entry["path"] = records.run_relative(entry.get("path"), model_dir)
+    return dict(protocol, checkpoint=entry)
+
+
+def evaluation_hook(every, evaluators, model, *, writer, say=say_line, metrics_log=None,
+                    state=None, model_dir=None):
     """A loop hook running `evaluators` on the training model every `every` steps
     and after the last (`run_evaluators`: TensorBoard, `metrics_log`, the line told
-    to `say`); the run's results get the last entries."""
-    return loop.Every(every, lambda step, logs: run_evaluators(
-        evaluators, model, step, writer=writer, say=say, metrics_log=metrics_log))
+    to `say`); the run's results get the last entries. `state` (the run's
+    `checkpoints.CheckpointState`): the protocols name its checkpoint of the step
+    evaluated, when one was written at it (hooks run after the step's checkpoint)."""
+    def run(step, logs):
+        latest = state.latest if state is not None else None
+        saved = latest if latest and checkpoints.step_of(latest) == step else None
+        return run_evaluators(evaluators, model, step, writer=writer, say=say,
+                              metrics_log=metrics_log, checkpoint=saved,
+                              model_dir=model_dir)
+
+    return loop.Every(every, run)

@@ -97,14 +97,16 @@ def train(config, strategy, context):
         hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
                                            monitors, model, writer=writer,
                                            say=progress.note if chief else None,
-                                           metrics_log=metrics_log))
+                                           metrics_log=metrics_log, state=state,
+                                           model_dir=config.model_dir))
     if teacher is not None and config.eval_split:
         monitors = parts.evaluators_for(config, strategy, source, DISTILL_EVALUATORS,
                                         teacher=teacher)
         hooks.append(parts.evaluation_hook(plan.checkpoint_steps, monitors, model,
                                            writer=writer,
                                            say=progress.note if chief else None,
-                                           metrics_log=metrics_log))
+                                           metrics_log=metrics_log, state=state,
+                                           model_dir=config.model_dir))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
@@ -116,8 +118,53 @@ def train(config, strategy, context):
     if results["interrupted"]:
         return results
     del results["logs"], results["interrupted"]  # the summaries' train/* are in
+    first = max(step, (plan.total_steps - 1) // scalars_every * scalars_every)
+    protocols = training_protocols(
+        config, results, split=split if subset_ids is None else (
+            f"{config.train_split}, its --label_fraction={config.label_fraction:g} "
+            f"subset (model_dir/label_subset_ids.txt)"),
+        steps=(first + 1, plan.total_steps), checkpoint=state.latest)
     return dict(results, **{"train/initialized_from": initialized_from},
-                **parts.overlap_record(context))
+                **protocols, **parts.overlap_record(context))
+
+
+# The training accuracies a result holds -> what they count.
+TRAINING_ACCURACIES = {
+    "train/contrast_acc": (
+        "the contrastive task's top-1: each view picks its partner's projection among "
+        "the global batch's other views (NT-Xent's logits), the mean over the steps"),
+    "train/supervised_acc": (
+        "the supervised head's top-1 on the labelled images of the training batches "
+        "(pretraining: the online head on stop_gradient(h), both views), the mean over "
+        "the steps"),
+}
+
+
+def training_protocols(config, results, *, split, steps, checkpoint):
+    """`protocol/<name>` entries of the training accuracies in `results` (means over
+    the last logging interval's training batches, not an evaluation: augmented
+    views of the training split, at the weights of each step)."""
+    first, last = steps
+    if config.train_mode == "pretrain":
+        augmentation = (
+            "two random views per image: random resized crop, horizontal flip, colour "
+            f"jitter (strength {config.color_jitter_strength:g}) and grayscale"
+            + (", Gaussian blur" if config.use_blur else "")
+            + (" (drawn on the device)" if config.augment_on == "device" else ""))
+    else:
+        augmentation = "random resized crop and horizontal flip"
+    found = {}
+    for name, method in TRAINING_ACCURACIES.items():
+        if name not in results:
+            continue
+        found[records.PROTOCOL_PREFIX + name] = dict(
+            evaluator="training", method=method, split=split,
+            examples=(last - first + 1) * config.train_batch_size, steps=[first, last],
+            preprocessing=dict(image_size=config.image_size, augmentation=augmentation),
+            checkpoint=dict(path=records.run_relative(checkpoint, config.model_dir),
+                            step=last, weights="each training step's own; this is "
+                            "the checkpoint at the interval's end"))
+    return found
 
 
 def label_subset(config, source, split):
