@@ -1,10 +1,11 @@
 """SimCLR v2's three stages on 'digits' with 10% of the labels, against baselines.
 
-Runs `python run.py ...` once per stage (each its own --model_dir under --workdir,
-each with --mode=train_then_eval) and reports the test top-1 of every stage, read
-from the stage's result.json (`eval/label_top_1_accuracy`), its wall time and, for
-the distilled students, how often the student's class is the teacher's on test
-(`distill/teacher_agreement`):
+Runs `python run.py ...` once per stage and seed (each its own --model_dir under
+--workdir/seed_<seed>, each with --mode=train_then_eval and --seed=<seed>) and reports
+the test top-1 of every stage, read from the stage's result.json
+(`eval/label_top_1_accuracy`), as its mean ± sample standard deviation over --seeds
+(default 0,1,2) and each seed's value, its wall time and, for the distilled students,
+how often the student's class is the teacher's on test (`distill/teacher_agreement`):
 
   pretrain  flags/quickstart.flags (--final_linear_probe dropped): SimCLR
             pretraining of ResNet-18 x0.25 (CIFAR stem, 16 px) on the 1,437
@@ -26,7 +27,13 @@ the distilled students, how often the student's class is the teacher's on test
 The paper's claims, checked and printed whichever way they come out (nothing is
 tuned until they hold): self-distillation does not lose to its teacher, (c) >= (b);
 a distilled small model beats the same model trained on the labels alone, (d) > (e).
-Also printed: pretraining helps, (b) > (a).
+Also printed: pretraining helps, (b) > (a). A claim x > y (or x >= y) gets a verdict
+only where the spreads over seeds separate: |mean(x) - mean(y)| > std(x) + std(y),
+with the sample standard deviations (n - 1) of the per-seed top-1. Then it "holds"
+if mean(x) > mean(y) and "does not hold" if mean(x) < mean(y); otherwise it is
+"undecided at N seeds (spreads overlap)", and with one seed (no spread) always
+undecided. A stage that failed in any seed leaves its claims unknown. --fast prints
+no verdict at all: its numbers are at chance level.
 
 The settings, chosen once, not tuned on the test split:
 - (b) is the quick start's fine-tuning recipe as it stands (LARS, lr 0.005
@@ -53,12 +60,13 @@ The settings, chosen once, not tuned on the test split:
   first projection-head layer (--ft_proj_selector=1), the whole network trained.
 - Distillation temperatures are the paper's: 0.1 for self-distillation (c), 1.0
   big-to-small (d); alpha 1 (no labels), crop+flip views of every training image.
-- Every stage runs with --seed (default 0): the same 10% subset everywhere.
+- Every stage of a seed runs with that --seed: the same 10% subset in all of a
+  seed's stages, another subset (and other weights, order, views) in each seed.
 
---workdir (default /tmp/simclr_semi) holds one run directory per stage, its log
-(<stage>.log) and the script's record of it (<stage>.json: the command, exit
-status, wall time). A non-empty --workdir is refused unless --resume, so a rerun
-never mixes old runs in silently. With --resume a stage is reused only when its
+--workdir (default /tmp/simclr_semi) holds one folder per seed, seed_<seed>, and in
+it one run directory per stage, its log (<stage>.log) and the script's record of it
+(<stage>.json: the command, exit status, wall time). A non-empty --workdir is
+refused unless --resume, so a rerun never mixes old runs in silently. With --resume a stage is reused only when its
 record names the same command, says it finished (exit 0), and its result.json holds
 `eval/label_top_1_accuracy` at the step it recorded; any other stage is run again,
 into its directory (run.py then resumes an interrupted run, and refuses changed
@@ -70,15 +78,15 @@ top-1 (a) 0.908, (b) 0.872, (c) 0.842 (agreement 0.944), (d) 0.869 (agreement
 of the pretraining itself: 0.842.
 
 Examples:
-  python scripts/semi_supervised.py            # 11 min on 2 CPU cores
-  python scripts/semi_supervised.py --fast --workdir=/tmp/semi_fast \\
+  python scripts/semi_supervised.py            # seeds 0,1,2: MINUTES on 2 CPU cores
+  python scripts/semi_supervised.py --fast --seeds=0 --workdir=/tmp/semi_fast \\
       --json=/tmp/semi_fast.json               # end to end, 2-4 min; numbers meaningless
   python scripts/semi_supervised.py --resume   # reuse the finished stages of /tmp/simclr_semi
-  python scripts/semi_supervised.py --workdir=/tmp/semi_s1 --seed=1
+  python scripts/semi_supervised.py --resume --seeds=0,1,2,3,4  # two seeds more
 
-Exit status 0 when every stage ran (whether or not the claims hold), 1 when a stage
-failed (its command and the end of its log are printed; the stages that do not need
-it still run), 2 for a refused --workdir.
+Exit status 0 when every stage of every seed ran (whatever the verdicts), 1 when a
+stage failed (its command and the end of its log are printed; the stages that do not
+need it and the other seeds still run), 2 for a refused --workdir.
 """
 import argparse
 import json
@@ -143,9 +151,10 @@ def parse_args(argv=None):
                         "command; run the others.")
     parser.add_argument("--json", default=None,
                         help="Report path (default: <workdir>/semi_supervised.json).")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="--seed of every stage (weights, data order, augmentation, "
-                        "the labelled subset).")
+    parser.add_argument("--seeds", type=seed_list, default=(0, 1, 2),
+                        help="Comma-separated seeds (default 0,1,2): every stage runs "
+                        "once per seed, with --seed=<seed> (weights, data order, "
+                        "augmentation, the labelled subset), in <workdir>/seed_<seed>.")
     parser.add_argument("--student_epochs", type=float, default=30.0,
                         help="Step budget of (a), (c), (d), (e): this many epochs of all "
                         "training images at batch 64.")
@@ -156,6 +165,18 @@ def parse_args(argv=None):
     parser.add_argument("--stage_timeout", type=float, default=1800.0,
                         help="Seconds before a stage is killed (counted as failed).")
     return parser.parse_args(argv)
+
+
+def seed_list(text):
+    """'0,1,2' -> (0, 1, 2): distinct integers, in the order given."""
+    try:
+        seeds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as 0,1,2. Received: {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"a seed is repeated. Received: {text!r}")
+    return seeds
 
 
 def read_flagfile(path):
@@ -183,12 +204,12 @@ def warmup_epochs(steps, num_examples):
 # ------------------------------------------------------------------ the stages
 
 
-def commands(args, workdir, counts):
-    """{stage: run.py arguments} of the stages whose inputs are known: the
+def commands(args, seed, workdir, counts):
+    """{stage: run.py arguments} of one seed's stages whose inputs are known: the
     supervised and distilled runs need the training-set sizes that the pretraining
     and the teacher's logs report (`counts`: num_train, num_labelled)."""
     run_py = [sys.executable, os.path.join(REPO, "run.py")]
-    common = [f"--seed={args.seed}", "--progress=lines", "--mode=train_then_eval"]
+    common = [f"--seed={seed}", "--progress=lines", "--mode=train_then_eval"]
     model_dir = {stage: os.path.join(workdir, name) for stage, name in DIRECTORIES.items()}
     pretrain_fast = ["--train_epochs=1", "--warmup_epochs=0.2", "--checkpoint_epochs=1"]
     finetune_fast = ["--train_epochs=2", "--checkpoint_epochs=1"]
@@ -327,44 +348,116 @@ def stage_row(record):
 # ------------------------------------------------------------------ report
 
 
-def claims(rows):
-    """The paper's claims at this scale, each True / False (None: a number missing)."""
-    def compare(x, y, op):
-        if rows.get(x, {}).get("top_1") is None or rows.get(y, {}).get("top_1") is None:
-            return None
-        return op(rows[x]["top_1"], rows[y]["top_1"])
-    return {
-        "(c) >= (b): self-distillation does not lose to its teacher":
-            compare("c", "b", lambda x, y: x >= y),
-        "(d) > (e): a distilled small model beats it trained on the labels alone":
-            compare("d", "e", lambda x, y: x > y),
-        "(b) > (a): pretraining helps fine-tuning on 10% of the labels":
-            compare("b", "a", lambda x, y: x > y),
-    }
+CLAIMS = (  # (name, x, y): the claim that x's top-1 is above y's (or not below it)
+    ("(c) >= (b): self-distillation does not lose to its teacher", "c", "b"),
+    ("(d) > (e): a distilled small model beats it trained on the labels alone", "d", "e"),
+    ("(b) > (a): pretraining helps fine-tuning on 10% of the labels", "b", "a"),
+)
+NO_VERDICT_FAST = "--fast: numbers at chance level, no verdict"
 
 
-def markdown_table(rows, failures=None, skipped=()):
-    lines = ["| stage | model | train images | steps | test top-1 | teacher agreement "
-             "| wall s |", "|---|---|---|---|---|---|---|"]
-    def cell(value, fmt="{:.4f}"):
-        return "" if value is None else fmt.format(value)
+def mean_std(values):
+    """(mean, sample standard deviation (n - 1); None for one value) of a list."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    return mean, (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
 
+
+def verdict(x_values, y_values, fast=False):
+    """Whether the claim "x > y" (or "x >= y") holds, from the top-1 of x and of y
+    over seeds.
+
+    Decided only when the spreads separate: |mean(x) - mean(y)| > std(x) + std(y),
+    the sample standard deviations over seeds. Then the claim holds if mean(x) >
+    mean(y) and does not hold if mean(x) < mean(y) (for ">=" too: separated spreads
+    say that the two differ). Otherwise, and with fewer than two values on a side,
+    it is undecided. --fast runs are at chance level: never a verdict."""
+    if fast:
+        return NO_VERDICT_FAST
+    if not x_values or not y_values:
+        return "unknown (a stage failed)"
+    seeds = min(len(x_values), len(y_values))
+    if seeds < 2:
+        return f"undecided at {seeds} seed (no spread)"
+    (x_mean, x_std), (y_mean, y_std) = mean_std(x_values), mean_std(y_values)
+    if abs(x_mean - y_mean) <= x_std + y_std:
+        return f"undecided at {seeds} seeds (spreads overlap)"
+    return "holds" if x_mean > y_mean else "does not hold"
+
+
+def summarise(per_seed, seeds):
+    """{stage: mean, std and per-seed values of its top-1, agreement, wall time}
+    over the seeds in which the stage finished."""
+    summary = {}
+    for stage in STAGES:
+        finished = [(seed, per_seed[seed][stage]) for seed in seeds
+                    if stage in per_seed.get(seed, {})]
+        if not finished:
+            continue
+        first = finished[0][1]
+        entry = dict(description=first["description"], steps=first["steps"],
+                     train_examples=first["train_examples"], seeds=len(finished))
+        for key in ("top_1", "teacher_agreement", "teacher_top_1", "wall_seconds"):
+            values = {seed: row[key] for seed, row in finished if row[key] is not None}
+            if values:
+                mean, std = mean_std(list(values.values()))
+                entry[key] = dict(mean=mean, std=std,
+                                  per_seed={str(seed): v for seed, v in values.items()})
+        summary[stage] = entry
+    return summary
+
+
+def claims(summary, seeds, fast=False):
+    """{claim: its verdict and the means and spreads it rests on}. A claim whose
+    stages did not finish in every seed is unknown."""
+    found = {}
+    for name, x, y in CLAIMS:
+        values = []
+        for stage in (x, y):
+            top_1 = summary.get(stage, {}).get("top_1")
+            complete = top_1 is not None and len(top_1["per_seed"]) == len(seeds)
+            values.append(list(top_1["per_seed"].values()) if complete else [])
+        entry = dict(verdict=verdict(*values, fast=fast))
+        for stage, stage_values in zip((x, y), values):
+            if stage_values:
+                entry[stage] = dict(zip(("mean", "std"), mean_std(stage_values)))
+        found[name] = entry
+    return found
+
+
+def plus_minus(mean, std, fmt="{:.3f}"):
+    return fmt.format(mean) + ("" if std is None else " ± " + fmt.format(std))
+
+
+def markdown_table(summary, seeds, failures=None, skipped=None):
+    """One row per stage: test top-1 mean ± std over seeds, then each seed's (a
+    dash where the stage did not finish)."""
+    lines = [f"| stage | model | train images | steps | test top-1, mean ± std "
+             f"| seeds {', '.join(map(str, seeds))} | teacher agreement | wall s (mean) |",
+             "|---|---|---|---|---|---|---|---|"]
     for stage in STAGES:
         label = stage if stage == "pretrain" else f"({stage})"
-        row = rows.get(stage)
-        if row is None:
-            record = (failures or {}).get(stage)
-            if record is not None:
-                lines.append(f"| {label} | {DESCRIPTIONS[stage]} | | | FAILED (exit "
-                             f"{record['returncode']}) | | {record['wall_seconds']:.0f} |")
-            elif stage in skipped:
-                lines.append(f"| {label} | {DESCRIPTIONS[stage]} | | | skipped | | |")
+        notes = [f"FAILED in seed {seed} (exit {records[stage]['returncode']})"
+                 for seed, records in (failures or {}).items() if stage in records]
+        notes += [f"skipped in seed {seed}" for seed, stages in (skipped or {}).items()
+                  if stage in stages]
+        entry = summary.get(stage)
+        if entry is None or "top_1" not in entry:
+            if notes:
+                lines.append(f"| {label} | {DESCRIPTIONS[stage]} | | | {'; '.join(notes)} "
+                             "| | | |")
             continue
-        lines.append(f"| {label} | {row['description']} | {cell(row['train_examples'], '{}')} "
-                     f"| {cell(row['steps'], '{}')} | {cell(row['top_1'])} "
-                     f"| {cell(row['teacher_agreement'])} "
-                     f"| {cell(row['wall_seconds'], '{:.0f}')}"
-                     f"{' (reused)' if row['reused'] else ''} |")
+        top_1, agreement = entry["top_1"], entry.get("teacher_agreement")
+        per_seed = ", ".join(f"{top_1['per_seed'][str(seed)]:.4f}"
+                             if str(seed) in top_1["per_seed"] else "-" for seed in seeds)
+        lines.append(
+            f"| {label} | {entry['description']} | {entry['train_examples'] or ''} "
+            f"| {entry['steps'] or ''} | {plus_minus(top_1['mean'], top_1['std'])} "
+            f"| {per_seed}{'; ' + '; '.join(notes) if notes else ''} "
+            f"| {plus_minus(agreement['mean'], agreement['std']) if agreement else ''} "
+            f"| {entry['wall_seconds']['mean']:.0f} |")
     return "\n".join(lines)
 
 
@@ -377,24 +470,21 @@ def prepare_workdir(workdir, resume):
     os.makedirs(workdir, exist_ok=True)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    workdir = os.path.abspath(args.workdir)
-    prepare_workdir(workdir, args.resume)
-    began = time.monotonic()
-    counts, records, rows = {}, {}, {}
-    failed, skipped = [], []
+def run_seed(args, seed, workdir):
+    """Runs (or reuses) one seed's stages in order; returns ({stage: row} of the
+    finished ones, {stage: record} of the failed ones, [skipped stages])."""
+    os.makedirs(workdir, exist_ok=True)
+    counts, rows, failed, skipped = {}, {}, {}, []
     for stage in STAGES:
         if any(need not in rows for need in NEEDS[stage]):
             skipped.append(stage)  # a stage it needs failed: nothing to run on
             continue
-        found, model_dir = commands(args, workdir, counts)
+        found, model_dir = commands(args, seed, workdir, counts)
         record = run_stage(stage, found[stage], model_dir[stage], workdir, args)
-        records[stage] = record
         row = stage_row(record)
         if record["returncode"] != 0 or row["top_1"] is None or (
                 stage in ("pretrain", "b") and row["train_examples"] is None):
-            failed.append(stage)  # later stages that do not need it still run
+            failed[stage] = record  # later stages that do not need it still run
             continue
         rows[stage] = row
         # The sizes that the later stages' warmup needs: read from the logs.
@@ -402,40 +492,65 @@ def main(argv=None):
             counts["num_train"] = row["train_examples"]
         if stage == "b":
             counts["num_labelled"] = row["train_examples"]
+    return rows, failed, skipped
+
+
+def print_failure(seed, record):
+    print(f"\nSeed {seed}, stage {record['stage']} FAILED (exit {record['returncode']}): "
+          + " ".join(record["command"]), file=sys.stderr)
+    try:
+        with open(record["log"], encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    # This attempt's lines only (the log keeps every attempt, each headed ===).
+    tail = text[text.rfind("\n=== ") + 1:].splitlines()[-40:]
+    print("\n".join(tail), file=sys.stderr)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = os.path.abspath(args.workdir)
+    prepare_workdir(workdir, args.resume)
+    began = time.monotonic()
+    per_seed, failed, skipped = {}, {}, {}
+    for seed in args.seeds:
+        print(f"=== seed {seed} ===", flush=True)
+        rows, seed_failed, seed_skipped = run_seed(args, seed,
+                                                   os.path.join(workdir, f"seed_{seed}"))
+        per_seed[seed] = rows
+        if seed_failed:
+            failed[seed] = seed_failed
+        if seed_skipped:
+            skipped[seed] = seed_skipped
     total = round(time.monotonic() - began, 1)
-    checked = claims(rows)
-    report = dict(workdir=workdir, seed=args.seed, fast=args.fast,
-                  student_epochs=args.student_epochs, stages=rows, claims=checked,
-                  failed_stages=failed, skipped_stages=skipped, total_seconds=total,
-                  total_stage_seconds=round(sum(r["wall_seconds"] for r in rows.values()),
-                                            1))
+    summary = summarise(per_seed, args.seeds)
+    checked = claims(summary, args.seeds, fast=args.fast)
+    report = dict(
+        workdir=workdir, seeds=list(args.seeds), fast=args.fast,
+        student_epochs=args.student_epochs, stages=summary, claims=checked,
+        per_seed={str(seed): rows for seed, rows in per_seed.items()},
+        failed_stages={str(seed): sorted(records) for seed, records in failed.items()},
+        skipped_stages={str(seed): stages for seed, stages in skipped.items()},
+        total_seconds=total,
+        total_stage_seconds=round(sum(row["wall_seconds"] for rows in per_seed.values()
+                                      for row in rows.values()), 1))
     path = args.json or os.path.join(workdir, "semi_supervised.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
-    print("\n" + markdown_table(rows, {stage: records[stage] for stage in failed},
-                                skipped))
+    print(f"\nTest top-1 over seeds {','.join(map(str, args.seeds))} (mean ± sample "
+          "std):\n" + markdown_table(summary, args.seeds, failed, skipped))
     print()
-    for claim, holds in checked.items():
-        verdict = "unknown (a stage failed)" if holds is None else (
-            "holds" if holds else "does not hold")
-        print(f"  [{verdict}] {claim}")
-    for stage in failed:
-        record = records[stage]
-        print(f"\nStage {stage} FAILED (exit {record['returncode']}): "
-              + " ".join(record["command"]), file=sys.stderr)
-        try:
-            with open(record["log"], encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError:
-            text = ""
-        # This attempt's lines only (the log keeps every attempt, each headed ===).
-        tail = text[text.rfind("\n=== ") + 1:].splitlines()[-40:]
-        print("\n".join(tail), file=sys.stderr)
-    if skipped:
-        print(f"\nSkipped (a stage they need failed): {', '.join(skipped)}",
+    for name, entry in checked.items():
+        print(f"  [{entry['verdict']}] {name}")
+    for seed, records in failed.items():
+        for record in records.values():
+            print_failure(seed, record)
+    for seed, stages in skipped.items():
+        print(f"\nSeed {seed}, skipped (a stage they need failed): {', '.join(stages)}",
               file=sys.stderr)
-    print(f"\nTotal {total} s ({sum(1 for r in rows.values() if r['reused'])} stage(s) "
-          f"reused); report: {path}")
+    reused = sum(1 for rows in per_seed.values() for row in rows.values() if row["reused"])
+    print(f"\nTotal {total} s ({reused} stage(s) reused); report: {path}")
     return 1 if failed else 0
 
 

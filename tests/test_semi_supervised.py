@@ -1,6 +1,9 @@
-"""scripts/semi_supervised.py runs SimCLR v2's three stages end to end (--fast: a few
-steps each, so the accuracies mean nothing), reports the five compared stages, and
-guards its --workdir."""
+"""scripts/semi_supervised.py runs SimCLR v2's three stages end to end per seed
+(--fast: a few steps each, so the accuracies mean nothing), reports the five compared
+stages as mean ± std over seeds, gives a verdict on a claim only where the spreads
+separate (never with --fast), and guards its --workdir."""
+import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,28 +16,113 @@ SCRIPT = os.path.join(REPO, "scripts", "semi_supervised.py")
 COMPARED = ("a", "b", "c", "d", "e")
 
 
+@pytest.fixture(scope="module")
+def semi():
+    spec = importlib.util.spec_from_file_location("semi_supervised", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _run(*args, timeout=1200):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout, check=False)
 
 
-@pytest.mark.extra_large  # six run.py processes: 215 s on 2 cores beside another job
+def test_a_verdict_only_where_the_spreads_separate(semi):
+    # x 0.90 ± 0.01, y 0.85 ± 0.01: 0.05 apart > 0.02 of spreads.
+    assert semi.verdict([0.89, 0.90, 0.91], [0.84, 0.85, 0.86]) == "holds"
+    assert semi.verdict([0.84, 0.85, 0.86], [0.89, 0.90, 0.91]) == "does not hold"
+    # 0.015 apart, spreads 0.01 + 0.01: overlap, whichever mean is higher.
+    assert semi.verdict([0.89, 0.90, 0.91], [0.875, 0.885, 0.895]) \
+        == "undecided at 3 seeds (spreads overlap)"
+    assert semi.verdict([0.875, 0.885, 0.895], [0.89, 0.90, 0.91]) \
+        == "undecided at 3 seeds (spreads overlap)"
+    # Exactly the sum of the spreads apart: not separated.
+    assert semi.verdict([0.5, 0.75, 1.0], [0.0, 0.25, 0.5]).startswith("undecided at 3")
+    # A paired gain in every seed does not decide it either when the spreads overlap.
+    assert semi.verdict([0.81, 0.86, 0.91], [0.80, 0.85, 0.90]).startswith("undecided")
+    # Equal values in every seed: no spread, but a difference.
+    assert semi.verdict([0.9, 0.9], [0.8, 0.8]) == "holds"
+    assert semi.verdict([0.9, 0.9], [0.9, 0.9]).startswith("undecided")
+    # One seed has no spread: never a verdict.
+    assert semi.verdict([0.99], [0.10]) == "undecided at 1 seed (no spread)"
+    # --fast: at chance level, no verdict however far apart.
+    assert semi.verdict([0.99, 0.99, 0.99], [0.1, 0.1, 0.1], fast=True) \
+        == "--fast: numbers at chance level, no verdict"
+    assert semi.verdict([], [0.1, 0.2]) == "unknown (a stage failed)"
+
+
+def test_mean_and_sample_std(semi):
+    mean, std = semi.mean_std([0.8, 0.9, 1.0])
+    assert mean == pytest.approx(0.9) and std == pytest.approx(0.1)  # n - 1
+    assert semi.mean_std([0.7]) == (0.7, None)
+
+
+def _row(top_1, agreement=None):
+    return dict(description="x", steps=10, train_examples=144, top_1=top_1,
+                teacher_agreement=agreement, teacher_top_1=None, wall_seconds=5.0)
+
+
+def test_summary_and_claims_over_seeds(semi):
+    per_seed = {
+        0: dict(a=_row(0.90), b=_row(0.80), c=_row(0.81, 0.9), d=_row(0.70, 0.8),
+                e=_row(0.72)),
+        1: dict(a=_row(0.92), b=_row(0.82), c=_row(0.83, 0.9), d=_row(0.72, 0.8),
+                e=_row(0.70)),
+        2: dict(a=_row(0.91), b=_row(0.81), c=_row(0.82, 0.9), d=_row(0.71, 0.8)),
+    }  # (e) failed in seed 2
+    summary = semi.summarise(per_seed, (0, 1, 2))
+    assert summary["a"]["top_1"]["mean"] == pytest.approx(0.91)
+    assert summary["a"]["top_1"]["std"] == pytest.approx(0.01)
+    assert summary["a"]["top_1"]["per_seed"] == {"0": 0.90, "1": 0.92, "2": 0.91}
+    assert summary["c"]["teacher_agreement"]["mean"] == pytest.approx(0.9)
+    assert summary["e"]["seeds"] == 2
+    verdicts = {name[:10]: entry["verdict"]
+                for name, entry in semi.claims(summary, (0, 1, 2)).items()}
+    assert verdicts == {"(c) >= (b)": "undecided at 3 seeds (spreads overlap)",
+                        "(d) > (e):": "unknown (a stage failed)",
+                        "(b) > (a):": "does not hold"}
+    assert all(entry["verdict"] == semi.NO_VERDICT_FAST
+               for entry in semi.claims(summary, (0, 1, 2), fast=True).values())
+    table = semi.markdown_table(summary, (0, 1, 2), skipped={2: ["e"]})
+    assert "| seeds 0, 1, 2 |" in table
+    assert "| (a) |" in table and "0.910 ± 0.010" in table
+    assert "0.9000, 0.9200, 0.9100" in table
+    assert "0.7200, 0.7000, -; skipped in seed 2" in table
+
+
+def test_seeds_are_a_comma_separated_list(semi):
+    assert semi.parse_args([]).seeds == (0, 1, 2)
+    assert semi.parse_args(["--seeds=4"]).seeds == (4,)
+    for bad in ("0,x", "1,1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            semi.seed_list(bad)
+
+
+@pytest.mark.extra_large  # twelve run.py processes: two seeds of six stages
 def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(tmp_path):
     workdir, report = tmp_path / "work", tmp_path / "report.json"
-    done = _run("--fast", f"--workdir={workdir}", f"--json={report}")
+    done = _run("--fast", "--seeds=0,1", f"--workdir={workdir}", f"--json={report}")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     saved = json.loads(report.read_text())
-    assert saved["failed_stages"] == [] and saved["skipped_stages"] == []
+    assert saved["seeds"] == [0, 1]
+    assert saved["failed_stages"] == {} and saved["skipped_stages"] == {}
     stages = saved["stages"]
     assert set(COMPARED) <= set(stages)
     for stage in COMPARED:
-        assert 0.0 <= stages[stage]["top_1"] <= 1.0, stage
-        assert stages[stage]["wall_seconds"] > 0 and not stages[stage]["reused"]
-        result = json.loads((workdir / os.path.basename(stages[stage]["model_dir"])
-                             / "result.json").read_text())
-        assert stages[stage]["top_1"] == result["eval/label_top_1_accuracy"]
+        top_1 = stages[stage]["top_1"]
+        assert set(top_1["per_seed"]) == {"0", "1"} and top_1["std"] is not None
+        for seed, value in top_1["per_seed"].items():
+            row = saved["per_seed"][seed][stage]
+            assert 0.0 <= value == row["top_1"] <= 1.0, stage
+            assert row["wall_seconds"] > 0 and not row["reused"]
+            assert os.path.dirname(row["model_dir"]) == str(workdir / f"seed_{seed}")
+            result = json.loads(open(os.path.join(row["model_dir"], "result.json")).read())
+            assert value == result["eval/label_top_1_accuracy"]
+            assert f"--seed={seed}" in row["command"]
     for stage in ("c", "d"):  # the distilled students measure their agreement
-        assert 0.0 <= stages[stage]["teacher_agreement"] <= 1.0, stage
+        assert 0.0 <= stages[stage]["teacher_agreement"]["mean"] <= 1.0, stage
     # The same steps everywhere but the teacher's; the students see every image.
     assert stages["a"]["steps"] == stages["c"]["steps"] == stages["d"]["steps"] \
         == stages["e"]["steps"]
@@ -42,15 +130,19 @@ def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(tmp_path
         == stages["pretrain"]["train_examples"] > stages["a"]["train_examples"] \
         == stages["b"]["train_examples"] == stages["e"]["train_examples"]
     assert "| (c) |" in done.stdout and "(c) >= (b)" in done.stdout
-    assert set(saved["claims"].values()) <= {True, False}
+    # Chance-level numbers: no verdict, whatever they are.
+    assert {entry["verdict"] for entry in saved["claims"].values()} \
+        == {"--fast: numbers at chance level, no verdict"}
+    assert "holds" not in done.stdout
     # A rerun with --resume reuses every finished stage (no run.py starts).
-    again = _run("--fast", f"--workdir={workdir}", f"--json={report}", "--resume",
-                 timeout=120)
+    again = _run("--fast", "--seeds=0,1", f"--workdir={workdir}", f"--json={report}",
+                 "--resume", timeout=120)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    resumed = json.loads(report.read_text())["stages"]
-    assert all(resumed[stage]["reused"] for stage in resumed)
-    assert {s: resumed[s]["top_1"] for s in COMPARED} == {s: stages[s]["top_1"]
-                                                         for s in COMPARED}
+    resumed = json.loads(report.read_text())
+    assert all(row["reused"] for rows in resumed["per_seed"].values()
+               for row in rows.values())
+    assert {s: resumed["stages"][s]["top_1"] for s in COMPARED} \
+        == {s: stages[s]["top_1"] for s in COMPARED}
 
 
 def test_a_non_empty_workdir_is_refused_without_resume(tmp_path):
