@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from helpers.fashion_mnist_files import (OFFSET, SIZES, _labels, _pixels, _write_idx,
+                                        write_fashion_mnist)
 from helpers.run_fixtures import config
 from simclr_tf import preflight
 from simclr_tf.config import ConfigError
@@ -18,44 +20,6 @@ from simclr_tf.data import fashion_mnist, registry, tfds_source
 
 REQUIRE_ENV = "SIMCLR_TF_REQUIRE_FASHION_MNIST"
 REAL_DEBIAN_DIR = fashion_mnist.DEBIAN_DIR
-SIZES = {"train": 20, "test": 8}
-# The first pixel of an image is its id, plus 100 in the test split.
-OFFSET = {"train": 0, "test": 100}
-
-
-def _pixels(split, num):
-    ids = np.arange(num)[:, None, None] + OFFSET[split]
-    ramp = np.arange(28)[None, :, None] + 2 * np.arange(28)[None, None, :]
-    return ((ids + ramp) % 256).astype(np.uint8)
-
-
-def _labels(split, num):
-    return ((np.arange(num) * 3 + OFFSET[split]) % 10).astype(np.uint8)
-
-
-def _write_idx(path, array, magic, gzipped):
-    data = (magic.to_bytes(4, "big")
-            + b"".join(d.to_bytes(4, "big") for d in array.shape) + array.tobytes())
-    if gzipped:
-        path, data = path + ".gz", gzip.compress(data)
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
-
-
-def write_fashion_mnist(folder, gzipped=True, sizes=None):
-    """The four IDX files of a small Fashion-MNIST in `folder`; {(split, what): path}."""
-    os.makedirs(folder, exist_ok=True)
-    paths = {}
-    for split, num in (sizes or SIZES).items():
-        for what, array in (("images", _pixels(split, num)),
-                            ("labels", _labels(split, num))):
-            name = fashion_mnist.IDX_FILES[split, what]
-            paths[split, what] = _write_idx(os.path.join(folder, name), array,
-                                            fashion_mnist.IDX_MAGIC[what], gzipped)
-    return paths
-
-
 @pytest.fixture(autouse=True)
 def no_debian_package(tmp_path, monkeypatch):
     """The Debian folder is an empty one unless a test fills it."""
