@@ -63,10 +63,13 @@ def main(argv=None):
     parser.add_argument("encoder", help="run dir, checkpoint prefix, SavedModel export "
                         "or released model")
     parser.add_argument("--datasets", required=True,
-                        help="comma-separated: digits, folder:/path, TFDS names")
+                        help="comma-separated: digits, fashion_mnist, folder:/path, TFDS "
+                        "names")
     parser.add_argument("--out", required=True, help="Markdown table; CSV beside it")
     parser.add_argument("--splits", default="", help="DATASET=TRAIN:TEST,... overrides")
-    parser.add_argument("--data_dir", default=None, help="TFDS data directory")
+    parser.add_argument("--data_dir", default=None,
+                        help="TFDS data directory (also where fashion_mnist's IDX files "
+                        "may be)")
     parser.add_argument("--image_size", type=int, default=None,
                         help="input size (default: the encoder's)")
     parser.add_argument("--batch_size", type=int, default=256)
