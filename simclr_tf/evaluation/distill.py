@@ -91,7 +91,7 @@ class DistillEval(base.Evaluator):
                       "split's labelled examples", batches=self.steps)
         weights = self.teacher.info.weights
         teacher_checkpoint = dict(path=weights.prefix, step=checkpoints.step_of(
-            weights.prefix), weights=self.teacher.info.description)
+            weights.prefix), weights=f"the teacher ({weights.kind})")
         return {
             "distill/student_top_1_accuracy": self.protocol(
                 "distill", self.split, counted, model="the student", **common),
