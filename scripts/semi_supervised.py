@@ -66,19 +66,22 @@ The settings, chosen once, not tuned on the test split:
 --workdir (default /tmp/simclr_semi) holds one folder per seed, seed_<seed>, and in
 it one run directory per stage, its log (<stage>.log) and the script's record of it
 (<stage>.json: the command, exit status, wall time). A non-empty --workdir is
-refused unless --resume, so a rerun never mixes old runs in silently. With --resume a stage is reused only when its
-record names the same command, says it finished (exit 0), and its result.json holds
-`eval/label_top_1_accuracy` at the step it recorded; any other stage is run again,
-into its directory (run.py then resumes an interrupted run, and refuses changed
-flags). A reused stage reports the wall time it took when it ran.
+refused unless --resume, so a rerun never mixes old runs in silently. With --resume
+a stage is reused only when its record names the same command, says it finished
+(exit 0), and its result.json holds `eval/label_top_1_accuracy` at the step it
+recorded; any other stage is run again, into its directory (run.py then resumes an
+interrupted run, and refuses changed flags). A reused stage reports the wall time it
+took when it ran.
 
-Measured 2026-12-01 (seed 0, 2 Xeon cores beside another job, 11 min in all): test
-top-1 (a) 0.908, (b) 0.872, (c) 0.842 (agreement 0.944), (d) 0.869 (agreement
-0.908), (e) 0.906: at this scale none of the three claims holds. The online head
-of the pretraining itself: 0.842.
+Measured 2026-12-02 (seeds 0, 1, 2 on 2 AMD EPYC cores (AVX-512) beside other jobs,
+10-14 min per seed): test top-1, mean ± std, (a) 0.897 ± 0.024, (b) 0.890 ± 0.043,
+(c) 0.891 ± 0.028 (agreement 0.933 ± 0.012), (d) 0.872 ± 0.026 (agreement 0.886 ±
+0.034), (e) 0.886 ± 0.017: none of the three claims is decided at 3 seeds (the
+spreads overlap). The online head of the pretraining itself: 0.886 ± 0.006. Each
+seed's numbers: docs/distillation.md.
 
 Examples:
-  python scripts/semi_supervised.py            # seeds 0,1,2: MINUTES on 2 CPU cores
+  python scripts/semi_supervised.py            # seeds 0,1,2: 30-40 min on 2 CPU cores
   python scripts/semi_supervised.py --fast --seeds=0 --workdir=/tmp/semi_fast \\
       --json=/tmp/semi_fast.json               # end to end, 2-4 min; numbers meaningless
   python scripts/semi_supervised.py --resume   # reuse the finished stages of /tmp/simclr_semi
