@@ -4,10 +4,8 @@ Everything that can be known from the Config, the dataset and the strategy is ch
 here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
 names the flag and the fix, before any expensive work starts.
 """
-import collections
 import contextlib
 import dataclasses
-import hashlib
 import os
 
 import tensorflow as tf
@@ -16,6 +14,7 @@ from absl import logging
 from simclr_tf import architecture, checkpoints, modes, official, records, rules, teacher
 from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry, subsets
+from simclr_tf.evaluation import overlap
 from simclr_tf.models import encoders, hub
 
 
@@ -360,11 +359,6 @@ def knn_bank_split(config):
 
 # ------------------------------------------------------------------ evaluation overlap
 
-# Image folders: byte-identical copies are looked for among the files of equal size
-# when reading them costs at most this many bytes (else only the same files count).
-COPY_CHECK_MAX_BYTES = 1 << 30
-
-
 def evaluated_pairs(config, mode):
     """(train flag, train split, eval flag, eval split, what trained) of each
     evaluation this run makes: the split that trained the weights (or fills a kNN
@@ -420,7 +414,7 @@ def check_eval_overlap(config, source, mode):
     found = []
     for train_flag, train_split, eval_flag, eval_split, what in pairs:
         try:
-            shared, total, unit = shared_examples(source, train_split, eval_split)
+            shared, total, unit = overlap.shared_examples(source, train_split, eval_split)
         except ValueError:
             continue  # a split this run does not read (a record's): nothing to compare
         if shared:
@@ -429,7 +423,7 @@ def check_eval_overlap(config, source, mode):
                               of=total, unit=unit, trained=what))
     if found and not config.allow_eval_overlap:
         first = found[0]
-        described = [_describe_overlap(overlap) for overlap in found]
+        described = [_describe_overlap(each) for each in found]
         described[0] = described[0].split("=", 1)[1]  # ConfigError names the flag
         raise ConfigError(first["eval_flag"], "; ".join(described) + (
             ". An accuracy measured there counts examples that trained the weights, "
@@ -437,9 +431,9 @@ def check_eval_overlap(config, source, mode):
             "overlap (e.g. --train_split='train[:90%]' --eval_split='train[90%:]' for a "
             "dataset with one split), or pass --allow_eval_overlap to run anyway "
             "(result.json then records eval_overlaps_train: true)."))
-    for overlap in found:
-        logging.warning("--allow_eval_overlap: %s.", _describe_overlap(overlap))
-    return [{k: v for k, v in overlap.items() if k != "unit"} for overlap in found]
+    for each in found:
+        logging.warning("--allow_eval_overlap: %s.", _describe_overlap(each))
+    return [{k: v for k, v in each.items() if k != "unit"} for each in found]
 
 
 def _describe_overlap(overlap):
@@ -468,113 +462,6 @@ def _trained_split(config, mode):
     if recorded is None or recorded.dataset != config.dataset:
         return None
     return recorded.train_split, os.path.dirname(weights.prefix)
-
-
-def shared_examples(source, train_split, eval_split):
-    """(examples of `eval_split` that are also in `train_split`, examples of
-    `eval_split`, their unit) counted once each.
-
-    What "the same example" is: for an image folder (a source whose rows are file
-    paths), the same file, reached by any path, link or hard link, or a byte-identical
-    copy (looked for among files of equal size, up to `COPY_CHECK_MAX_BYTES` of
-    reading); for every other source, the same position of the same base split
-    (`DatasetSource.split_ranges`: 'train[:60%]' and 'train[50%:]' share 10%; base
-    splits are disjoint).
-
-    Raises:
-        ValueError: a split does not resolve.
-    """
-    paths = _split_paths(source, train_split), _split_paths(source, eval_split)
-    if paths[0] is not None and paths[1] is not None:
-        shared, total = _shared_files(*paths)
-        return shared, total, "image files"
-    train = _merged(source.split_ranges(train_split))
-    test = _merged(source.split_ranges(eval_split))
-    shared = sum(max(0, min(stop, other_stop) - max(start, other_start))
-                 for base, spans in test.items() for start, stop in spans
-                 for other_start, other_stop in train.get(base, ()))
-    total = sum(stop - start for spans in test.values() for start, stop in spans)
-    return shared, total, "examples"
-
-
-def _merged(ranges):
-    """{base split: sorted disjoint [start, stop) spans} of split ranges."""
-    spans = collections.defaultdict(list)
-    for base, start, stop in sorted(ranges):
-        if stop <= start:
-            continue
-        if spans[base] and start <= spans[base][-1][1]:
-            spans[base][-1][1] = max(spans[base][-1][1], stop)
-        else:
-            spans[base].append([start, stop])
-    return spans
-
-
-def _split_paths(source, split):
-    """The file paths of `split` of an image folder (str), or None for a source
-    without files."""
-    select = getattr(source, "_select", None)
-    if select is None:
-        return None
-    columns = select(split)
-    if "path" not in columns:
-        return None
-    return [os.fsdecode(path) for path in columns["path"]]
-
-
-def _file_identity(path):
-    """(size, identity) of a file: its device and inode, the same through any
-    path or link; the real path where it cannot be read."""
-    try:
-        stat = os.stat(path)
-        return stat.st_size, (stat.st_dev, stat.st_ino)
-    except OSError:
-        return None, os.path.realpath(path)
-
-
-def _content_digest(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _shared_files(train_paths, eval_paths):
-    """(distinct files of `eval_paths` also in `train_paths`, distinct files of
-    `eval_paths`): the same file, or a byte-identical copy (`shared_examples`)."""
-    train = {path: _file_identity(path) for path in set(train_paths)}
-    test = {path: _file_identity(path) for path in set(eval_paths)}
-    train_ids = {identity for _, identity in train.values()}
-    test_ids = {identity: size for size, identity in test.values()}
-    shared = {identity for identity in test_ids if identity in train_ids}
-    # Copies: a file of the eval split whose bytes equal a training file's.
-    train_by_size = collections.defaultdict(set)
-    for size, identity in train.values():
-        if size is not None and identity not in shared:
-            train_by_size[size].add(identity)
-    candidates = {identity: size for identity, size in test_ids.items()
-                  if identity not in shared and size in train_by_size}
-    if candidates:
-        path_of = {identity: path for path, (_, identity) in
-                   list(train.items()) + list(test.items())}
-        sizes = set(candidates.values())
-        to_read = set(candidates) | {i for size in sizes for i in train_by_size[size]}
-        cost = sum(candidates.values()) + sum(size * len(train_by_size[size])
-                                              for size in sizes)
-        if cost > COPY_CHECK_MAX_BYTES:
-            logging.warning("Not looking for byte-identical copies between the splits: "
-                            "%d files of equal sizes (%.1f GB to read); only the same "
-                            "files are counted as shared.", len(to_read), cost / 1e9)
-        else:
-            try:
-                digests = {i: _content_digest(path_of[i]) for i in to_read}
-            except OSError:
-                digests = {}
-            train_digests = {digests[i] for size in sizes for i in train_by_size[size]
-                             if i in digests}
-            shared |= {i for i in candidates if digests.get(i) in train_digests}
-    return len(shared), len(test_ids)
 
 
 def _check_checkpoint_readable(prefix, flag="checkpoint"):

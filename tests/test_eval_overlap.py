@@ -1,5 +1,6 @@
 """An evaluation on examples that trained the weights, filled the kNN bank or fitted
-the probe is refused before anything is built (`preflight.check_eval_overlap`),
+the probe is refused before anything is built (`preflight.check_eval_overlap` over
+`evaluation.overlap.shared_examples`),
 naming both flags and the shared examples, unless --allow_eval_overlap; the result
 then records it. Splits are compared by position of the same base split; image
 folders by file (any path, link, hard link, or a byte-identical copy)."""
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from simclr_tf import experiment, modes, preflight
 from simclr_tf.config import ConfigError
+from simclr_tf.evaluation import overlap
 
 from helpers.run_fixtures import config
 
@@ -28,7 +30,7 @@ def digits():
 
 
 def test_shared_examples_by_position(digits):
-    shared = lambda a, b: preflight.shared_examples(digits, a, b)[:2]  # noqa: E731
+    shared = lambda a, b: overlap.shared_examples(digits, a, b)[:2]  # noqa: E731
     assert shared("test", "test") == (360, 360)
     assert shared("train", "test") == (0, 360)
     assert shared("train+test", "test[:100]") == (100, 100)
@@ -66,9 +68,9 @@ def test_a_training_run_that_evaluates_on_its_training_examples_is_refused(
     assert not os.path.exists(tmp_path / "run")  # nothing written
     context = _check(model_dir=str(tmp_path / "run"), train_steps=1,
                      allow_eval_overlap=True, **overrides)
-    (overlap,) = context["eval_overlap"]
-    assert (overlap["eval_flag"], overlap["train_flag"]) == (flag, other)
-    assert overlap["examples"] > 0 and overlap["of"] >= overlap["examples"]
+    (found,) = context["eval_overlap"]
+    assert (found["eval_flag"], found["train_flag"]) == (flag, other)
+    assert found["examples"] > 0 and found["of"] >= found["examples"]
 
 
 def test_disjoint_or_unevaluated_splits_pass(tmp_path):
@@ -141,17 +143,17 @@ def test_image_folders_share_files_by_identity_or_bytes(tmp_path):
     os.link(root / "train" / "a" / "1.png", test / "hard.png")
     shutil.copy(root / "train" / "a" / "2.png", test / "copy.png")
     source = preflight.load_source(config(dataset=f"folder:{root}", model_dir="/unused"))
-    assert preflight.shared_examples(source, "train", "test") == (3, 5, "image files")
-    assert preflight.shared_examples(source, "train[:2]", "test")[:2] == (2, 5)
-    assert preflight.shared_examples(source, "test", "test")[:2] == (5, 5)
+    assert overlap.shared_examples(source, "train", "test") == (3, 5, "image files")
+    assert overlap.shared_examples(source, "train[:2]", "test")[:2] == (2, 5)
+    assert overlap.shared_examples(source, "test", "test")[:2] == (5, 5)
     with pytest.raises(ConfigError, match="--eval_split: 'test' shares 3 of its 5 image "
                        "files with --train_split='train'"):
         _check(dataset=f"folder:{root}", mode="train_then_eval",
                model_dir=str(tmp_path / "run"), train_steps=1)
     # Without copies looked for (over the reading budget), links count, copies not.
-    original = preflight.COPY_CHECK_MAX_BYTES
+    original = overlap.COPY_CHECK_MAX_BYTES
     try:
-        preflight.COPY_CHECK_MAX_BYTES = 0
-        assert preflight.shared_examples(source, "train", "test")[:2] == (2, 5)
+        overlap.COPY_CHECK_MAX_BYTES = 0
+        assert overlap.shared_examples(source, "train", "test")[:2] == (2, 5)
     finally:
-        preflight.COPY_CHECK_MAX_BYTES = original
+        overlap.COPY_CHECK_MAX_BYTES = original
