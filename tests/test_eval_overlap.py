@@ -157,3 +157,26 @@ def test_image_folders_share_files_by_identity_or_bytes(tmp_path):
         assert overlap.shared_examples(source, "train", "test")[:2] == (2, 5)
     finally:
         overlap.COPY_CHECK_MAX_BYTES = original
+
+
+def test_the_evaluators_refuse_overlapping_splits_outside_a_run_too(digits):
+    """Built in code (a notebook, scripts/transfer_table.py), not through run.py's
+    preflight: a kNN bank, a probe's training split, holding test examples is a
+    ValueError before any feature is computed, unless allow_overlap=True."""
+    from simclr_tf.evaluation import knn, transfer  # pylint: disable=import-outside-toplevel
+    strategy = tf.distribute.get_strategy()
+    with pytest.raises(ValueError, match=r"'test\[:10\]' shares 10 of its 10 examples "
+                       r"with 'test' \(the kNN bank\).*allow_overlap=True"):
+        knn.KnnEval(strategy, source=digits, bank_split="test", query_split="test[:10]",
+                    image_size=16)
+    assert knn.KnnEval(strategy, source=digits, bank_split="test", image_size=16,
+                       query_split="test[:10]", allow_overlap=True).bank_size == 360
+    with pytest.raises(ValueError, match="shares 360 of its 360 examples with 'train.test' "
+                       r"\(the probe's training split and the kNN bank\)"):
+        transfer.evaluate_protocols(object(), digits, image_size=16,
+                                    train_split="train+test", test_split="test")
+    with pytest.raises(ValueError, match="the probe's training split"):
+        transfer.FinalProbeEval(strategy, source=digits, image_size=16, train_split="test",
+                                test_split="test", baseline=lambda images: images)
+    assert overlap.check_disjoint(digits, "train", "test", what="x") == 0
+    assert overlap.check_disjoint(digits, "test", "test", what="x", allow=True) == 360

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf import rules
-from simclr_tf.evaluation import base, features, rankme
+from simclr_tf.evaluation import base, features, overlap, rankme
 from simclr_tf.models.outputs import H
 
 DEFAULT_K = 200
@@ -121,6 +121,9 @@ class KnnEval(base.Evaluator):
         query_split: labelled split that is classified.
         k, temperature: the protocol (see module docstring).
         max_bank, max_queries: at most this many examples (0 = all).
+        allow_overlap: accept a bank split that shares examples with the query split
+            (`overlap.check_disjoint`: a ValueError otherwise, since a query would find
+            itself).
 
     `run(model, step)` -> {'knn/top_1_accuracy', 'knn/rankme' (RankMe of the bank's
     h: ~1 when the encoder collapsed, up to the width of h), 'knn/seconds',
@@ -129,7 +132,7 @@ class KnnEval(base.Evaluator):
 
     def __init__(self, strategy, *, bank_split, query_split, k=DEFAULT_K,
                  temperature=DEFAULT_TEMPERATURE, max_bank=10_000, max_queries=10_000,
-                 **common):
+                 allow_overlap=False, **common):
         super().__init__(strategy, **common)
         rules.check_knn_k(k)
         rules.check_knn_temperature(temperature)
@@ -138,6 +141,8 @@ class KnnEval(base.Evaluator):
                 raise ValueError(f"{name} must be an int >= 0. Received: {name}={value!r}")
         self.k, self.temperature = int(k), float(temperature)
         self.bank_split, self.query_split = bank_split, query_split
+        overlap.check_disjoint(self.source, bank_split, query_split, what="the kNN bank",
+                               allow=allow_overlap)
         self.bank_ids = features.bounded_ids(self.source, bank_split, max_bank,
                                              seed=self.seed)
         self.query_ids = features.bounded_ids(self.source, query_split, max_queries,

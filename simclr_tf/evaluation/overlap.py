@@ -3,7 +3,9 @@
 `shared_examples(source, train_split, eval_split)` -> (shared, of, unit): the
 examples of `eval_split` that are also in `train_split`, each counted once.
 `simclr_tf.preflight.check_eval_overlap` refuses a run whose evaluation would count
-examples that trained its weights, fill its kNN bank or fit its probe.
+examples that trained its weights, fill its kNN bank or fit its probe;
+`check_disjoint` is the same refusal for the evaluators (`knn.KnnEval`,
+`transfer.evaluate_protocols` and its evaluators) built outside a run.
 """
 import collections
 import hashlib
@@ -122,3 +124,17 @@ def _shared_files(train_paths, eval_paths):
             shared |= {i for i in candidates if digests.get(i) in train_digests}
     return len(shared), len(test_ids)
 
+
+def check_disjoint(source, train_split, eval_split, *, what, allow=False):
+    """Raises ValueError when `eval_split` shares examples with `train_split` (the
+    split of `what`: a kNN bank, a probe's training split), naming both and the
+    count, unless `allow`; returns the count. The evaluators' own check, for code
+    that builds them without `run.py` (whose preflight names the flags instead)."""
+    shared, total, unit = shared_examples(source, train_split, eval_split)
+    if shared and not allow:
+        raise ValueError(
+            f"{eval_split!r} shares {shared} of its {total} {unit} with {train_split!r} "
+            f"({what}): an accuracy measured there counts the examples {what} holds, "
+            "which inflates it. Use splits that share no example (e.g. 'train[:90%]' "
+            "and 'train[90%:]'), or pass allow_overlap=True to measure it anyway.")
+    return shared

@@ -24,7 +24,7 @@ import time
 
 import tensorflow as tf
 
-from simclr_tf.evaluation import base, features, knn, probe
+from simclr_tf.evaluation import base, features, knn, overlap, probe
 
 COLUMNS = ("dataset", "train_split", "test_split", "num_train", "num_test", "feature_dim",
            "knn_top_1", "linear_probe_top_1", "linear_probe_c", "seconds")
@@ -63,7 +63,8 @@ def split_features(strategy, model, source, split, *, image_size, batch_size=256
 def evaluate_protocols(model, source, *, strategy=None, image_size, train_split="train",
                        test_split="test", batch_size=256, knn_k=knn.DEFAULT_K,
                        knn_temperature=knn.DEFAULT_TEMPERATURE, cache_dir=None,
-                       encoder_id=None, seed=0, c_grid=probe.DEFAULT_C_GRID):
+                       encoder_id=None, seed=0, c_grid=probe.DEFAULT_C_GRID,
+                       allow_overlap=False):
     """kNN and linear-probe top-1 of a frozen encoder on one labelled dataset.
 
     Args:
@@ -79,6 +80,9 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
             `encoder_identity(prefix)`); required for the cache to be trusted.
         seed: seed of the probe's held-out split.
         c_grid: inverse L2 strengths the probe chooses from.
+        allow_overlap: accept a test split that shares examples with the training
+            split (`overlap.check_disjoint`: a ValueError otherwise, before any
+            feature is computed).
 
     Returns:
         A dict with the keys of `COLUMNS` (plus 'linear_probe_validation_accuracy',
@@ -87,6 +91,8 @@ def evaluate_protocols(model, source, *, strategy=None, image_size, train_split=
     strategy = strategy or tf.distribute.get_strategy()
     if cache_dir and encoder_id is None:
         raise ValueError("A feature cache needs `encoder_id` (what produced the features).")
+    overlap.check_disjoint(source, train_split, test_split, allow=allow_overlap,
+                           what="the probe's training split and the kNN bank")
     start = time.perf_counter()
     extractor = features.FeatureExtractor(strategy, model, (features.H,))  # both splits
     train, train_cached = split_features(strategy, model, source, train_split,
@@ -156,9 +162,11 @@ class LinearProbeEval(base.Evaluator):
     """
 
     def __init__(self, strategy, *, train_split, test_split, k=knn.DEFAULT_K,
-                 temperature=knn.DEFAULT_TEMPERATURE, cache_dir=None, **common):
+                 temperature=knn.DEFAULT_TEMPERATURE, cache_dir=None, allow_overlap=False,
+                 **common):
         super().__init__(strategy, **common)
         self.train_split, self.test_split = train_split, test_split
+        self.allow_overlap = allow_overlap
         self.k, self.temperature, self.cache_dir = k, temperature, cache_dir
         self._cached = False  # whether the last run's features came from the cache
         self._row = None  # the last run's `evaluate_protocols` row
@@ -174,7 +182,7 @@ class LinearProbeEval(base.Evaluator):
             train_split=self.train_split, test_split=self.test_split,
             batch_size=self.batch_size, knn_k=self.k, knn_temperature=self.temperature,
             cache_dir=self.cache_dir if encoder_id else None, encoder_id=encoder_id,
-            seed=self.seed)
+            seed=self.seed, allow_overlap=self.allow_overlap)
         self._cached, self._row = row["cached"], row
         return {"linear_probe/top_1_accuracy": row["linear_probe_top_1"],
                 "linear_probe/c": row["linear_probe_c"],
@@ -229,9 +237,12 @@ class FinalProbeEval(base.Evaluator):
     `run(model, step)` -> {'linear_probe/pretrained', 'linear_probe/random_init'}.
     """
 
-    def __init__(self, strategy, *, train_split, test_split, baseline, **common):
+    def __init__(self, strategy, *, train_split, test_split, baseline, allow_overlap=False,
+                 **common):
         super().__init__(strategy, **common)
         features.check_strategy_and_model(strategy, baseline)
+        overlap.check_disjoint(self.source, train_split, test_split, allow=allow_overlap,
+                               what="the probe's training split")
         self.train_split, self.test_split, self.baseline = train_split, test_split, baseline
         self._probes = {}  # the last run's probe result per encoder
 

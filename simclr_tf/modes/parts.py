@@ -171,13 +171,16 @@ EVALUATOR_ARGUMENTS = {
     "knn": lambda config: dict(
         bank_split=preflight.knn_bank_split(config), query_split=config.knn_eval_split,
         k=config.knn_k, temperature=config.knn_temperature,
-        max_bank=config.knn_max_bank, max_queries=config.knn_max_queries),
+        max_bank=config.knn_max_bank, max_queries=config.knn_max_queries,
+        allow_overlap=config.allow_eval_overlap),
     "linear_probe": lambda config: dict(
         train_split=config.train_split, test_split=config.eval_split, k=config.knn_k,
         temperature=config.knn_temperature,
-        cache_dir=os.path.join(config.model_dir, "features") if config.model_dir else None),
+        cache_dir=os.path.join(config.model_dir, "features") if config.model_dir else None,
+        allow_overlap=config.allow_eval_overlap),
     "final_probe": lambda config: dict(train_split=config.train_split,
-                                       test_split=config.eval_split),
+                                       test_split=config.eval_split,
+                                       allow_overlap=config.allow_eval_overlap),
     "distill": lambda config: dict(split=config.eval_split,
                                    steps=config.eval_steps or None),
 }
