@@ -1,0 +1,540 @@
+#!/usr/bin/env python
+"""Does it learn, and as well as lightly? Fashion-MNIST at equal budget, >= 3 seeds.
+
+Not a test: a measurement that writes its table into docs/benchmarks.md (between the
+`benchmark:begin` / `benchmark:end` markers, keeping the prose around them) and every
+number per seed into --json. Rows, each trained and evaluated once per seed:
+
+  random      a randomly initialised encoder (seeded like the others): the floor.
+  supervised  the same encoder trained on all labels of the training subset
+              (run.py --train_mode=finetune without --checkpoint: crop and flip,
+              the same optimiser, schedule, batch and epochs).
+  simclr_tf   our SimCLR pretraining (run.py --train_mode=pretrain).
+  lightly     lightly 1.6's SimCLR in PyTorch (scripts/lightly_simclr.py, in its own
+              virtual environment: --lightly_python), the same encoder written in
+              PyTorch, the same images, batch, steps, schedule, temperature, weight
+              decay and augmentation strengths.
+
+Columns: weighted kNN top-1 (k 200, votes exp(cos / 0.07), the bank = the training
+subset) and the linear probe's top-1 (L-BFGS logistic regression, C chosen on a
+held-out fifth of the bank), both on the frozen h of the test split; RankMe (the
+effective rank of the bank's h); the training wall time (the whole command) and
+seconds per step (the training loop after its first step). Both columns use one
+implementation (simclr_tf.evaluation.knn / probe) on features extracted from the
+same preprocessed images (ours: evaluation.features.eval_dataset), so only the
+encoders differ. Seeds are interleaved (seed 0's rows, then seed 1's, ...), so the
+speed ratio compares runs made minutes apart on the same machine.
+
+Budgets (--budget):
+  cpu  <= 15 min a run on 2 cores: the first 10,000 training images at 16 px (crops
+       of the 28 px images resized to 16; the evaluation resizes the whole image),
+       ResNet-18 x0.25 with the CIFAR stem (h 128-d), batch 256, 10 epochs (391
+       steps), 1 warmup epoch, LARS at 2.0 (linear scaling), weight decay 1e-4,
+       temperature 0.2, colour jitter 0.5, no blur, a 2-layer projection head
+       (flags/quickstart.flags' recipe at Fashion-MNIST's size).
+  gpu  documented for a GPU, not measured here: all 60,000 images, ResNet-18 x1,
+       batch 512, 200 epochs, 10 warmup epochs, LARS at 1.0 x 512 / 256, temperature
+       0.5 (the authors' CIFAR-10 command's settings otherwise).
+
+The peer's environment (once; torch comes from the package index, ~5.5 GB):
+  python -m venv .venv-lightly && .venv-lightly/bin/pip install torch torchvision lightly==1.6.0
+
+Examples:
+  python scripts/benchmark_accuracy.py                  # all rows, seeds 0,1,2, ~2 h
+  python scripts/benchmark_accuracy.py --resume         # reuse the finished cells
+  python scripts/benchmark_accuracy.py --rows=random,simclr_tf --seeds=0 --fast
+      # end to end in ~2 min (the test's path); numbers meaningless, doc untouched
+
+A cell (row, seed) is recorded in --workdir as <row>_seed<S>.json once finished;
+--resume reuses a cell whose record names the same settings, any other is run again.
+A non-empty --workdir is refused without --resume. Exit status 0 when every cell
+ran; 1 when one failed (its command and the end of its log are printed).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # a plain script: runs from a checkout too
+
+from simclr_tf.evaluation.rankme import rankme  # noqa: E402  (pure numpy)
+
+ROWS = ("random", "supervised", "simclr_tf", "lightly")
+TRAINED_ROWS = ("supervised", "simclr_tf", "lightly")
+KNN_K, KNN_TEMPERATURE = 200, 0.07
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
+DEFAULT_LIGHTLY_PYTHON = os.path.join(ROOT, ".venv-lightly", "bin", "python")
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    train_split: str
+    image_size: int
+    width_multiplier: float
+    batch_size: int
+    epochs: float
+    warmup_epochs: float
+    learning_rate: float          # base rate, linearly scaled by batch / 256
+    temperature: float
+    weight_decay: float = 1e-4
+    color_jitter_strength: float = 0.5
+    num_proj_layers: int = 2
+    resnet_depth: int = 18
+    test_split: str = "test"
+
+    @property
+    def peak_learning_rate(self):
+        return self.learning_rate * self.batch_size / 256
+
+
+BUDGETS = {
+    "cpu": Budget(train_split="train[:10000]", image_size=16, width_multiplier=0.25,
+                  batch_size=256, epochs=10, warmup_epochs=1, learning_rate=2.0,
+                  temperature=0.2),
+    "gpu": Budget(train_split="train", image_size=28, width_multiplier=1.0,
+                  batch_size=512, epochs=200, warmup_epochs=10, learning_rate=1.0,
+                  temperature=0.5),
+    # --fast: the whole path in minutes; its numbers mean nothing.
+    "fast": Budget(train_split="train[:512]", image_size=28, width_multiplier=0.125,
+                   batch_size=128, epochs=1, warmup_epochs=0, learning_rate=2.0,
+                   temperature=0.2, test_split="test[:256]"),
+}
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def mean_std(values):
+    """(mean, sample standard deviation; 0 for one value)."""
+    values = [float(v) for v in values]
+    return (statistics.fmean(values),
+            statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def format_spread(values, scale=100.0, digits=1):
+    mean, std = mean_std(values)
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+def goals(results):
+    """The issue's goals, each as (text, met: bool or None when a row is missing).
+
+    results: {row: {metric: [values per seed]}}.
+    """
+    def mean(row, metric):
+        values = results.get(row, {}).get(metric)
+        return mean_std(values)[0] if values else None
+
+    checks = []
+    for metric, name in (("knn", "kNN"), ("probe", "linear probe")):
+        ours, peer, floor = (mean("simclr_tf", metric), mean("lightly", metric),
+                             mean("random", metric))
+        checks.append((f"{name}: simclr_tf >= lightly - 0.5 point",
+                       None if ours is None or peer is None else ours >= peer - 0.005))
+        checks.append((f"{name}: simclr_tf >= random init + 10 points",
+                       None if ours is None or floor is None else ours >= floor + 0.10))
+    ours, peer = mean("simclr_tf", "seconds_per_step"), mean("lightly", "seconds_per_step")
+    checks.append(("s/step: simclr_tf <= lightly (same machine, interleaved)",
+                   None if ours is None or peer is None else ours <= peer))
+    return checks
+
+
+def replace_section(text, section):
+    """`text` with what stands between BEGIN and END replaced by `section` (appended,
+    with the markers, when they are absent)."""
+    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        return head + block + rest.split(END, 1)[1]
+    return text.rstrip() + "\n\n" + block + "\n"
+
+
+def machine():
+    """CPU model, the SIMD flags that change TensorFlow's kernels, cores."""
+    model, flags = platform.processor() or "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", "unknown CPU",
+                                                                platform.processor()):
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+            if f in flags]
+    return f"{model}, {os.cpu_count()} cores, {'/'.join(simd) or 'no AVX2'}"
+
+
+# ---------------------------------------------------------------- running cells
+
+
+class CellFailed(RuntimeError):
+    pass
+
+
+def thread_env(threads):
+    """The environment of a training command: `threads` compute threads for
+    TensorFlow's intra-op pool (and for torch, by its --threads)."""
+    env = dict(os.environ)
+    if threads:
+        env["TF_NUM_INTRAOP_THREADS"] = str(threads)
+    return env
+
+
+def run_logged(command, log_path, env=None):
+    """Runs `command`, output to `log_path`; returns wall seconds. Raises CellFailed."""
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        log.write("$ " + shlex.join(command) + "\n")
+        log.flush()
+        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                 env=env)
+    if status:
+        with open(log_path) as log:
+            tail = "".join(log.readlines()[-15:])
+        raise CellFailed(f"exit {status}: {shlex.join(command)}\n{tail}")
+    return time.perf_counter() - started
+
+
+def run_py_command(budget, row, seed, model_dir, data_dir):
+    train_mode = "finetune" if row == "supervised" else "pretrain"
+    command = [
+        sys.executable, "run.py", "--dataset=fashion_mnist",
+        f"--train_split={budget.train_split}", "--eval_split=", "--mode=train",
+        f"--train_mode={train_mode}", f"--seed={seed}", f"--model_dir={model_dir}",
+        f"--image_size={budget.image_size}", "--stem=cifar",
+        f"--resnet_depth={budget.resnet_depth}",
+        f"--width_multiplier={budget.width_multiplier}",
+        f"--train_batch_size={budget.batch_size}", f"--train_epochs={budget.epochs}",
+        f"--warmup_epochs={budget.warmup_epochs}",
+        f"--learning_rate={budget.learning_rate}", "--learning_rate_scaling=linear",
+        f"--weight_decay={budget.weight_decay}", f"--temperature={budget.temperature}",
+        f"--color_jitter_strength={budget.color_jitter_strength}", "--use_blur=false",
+        f"--num_proj_layers={budget.num_proj_layers}", "--optimizer=lars",
+        # One checkpoint, at the end; no monitor: the step is the method's alone.
+        f"--checkpoint_epochs={budget.epochs}", "--progress=lines",
+    ]
+    if train_mode == "pretrain":
+        command.append("--nolineareval_while_pretraining")
+    if data_dir:
+        command.append(f"--data_dir={data_dir}")
+    return command
+
+
+def seconds_per_step_from_metrics(model_dir):
+    """Training loop time per step after the first step, from metrics.jsonl."""
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    rows = [r for r in records.read_metrics(os.path.join(model_dir, "metrics.jsonl"))
+            if "time" in r]
+    first, last = rows[0], rows[-1]
+    if last["step"] <= first["step"]:
+        return float("nan")
+    return (last["time"] - first["time"]) / (last["step"] - first["step"])
+
+
+class Features:
+    """Extracts h with our evaluation pipeline (features.eval_dataset): the same
+    preprocessed pixels for every row, ours and the peer's."""
+
+    def __init__(self, budget, data_dir):
+        from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
+        self.budget = budget
+        self.source = registry.get_dataset("fashion_mnist", data_dir=data_dir)
+        self._cache = {}
+
+    def labels_and_images(self, split):
+        if split not in self._cache:
+            from simclr_tf.evaluation import features  # pylint: disable=import-outside-toplevel
+            images, labels = [], []
+            for batch in features.eval_dataset(self.source, split,
+                                               image_size=self.budget.image_size,
+                                               batch_size=512).as_numpy_iterator():
+                keep = batch["id"] >= 0
+                images.append(batch["image"][keep])
+                labels.append(batch["label"][keep])
+            self._cache[split] = (np.concatenate(labels), np.concatenate(images))
+        return self._cache[split]
+
+    def train_images_uint8(self):
+        """The pretraining images as stored (uint8), in the split's canonical order."""
+        return np.stack([image for image, _ in
+                         self.source.load(self.budget.train_split).as_numpy_iterator()])
+
+    def of_model(self, model):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from simclr_tf.models.outputs import H  # pylint: disable=import-outside-toplevel
+        outputs = {}
+        for name, split in (("bank", self.budget.train_split),
+                            ("test", self.budget.test_split)):
+            _, images = self.labels_and_images(split)
+            h = [model(tf.constant(images[i:i + 512]), training=False)[H].numpy()
+                 for i in range(0, len(images), 512)]
+            outputs[name] = np.concatenate(h).astype(np.float32)
+        return outputs["bank"], outputs["test"]
+
+
+def evaluate(bank_h, test_h, bank_y, test_y, seed):
+    from simclr_tf.evaluation import knn, probe  # pylint: disable=import-outside-toplevel
+    knn_top1 = knn.knn_accuracy(bank_h, bank_y, test_h, test_y, k=KNN_K,
+                                temperature=KNN_TEMPERATURE)
+    probe_result = probe.linear_probe(bank_h, bank_y, test_h, test_y, seed=seed)
+    return dict(knn=float(knn_top1), probe=probe_result["top_1_accuracy"],
+                probe_c=probe_result["c"], rankme=rankme(bank_h))
+
+
+def run_cell(row, seed, args, budget, feats, cell_dir):
+    """Trains (unless 'random') and evaluates one cell; returns its record."""
+    import keras  # pylint: disable=import-outside-toplevel
+    os.makedirs(cell_dir, exist_ok=True)
+    bank_y, _ = feats.labels_and_images(budget.train_split)
+    test_y, _ = feats.labels_and_images(budget.test_split)
+    record = dict(row=row, seed=seed, load_average_before=os.getloadavg())
+    if row == "lightly":
+        data_path = os.path.join(args.workdir, "lightly_data.npz")
+        if not os.path.exists(data_path):
+            _, bank_images = feats.labels_and_images(budget.train_split)
+            _, test_images = feats.labels_and_images(budget.test_split)
+            np.savez(data_path + ".tmp.npz", train_images=feats.train_images_uint8(),
+                     bank_images=bank_images, test_images=test_images)
+            os.replace(data_path + ".tmp.npz", data_path)
+        out = os.path.join(cell_dir, "features.npz")
+        command = [args.lightly_python, os.path.join(ROOT, "scripts", "lightly_simclr.py"),
+                   f"--data={data_path}", f"--out={out}", f"--seed={seed}",
+                   f"--epochs={budget.epochs}", f"--batch_size={budget.batch_size}",
+                   f"--learning_rate={budget.peak_learning_rate}",
+                   f"--warmup_epochs={budget.warmup_epochs}",
+                   f"--weight_decay={budget.weight_decay}",
+                   f"--temperature={budget.temperature}",
+                   f"--color_jitter_strength={budget.color_jitter_strength}",
+                   f"--width={budget.width_multiplier}",
+                   f"--num_proj_layers={budget.num_proj_layers}",
+                   f"--threads={args.threads}"]
+        record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"))
+        saved = np.load(out)
+        timing = json.loads(str(saved["timing"]))
+        record.update(seconds_per_step=timing["seconds_per_step"], steps=timing["steps"])
+        bank_h, test_h = saved["bank_h"], saved["test_h"]
+    elif row == "random":
+        from simclr_tf import config as config_lib  # pylint: disable=import-outside-toplevel
+        from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+        config = config_lib.Config(
+            dataset="fashion_mnist", image_size=budget.image_size, stem="cifar",
+            resnet_depth=budget.resnet_depth, width_multiplier=budget.width_multiplier,
+            num_proj_layers=budget.num_proj_layers)
+        keras.utils.set_random_seed(seed)
+        model = SimCLRModel(**config.model_kwargs(None))
+        model.build((None, budget.image_size, budget.image_size, 3))
+        bank_h, test_h = feats.of_model(model)
+    else:
+        from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+        model_dir = os.path.join(cell_dir, "run")
+        command = run_py_command(budget, row, seed, model_dir, args.data_dir)
+        record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"),
+                                            env=thread_env(args.threads))
+        record["seconds_per_step"] = seconds_per_step_from_metrics(model_dir)
+        model, _, _ = checkpoints.open_encoder(model_dir)
+        bank_h, test_h = feats.of_model(model)
+    # Kept, so that the evaluation can be redone without training again.
+    np.savez(os.path.join(cell_dir, "h.npz"), bank_h=bank_h, test_h=test_h)
+    started = time.perf_counter()
+    record.update(evaluate(bank_h, test_h, bank_y, test_y, seed))
+    record["evaluation_seconds"] = time.perf_counter() - started
+    record["load_average_after"] = os.getloadavg()
+    return record
+
+
+# ---------------------------------------------------------------- report
+
+
+def summarise(cells):
+    """{row: {metric: [per-seed values]}} over the finished cells."""
+    results = {}
+    for cell in cells:
+        row = results.setdefault(cell["row"], {})
+        for metric in ("knn", "probe", "rankme", "wall_seconds", "seconds_per_step"):
+            if metric in cell:
+                row.setdefault(metric, []).append(cell[metric])
+    return results
+
+
+def table(results, seeds):
+    lines = ["| row | kNN top-1 (%) | linear probe top-1 (%) | RankMe | train wall time "
+             "(s) | s/step |", "|---|---|---|---|---|---|"]
+    for row in ROWS:
+        if row not in results:
+            continue
+        r = results[row]
+        wall = (format_spread(r["wall_seconds"], scale=1, digits=0)
+                if "wall_seconds" in r else "-")
+        step = (format_spread(r["seconds_per_step"], scale=1, digits=3)
+                if "seconds_per_step" in r else "-")
+        lines.append(f"| {row} | {format_spread(r['knn'])} | {format_spread(r['probe'])} "
+                     f"| {format_spread(r['rankme'], scale=1, digits=1)} | {wall} | {step} |")
+    return "\n".join(lines)
+
+
+def per_seed_table(cells, seeds):
+    """kNN / probe top-1 of every cell: what the spreads are made of."""
+    by_cell = {(c["row"], c["seed"]): c for c in cells}
+    lines = ["| row | " + " | ".join(f"seed {s}: kNN / probe" for s in seeds) + " |",
+             "|---|" + "---|" * len(seeds)]
+    for row in ROWS:
+        if any((row, s) in by_cell for s in seeds):
+            values = [f"{by_cell[row, s]['knn'] * 100:.1f} / {by_cell[row, s]['probe'] * 100:.1f}"
+                      if (row, s) in by_cell else "-" for s in seeds]
+            lines.append(f"| {row} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def report(results, cells, args, budget):
+    seeds = sorted({c["seed"] for c in cells})
+    lines = [table(results, seeds), "", "Each seed (top-1, %):", "",
+             per_seed_table(cells, seeds), ""]
+    ours, peer = results.get("simclr_tf", {}), results.get("lightly", {})
+    if ours.get("seconds_per_step") and peer.get("seconds_per_step"):
+        ratios = [p / o for o, p in zip(ours["seconds_per_step"], peer["seconds_per_step"])]
+        lines.append(f"Step-time ratio lightly / simclr_tf, per seed (interleaved runs): "
+                     f"{', '.join(f'{r:.2f}' for r in ratios)}.")
+        lines.append("")
+    lines.append("Goals (means over the seeds):")
+    lines.append("")
+    for text, met in goals(results):
+        verdict = "not measured" if met is None else ("met" if met else "**not met**")
+        lines.append(f"- {text}: {verdict}")
+    loads = [c["load_average_before"][0] for c in cells] + \
+            [c["load_average_after"][0] for c in cells]
+    lines += [
+        "",
+        f"Mean ± sample std over seeds {', '.join(map(str, seeds))}; per-seed values in "
+        f"`{os.path.basename(args.json)}` (the script's --json). Measured "
+        f"{datetime.date.today().isoformat()} on {machine()}; 1-minute load average "
+        f"{min(loads):.1f}-{max(loads):.1f} during the runs (other jobs shared the "
+        "cores: times are upper bounds, the ratio is what compares).",
+        "",
+        f"Budget `{'fast' if args.fast else args.budget}`: {budget}; "
+        f"{args.threads} compute thread(s) per training run.",
+        "",
+        "Command: `python scripts/benchmark_accuracy.py " + " ".join(args.argv) + "`",
+    ]
+    return "\n".join(lines)
+
+
+def settings_key(args, budget, row, seed):
+    return dict(budget=dataclasses.asdict(budget), row=row, seed=seed,
+                data_dir=args.data_dir, threads=args.threads)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--budget", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--fast", action="store_true",
+                        help="a tiny budget: the whole path in minutes; the doc is "
+                             "not written")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument("--workdir", default="/tmp/simclr_benchmark")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--data_dir", default=None,
+                        help="where the Fashion-MNIST IDX files are (default: the "
+                             "Debian package's folder, as --dataset=fashion_mnist)")
+    parser.add_argument("--lightly_python",
+                        default=os.environ.get("SIMCLR_TF_LIGHTLY_PYTHON",
+                                               DEFAULT_LIGHTLY_PYTHON))
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="compute threads of each training run (TensorFlow's "
+                             "intra-op pool, torch.set_num_threads): one number for "
+                             "both systems")
+    parser.add_argument("--json", default=None,
+                        help="per-seed results (default: <workdir>/benchmark.json)")
+    parser.add_argument("--doc", default=DOC)
+    args = parser.parse_args(argv)
+    args.argv = list(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = sorted(set(args.rows) - set(ROWS))
+    if unknown or not args.rows:
+        parser.error(f"--rows: unknown {unknown or 'empty'}; choose from {', '.join(ROWS)}")
+    if not args.seeds:
+        parser.error("--seeds: give at least one seed")
+    if "lightly" in args.rows and not os.access(args.lightly_python, os.X_OK):
+        parser.error(
+            f"--lightly_python: {args.lightly_python} is not an executable. Make the "
+            "peer's environment: python -m venv .venv-lightly && .venv-lightly/bin/pip "
+            "install torch torchvision lightly==1.6.0 (or drop 'lightly' from --rows)")
+    if os.path.isdir(args.workdir) and os.listdir(args.workdir) and not args.resume:
+        parser.error(f"--workdir: {args.workdir} is not empty; pass --resume to reuse "
+                     "its finished cells, or another --workdir")
+    args.json = args.json or os.path.join(args.workdir, "benchmark.json")
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    budget = BUDGETS["fast" if args.fast else args.budget]
+    os.makedirs(args.workdir, exist_ok=True)
+    feats = Features(budget, args.data_dir)
+    cells, failed = [], []
+    for seed in args.seeds:
+        for row in [r for r in ROWS if r in args.rows]:
+            cell_dir = os.path.join(args.workdir, f"{row}_seed{seed}")
+            record_path = cell_dir + ".json"
+            key = settings_key(args, budget, row, seed)
+            if args.resume and os.path.exists(record_path):
+                with open(record_path) as f:
+                    saved = json.load(f)
+                if saved.get("settings") == key:
+                    print(f"{row} seed {seed}: reused {record_path}", flush=True)
+                    cells.append(saved)
+                    continue
+            print(f"{row} seed {seed}: running ...", flush=True)
+            try:
+                cell = run_cell(row, seed, args, budget, feats, cell_dir)
+            except CellFailed as error:
+                print(f"{row} seed {seed}: FAILED {error}", flush=True)
+                failed.append((row, seed))
+                continue
+            cell["settings"] = key
+            with open(record_path + ".tmp", "w") as f:
+                json.dump(cell, f, indent=1)
+            os.replace(record_path + ".tmp", record_path)
+            print(f"{row} seed {seed}: kNN {cell['knn']:.4f} probe {cell['probe']:.4f} "
+                  f"RankMe {cell['rankme']:.1f}"
+                  + (f", {cell['seconds_per_step']:.3f} s/step, {cell['wall_seconds']:.0f} s"
+                     if "seconds_per_step" in cell else ""), flush=True)
+            cells.append(cell)
+    results = summarise(cells)
+    text = report(results, cells, args, budget)
+    print(text)
+    with open(args.json, "w") as f:
+        json.dump(dict(cells=cells, results=results, machine=machine(),
+                       budget=dataclasses.asdict(budget)), f, indent=1)
+    if not args.fast and not failed:
+        old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
+        with open(args.doc, "w") as f:
+            f.write(replace_section(old, text))
+        print(f"Wrote the table into {args.doc}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
