@@ -42,6 +42,9 @@ def run(config):
 
 def _run(config, mode, strategy):
     """`run` once the strategy exists: checks, model_dir, lock, the mode's parts."""
+    # The run it reads before the data: a typo in --model_dir is named as such, not
+    # as the defaults' dataset that the command never got to read.
+    preflight.check_weights_found(config)
     source = preflight.load_source(config)
     context = preflight.check(config, strategy, source)
     writes = bool(config.model_dir) and parts.is_chief(strategy)

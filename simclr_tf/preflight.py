@@ -37,6 +37,20 @@ def load_source(config):
         raise ConfigError("dataset", str(error)) from None
 
 
+def check_weights_found(config):
+    """The weights the command reads are there: --checkpoint resolves, and a mode
+    that reads weights finds some (`_check_something_to_load`). `experiment` asks
+    before `load_source`, so that a typo in --model_dir or --checkpoint is named as
+    such, not as the dataset (the defaults' imagenet2012) it never got to read;
+    `check` asks too."""
+    if config.checkpoint:
+        try:
+            checkpoints.resolve(config.checkpoint)
+        except FileNotFoundError as error:
+            raise ConfigError("checkpoint", str(error)) from None
+    _check_something_to_load(config, modes.get(config.mode))
+
+
 def _check_split(source, flag, split):
     """The split parses and has examples; returns its size."""
     try:
@@ -58,6 +72,7 @@ def check(config, strategy, source):
     record only once every check has passed.
     """
     mode = modes.get(config.mode)
+    check_weights_found(config)
     _check_encoder(config)
     context = dict(source=source, num_classes=source.num_classes or None)
     if mode.trains:
@@ -87,7 +102,6 @@ def check(config, strategy, source):
             _check_recorded_flags(config)
         if not latest and mode.trains and not config.checkpoint:
             _check_recorded_start(config)
-    _check_something_to_load(config, mode)
     context["eval_overlap"] = check_eval_overlap(config, source, mode)
     return context
 
@@ -329,8 +343,10 @@ def _check_something_to_load(config, mode):
         alternatives.append("wait for one with --eval_wait_secs")
     if alternatives:
         alternatives[-1] = "or " + alternatives[-1]
+    missing = "" if not config.model_dir or tf.io.gfile.isdir(config.model_dir) else (
+        " (a file)" if tf.io.gfile.exists(config.model_dir) else " (no such directory)")
     raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
-                      f"{config.model_dir!r}; train first"
+                      f"{config.model_dir!r}{missing}; train first"
                       + "".join(f", {text}" for text in alternatives) + ".")
 
 

@@ -72,6 +72,8 @@ def test_every_mode_of_the_table_is_a_flag_choice_and_its_functions_import():
     (dict(mode="embed", embed_split="train[:0]"), "embed_split"),
 ])
 def test_a_split_without_examples_is_refused(overrides, flag, tmp_path):
+    if overrides.get("mode") in ("linear_probe", "embed"):
+        write_run(tmp_path)  # weights to read: a missing run is said first
     cfg = config(**dict(dict(model_dir=str(tmp_path), train_steps=1), **overrides))
     with pytest.raises(ConfigError, match="has no examples; choose a non-empty split") as info:
         _check(cfg)
@@ -267,6 +269,44 @@ def test_a_mode_that_reads_weights_needs_some_before_anything_is_built(
         _check(config(model_dir=str(tmp_path), mode=mode, eval_wait_secs=0))
     assert str(info.value) == (f"--model_dir: has no checkpoint to {mode} in "
                                f"{str(tmp_path)!r}; train first{alternatives}")
+
+
+@pytest.mark.parametrize("argv, flag, named", [
+    (["--mode=eval", "--model_dir={typo}"], "model_dir", "{typo}"),
+    (["--mode=eval", "--model_dir={empty}"], "model_dir", "{empty}"),
+    (["--mode=export", "--model_dir={empty}"], "model_dir", "{empty}"),
+    (["--mode=embed", "--model_dir={typo}"], "model_dir", "{typo}"),
+    (["--mode=linear_probe", "--model_dir={empty}"], "model_dir", "{empty}"),
+    (["--mode=eval", "--checkpoint={typo}"], "checkpoint", "{typo}"),
+    (["--train_mode=finetune", "--checkpoint={typo}", "--model_dir={new}"], "checkpoint",
+     "{typo}"),
+    (["--train_mode=finetune", "--checkpoint={empty}", "--model_dir={new}"], "checkpoint",
+     "{empty}"),
+])
+def test_a_run_that_is_not_there_is_named_before_any_data_is_looked_at(
+        argv, flag, named, tmp_path, monkeypatch):
+    """Issue 33, 1: a reader mode or a fine-tune whose run is not there (a typo, an
+    empty directory, nothing trained yet) names the path, not the defaults' dataset
+    (imagenet2012, not prepared in this data_dir) that it never got to read."""
+    import run  # pylint: disable=import-outside-toplevel
+    from helpers import cli_flags  # pylint: disable=import-outside-toplevel
+    from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
+    (tmp_path / "empty").mkdir()
+    paths = dict(typo=str(tmp_path / "simclr_quickstar"), empty=str(tmp_path / "empty"),
+                 new=str(tmp_path / "new"))
+    argv = [arg.format(**paths) for arg in argv] + [f"--data_dir={tmp_path / 'tfds'}"]
+    cfg = run.config_from_flags(cli_flags.flag_values(argv))
+    assert cfg.dataset == "imagenet2012"  # the defaults: no record was read
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the dataset was looked at before the run was found")
+
+    monkeypatch.setattr(registry, "get_dataset", no_data)
+    with pytest.raises(ConfigError) as info:
+        experiment.run(cfg)
+    assert info.value.flag == flag, str(info.value)
+    assert repr(named.format(**paths)) in str(info.value)
+    assert not os.path.exists(paths["new"]) and os.listdir(paths["empty"]) == []
 
 
 def test_the_checks_leave_the_global_rng_alone(tmp_path):
