@@ -84,6 +84,8 @@ def test_knn_monitor_two_replicas_equal_one():
                               max_bank=300, max_queries=101)
         assert monitor.bank_size == 300 and monitor.num_queries == 101
         results[name] = monitor.run(_tiny_model(strategy), step=3)
+        line = monitor.describe(results[name], step=3)  # the progress line
+        assert f"; RankMe {results[name]['knn/rankme']:.1f} of 64 dims;" in line, line
     assert results["one"]["knn/top_1_accuracy"] == results["two"]["knn/top_1_accuracy"]
     assert results["one"]["knn/rankme"] == pytest.approx(results["two"]["knn/rankme"],
                                                          rel=1e-5)
