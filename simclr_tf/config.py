@@ -127,6 +127,12 @@ class Config:
         "--learning_rate, --train_batch_size, --dataset, ...; without this flag that "
         "is an error naming each). The changes are recorded in model_dir's "
         "flags_history.json; flags.json then holds the new settings.")
+    reevaluate: bool = _run(
+        False, "Measure again what a finished run recorded. Without it, a training "
+        "command run again on a finished run (its newest checkpoint is the last step "
+        "the flags plan, and result.json holds, at that step, what the command "
+        "measures: --mode=train_then_eval's eval, --final_linear_probe's probes) "
+        "prints the recorded results and exits without building the model.")
     data_dir: Optional[str] = _data(None, "Directory where dataset is stored.")
     tfds_download: bool = _data(
         True, "Download and prepare a TFDS dataset missing from --data_dir before "

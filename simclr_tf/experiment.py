@@ -14,10 +14,10 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import distribute, modes, preflight, records
+from simclr_tf import checkpoints, distribute, modes, preflight, records
 from simclr_tf import run_lock
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import linear_probe, parts
+from simclr_tf.modes import linear_probe, parts, train
 
 ExportError = parts.ExportError  # run.py catches it as experiment.ExportError
 
@@ -47,6 +47,10 @@ def _run(config, mode, strategy):
     preflight.check_weights_found(config)
     source = preflight.load_source(config)
     context = preflight.check(config, strategy, source)
+    recorded = recorded_results(config, mode, context)
+    if recorded is not None:
+        _say_recorded(config, recorded)
+        return recorded
     writes = bool(config.model_dir) and parts.is_chief(strategy)
     if config.model_dir:
         _create_model_dir(config)
@@ -68,6 +72,65 @@ def _run(config, mode, strategy):
                 lock.check()
             records.write_result(config.model_dir, config.mode, results)
     return results
+
+
+# What a training command measures after training, with the flag of the split each
+# is measured on: its mode's eval (`evaluates_head`), the final probe's two halves.
+_EVAL_ENTRIES = ("eval/label_top_1_accuracy",)
+_PROBE_ENTRIES = ("linear_probe/pretrained", "linear_probe/random_init")
+
+
+def recorded_results(config, mode, context):
+    """result.json, when running this command would only measure again what it
+    recorded; else None (also with --reevaluate).
+
+    That is a training command on a finished run: model_dir's newest checkpoint is
+    the last step the flags plan (`train.planned_steps`), flags.json records the
+    same optimisation and data (`records.flag_changes`: a change goes through the
+    changed-flags rules and is recorded), and result.json holds, at that step, every
+    entry the command measures (`_EVAL_ENTRIES` for a mode that evaluates,
+    `_PROBE_ENTRIES` with --final_linear_probe), measured on the splits the flags
+    name (their protocols), and its export, if it recorded one, is still there.
+    """
+    if not mode.trains or config.reevaluate or not config.model_dir:
+        return None
+    latest = checkpoints.latest(config.model_dir)
+    if latest is None or records.flag_changes(config.model_dir, config):
+        return None
+    step = checkpoints.step_of(latest)
+    if step != train.planned_steps(config, context):
+        return None
+    result = parts.recorded_result(config.model_dir, records.record_path(
+        config.model_dir, records.RESULT, config.mode), step)
+    if result is None or result.get("global_step") != step:
+        return None
+    wanted = ((_EVAL_ENTRIES if mode.evaluates_head else ())
+              + (_PROBE_ENTRIES if config.final_linear_probe else ()))
+    for name in wanted:
+        protocol = records.protocol_of(result, name) or {}
+        measured_at = (protocol.get("checkpoint") or {}).get("step")
+        if name not in result or protocol.get("split") != config.eval_split or (
+                name != "linear_probe/random_init" and measured_at != step):
+            return None
+        if name in _EVAL_ENTRIES and protocol.get("batches") != (config.eval_steps or None):
+            return None
+        if name in _PROBE_ENTRIES and (protocol.get("train") or {}).get(
+                "split") != config.train_split:
+            return None
+    export = result.get("saved_model")
+    if export and not tf.io.gfile.exists(export):
+        return None
+    return dict(result, recorded=True)
+
+
+def _say_recorded(config, result):
+    """The lines of a finished run's recorded results (`recorded_results`)."""
+    shown = [f"\n  {name}: {result[name]:.4f}" for name in _EVAL_ENTRIES + _PROBE_ENTRIES
+             if isinstance(result.get(name), (int, float))]
+    print(f"{config.model_dir} holds this run, finished (step {result['global_step']}), "
+          "and its result.json records what this command measures: nothing to train or "
+          "measure again (--reevaluate measures it again)" + (":" if shown else ".")
+          + "".join(shown), flush=True)
 
 
 def _lock(config, writes):

@@ -34,8 +34,8 @@ from simclr_tf import architecture, modes
 FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
 # Never read from a record: which run and mode this is, and the machine it runs on.
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
-              "variant", "master", "use_tpu", "tpu_name", "tpu_zone", "gcp_project",
-              "strategy", "peer_wait_secs", "eval_wait_secs")
+              "reevaluate", "variant", "master", "use_tpu", "tpu_name", "tpu_zone",
+              "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
 MODEL_AND_DATA = architecture.ARCHITECTURE_FLAGS + ("encoder_config",) + DATA_FLAGS

@@ -67,8 +67,8 @@ DERIVED_KEYS = ("resolved_stem",)
 # optimisation nor the data: where the run is and shows, evaluation, export,
 # checkpoint bookkeeping, hardware.
 FREE_FLAGS = (
-    "mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags", "progress",
-    "log_every_steps", "data_dir", "tfds_download", "cache_dataset",
+    "mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags", "reevaluate",
+    "progress", "log_every_steps", "data_dir", "tfds_download", "cache_dataset",
     "skip_corrupt_images", "master", "use_tpu", "tpu_name", "tpu_zone", "gcp_project",
     "strategy", "peer_wait_secs", "jit_compile", "deterministic", "checkpoint_epochs", "checkpoint_steps",
     "keep_checkpoint_max", "keep_hub_module_max", "serving_max_pixels", "eval_steps",

@@ -249,7 +249,7 @@ def test_a_rerun_or_a_failed_extension_keeps_the_training_record(tiny_run, tmp_p
                                                                   skip_final_export):
     """Rerunning the finished command (no step left to train) keeps result.json's
     train/* metrics; an extension that fails leaves the previous result readable."""
-    cfg = tiny_run.copy_to(tmp_path / "run")
+    cfg = tiny_run.copy_to(tmp_path / "run", reevaluate=True)  # else nothing runs
     path = os.path.join(cfg.model_dir, "result.json")
     before = json.load(open(path))
     experiment.run(cfg)
@@ -291,3 +291,83 @@ def test_changed_flags_on_a_run_are_refused_or_recorded(tiny_run, tmp_path,
     assert history[-1]["allow_changed_flags"] is True
     assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
         "train_mode"] == "finetune"
+
+
+def test_a_finished_run_asked_again_prints_what_it_recorded(tiny_run, tmp_path,
+                                                             monkeypatch, capsys):
+    """Issue 33, 4: the same training command on a finished run whose result.json
+    holds, at its last step, what the command measures (here train_then_eval's eval
+    and both final probes) returns the recorded numbers and builds, trains and
+    measures nothing; --reevaluate, another eval split, an unrecorded probe or a
+    longer run do run."""
+    from simclr_tf.modes import evaluate, linear_probe, train  # pylint: disable=import-outside-toplevel
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="train_then_eval",
+                           final_linear_probe=True)
+    path = os.path.join(cfg.model_dir, "result.json")
+    recorded = json.load(open(path))
+    step = dict(path="ckpt-4", step=4)
+    recorded.update({
+        "eval/label_top_1_accuracy": 0.25, "linear_probe/pretrained": 0.5,
+        "linear_probe/random_init": 0.125,
+        "protocol/eval/label_top_1_accuracy": dict(split="test", batches=None,
+                                                   checkpoint=step),
+        "protocol/linear_probe/pretrained": dict(split="test", train=dict(split="train"),
+                                                 checkpoint=step),
+        "protocol/linear_probe/random_init": dict(split="test", train=dict(split="train"),
+                                                  checkpoint=dict(path=None, step=0))})
+    with open(path, "w") as f:
+        json.dump(recorded, f)
+    ran = []
+    for module, name in ((train, "train"), (evaluate, "evaluate"),
+                         (linear_probe, "final_linear_probe")):
+        monkeypatch.setattr(module, name, lambda *args, name=name, **kwargs: (
+            ran.append(name) or {}))
+    monkeypatch.setattr(parts, "build_model", lambda *args, **kwargs: ran.append("build"))
+
+    capsys.readouterr()
+    result = experiment.run(cfg)
+    assert ran == []
+    assert {name: result[name] for name in ("global_step", "eval/label_top_1_accuracy",
+                                            "linear_probe/pretrained",
+                                            "linear_probe/random_init")} == {
+        "global_step": 4, "eval/label_top_1_accuracy": 0.25,
+        "linear_probe/pretrained": 0.5, "linear_probe/random_init": 0.125}
+    shown = capsys.readouterr().out
+    assert "0.2500" in shown and "0.5000" in shown and "0.1250" in shown
+    assert json.load(open(path)) == recorded  # nothing written
+
+    without_probe = dict(recorded)
+    del without_probe["linear_probe/random_init"]
+    flags_json = open(os.path.join(cfg.model_dir, "flags.json")).read()
+    for case, overrides in (("--reevaluate", dict(reevaluate=True)),
+                            ("another split", dict(eval_split="test[:50%]")),
+                            ("a longer run", dict(train_steps=6)),
+                            ("a probe not recorded", dict())):
+        with open(path, "w") as f:
+            json.dump(without_probe if case == "a probe not recorded" else recorded, f)
+        with open(os.path.join(cfg.model_dir, "flags.json"), "w") as f:
+            f.write(flags_json)  # as the first run left it (each run writes its own)
+        ran.clear()
+        experiment.run(tiny_run.config_for(cfg.model_dir, mode="train_then_eval",
+                                           final_linear_probe=True, **overrides))
+        assert ran == ["train", "evaluate", "final_linear_probe"], case
+
+
+@pytest.mark.large  # 25 s
+def test_the_quick_starts_command_again_measures_nothing(tiny_run, tmp_path, monkeypatch,
+                                                         skip_final_export):
+    """The real records: train_then_eval with --final_linear_probe on the finished
+    run measures its eval and probes once; the same command again returns those
+    numbers without building a model."""
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="train_then_eval",
+                           final_linear_probe=True)
+    first = experiment.run(cfg)
+
+    def fails(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(parts, "build_model", fails)
+    again = experiment.run(cfg)
+    names = ("global_step", "eval/label_top_1_accuracy", "linear_probe/pretrained",
+             "linear_probe/random_init")
+    assert {name: again[name] for name in names} == {name: first[name] for name in names}

@@ -33,11 +33,7 @@ def train(config, strategy, context):
                      config.label_fraction, config.train_split)
     if config.train_mode == "distill":
         labelled_ids = distillation_labels(config, source, split)
-    plan = schedules.compute_steps(
-        num_examples=num_examples, batch_size=config.train_batch_size,
-        train_epochs=config.train_epochs, train_steps=config.train_steps,
-        warmup_epochs=config.warmup_epochs, checkpoint_epochs=config.checkpoint_epochs,
-        checkpoint_steps=config.checkpoint_steps)
+    plan = step_plan(config, num_examples)
     model = parts.build_model(config, strategy, context["num_classes"])
     teacher = None
     if config.train_mode == "distill":
@@ -126,6 +122,26 @@ def train(config, strategy, context):
         steps=(first + 1, plan.total_steps), checkpoint=state.latest)
     return dict(results, **{"train/initialized_from": initialized_from},
                 **protocols, **parts.overlap_record(context))
+
+
+def step_plan(config, num_examples):
+    """The run's steps (`schedules.compute_steps`) over `num_examples` examples."""
+    return schedules.compute_steps(
+        num_examples=num_examples, batch_size=config.train_batch_size,
+        train_epochs=config.train_epochs, train_steps=config.train_steps,
+        warmup_epochs=config.warmup_epochs, checkpoint_epochs=config.checkpoint_epochs,
+        checkpoint_steps=config.checkpoint_steps)
+
+
+def planned_steps(config, context):
+    """The step `train` trains this run to (`context`: preflight's), counted over
+    the --label_fraction subset when fine-tuning on one; writes nothing."""
+    num_examples = context["num_train_examples"]
+    if config.train_mode == "finetune" and config.label_fraction < 1.0:
+        num_examples = subsets.make_label_subset(
+            context["source"], config.train_split, config.label_fraction,
+            seed=config.seed).num_examples
+    return step_plan(config, num_examples).total_steps
 
 
 # The training accuracies a result holds -> what they count.
