@@ -100,7 +100,8 @@ def test_seeds_are_a_comma_separated_list(semi):
             semi.seed_list(bad)
 
 
-@pytest.mark.extra_large  # twelve run.py processes: two seeds of six stages
+# Twelve run.py processes (two seeds of six stages): 635 s on 2 cores beside other jobs.
+@pytest.mark.extra_large
 def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(tmp_path):
     workdir, report = tmp_path / "work", tmp_path / "report.json"
     done = _run("--fast", "--seeds=0,1", f"--workdir={workdir}", f"--json={report}")
