@@ -484,7 +484,7 @@ CATALOGUE = [
     (["--train_split=train[:0]"], "train_split"),
     (["--mode=train_then_eval", "--eval_split=test[5:5]"], "eval_split"),
     (["--knn_eval_split=test", "--knn_bank_split=train[:0%]"], "knn_bank_split"),
-    (["--mode=embed", "--embed_split=test[:0]"], "embed_split"),
+    (["--mode=embed", "--embed_split=test[:0]", "--checkpoint={our_run}"], "embed_split"),
     # Once silently accepted.
     (["--train_batch_size=1"], "train_batch_size"),  # no negatives: loss exactly 0
     (["--variant=r18_0.125x_sk1", "--sk_ratio=0"], "variant"),  # explicit default
