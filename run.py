@@ -102,8 +102,14 @@ def config_from_flags(flag_values=FLAGS, report=None):
     """The validated Config for parsed flags; raises ConfigError on a bad value.
 
     A flag not given is read from the run the command reads (model_dir's flags.json,
-    or --checkpoint's run: `simclr_tf.inherit`); `report(line)` is told which.
+    or --checkpoint's run: `simclr_tf.inherit`); `report(line)` is told which, and an
+    error about such a flag says so (`inherit.explained`).
     """
+    return _config_and_record(flag_values, report)[0]
+
+
+def _config_and_record(flag_values, report):
+    """`config_from_flags`' Config and what it read from a record (or None)."""
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
     if values["variant"] is not None:
         # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
@@ -119,7 +125,10 @@ def config_from_flags(flag_values=FLAGS, report=None):
     if inherited is not None and inherited.values and report is not None:
         report(f"Flags read from {inherited.path} (flags given here win): "
                f"{inherited.summary(Config())}")
-    return config.validate()
+    try:
+        return config.validate(), inherited
+    except ConfigError as error:
+        raise inherit.explained(error, inherited) from None
 
 
 def main(argv):
@@ -131,7 +140,7 @@ def main(argv):
         # lines (checkpoint sharding, SavedModel assets, ...) need --verbosity=0.
         logging.set_verbosity(logging.WARNING)
     try:
-        config = config_from_flags(report=print)
+        config, inherited = _config_and_record(FLAGS, report=print)
     except ConfigError as error:
         _error(error)
     # Imported late so that --help and flag errors never wait for TensorFlow.
@@ -144,7 +153,7 @@ def main(argv):
     try:
         results = experiment.run(config)
     except ConfigError as error:
-        _error(error)
+        _error(inherit.explained(error, inherited))
     except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError,
             LockLostError, ClusterError) as error:
         _error(error, status=1)

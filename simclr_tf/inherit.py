@@ -30,6 +30,7 @@ import json
 import os
 
 from simclr_tf import architecture, modes
+from simclr_tf.errors import ConfigError
 
 FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
 # Never read from a record: which run and mode this is, and the machine it runs on.
@@ -161,6 +162,8 @@ def inherit(config):
     if not isinstance(recorded, dict):
         raise ValueError(f"{path!r} holds {type(recorded).__name__}, not a JSON object "
                          "of settings; repair or remove it, or pass every flag of the run.")
+    if own:
+        _check_same_train_mode(config, path, recorded)
     names = inherited_flags(config.mode, own)
     fields = {f.name for f in dataclasses.fields(config)}
     given = set(name for name in fields if config.is_given(name))
@@ -174,3 +177,35 @@ def inherit(config):
         return config, Inherited(path, {})
     updated = dataclasses.replace(config, **values)
     return updated.with_given(given), Inherited(path, values)
+
+
+_RUN_KINDS = {"pretrain": "pretraining", "finetune": "fine-tuning", "distill": "distillation"}
+
+
+def _check_same_train_mode(config, path, recorded):
+    """A training command whose given --train_mode differs from the one model_dir's
+    record holds is another run, refused before the record's flags (the other
+    stage's, e.g. pretraining's --head_learning_rate) are read into it; continuing
+    the run in the new mode needs --allow_changed_flags."""
+    given = config.train_mode
+    held = recorded.get("train_mode", "pretrain")
+    if (not modes.get(config.mode).trains or not config.is_given("train_mode")
+            or config.allow_changed_flags or held == given):
+        return
+    raise ValueError(
+        f"{config.model_dir!r} holds a {_RUN_KINDS.get(held, held)} run ({path} records "
+        f"--train_mode={held}); --train_mode={given} is a run of its own: pass a new "
+        f"--model_dir (with --checkpoint={config.model_dir} to start from that run), or "
+        f"--allow_changed_flags to continue that run as {given}.")
+
+
+def explained(error, inherited):
+    """`error` (a ConfigError) saying, when its flag was not given but read from a
+    record (`inherited`: what `inherit` read, or None), that it was and from which
+    file; otherwise `error` itself."""
+    if inherited is None or error.flag not in inherited.values:
+        return error
+    message = str(error)[len(f"--{error.flag}: "):]
+    return ConfigError(error.flag, f"{message} (inherited, not given here: read from "
+                       f"{inherited.path}, which records "
+                       f"--{error.flag}={_shown(inherited.values[error.flag])})")

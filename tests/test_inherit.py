@@ -126,3 +126,30 @@ def test_every_mode_after_training_needs_only_the_run(tiny_run, tmp_path):
     with pytest.raises(ConfigError, match=r"--resnet_depth=18"):
         experiment.run(_config(["--mode=eval", f"--model_dir={run_dir}",
                                 "--resnet_depth=50"])[0])
+
+
+def test_a_fine_tune_onto_a_pretraining_run_is_told_to_use_a_directory_of_its_own(
+        tmp_path):
+    """Issue 33, 6: fine-tune flags with --model_dir=<a pretraining run> are refused
+    as such (model_dir, naming the run), not as a flag of the pretraining record the
+    user never typed (its --head_learning_rate); with --allow_changed_flags (continue
+    that run as a fine-tune) an error about such a flag says where it was read."""
+    run_dir = _recorded_run(tmp_path / "pretrain", head_learning_rate=0.1)
+    argv = ["--train_mode=finetune", f"--model_dir={run_dir}", f"--checkpoint={run_dir}"]
+    with pytest.raises(ConfigError) as refused:
+        _config(argv)
+    assert refused.value.flag == "model_dir" and repr(run_dir) in str(refused.value)
+    assert "head_learning_rate" not in str(refused.value)
+    _config(["--train_mode=finetune", f"--model_dir={tmp_path / 'new'}",
+             f"--checkpoint={run_dir}"])  # the way it says
+    with pytest.raises(ConfigError) as inherited:
+        _config(argv + ["--allow_changed_flags"])
+    assert inherited.value.flag == "head_learning_rate"
+    assert os.path.join(run_dir, "flags.json") in str(inherited.value)
+
+
+def test_an_error_about_a_given_flag_is_left_as_it_is(tmp_path):
+    run_dir = _recorded_run(tmp_path / "run")
+    with pytest.raises(ConfigError) as given:
+        _config([f"--model_dir={run_dir}", "--temperature=0"])
+    assert given.value.flag == "temperature" and "flags.json" not in str(given.value)
