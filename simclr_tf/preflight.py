@@ -77,6 +77,7 @@ def check(config, strategy, source):
     context = dict(source=source, num_classes=source.num_classes or None)
     if mode.trains:
         context["num_train_examples"] = _check_training(config, strategy, source)
+        _check_more_than_one_class(config, mode, source)
     if mode.trains and config.train_mode == "distill":
         context["teacher"] = _check_teacher(config, source)
         context["num_classes"] = context["teacher"].num_classes
@@ -179,6 +180,33 @@ def _check_training(config, strategy, source):
                           "has not. Use --distill_alpha=1 (the paper's setting: no "
                           "labels) or another --label_fraction.")
     return num_examples
+
+
+def _check_more_than_one_class(config, mode, source):
+    """Pretraining on a labelled dataset of one class (an image folder with one class
+    subfolder): what would measure the representation by its labels (the online
+    head, which learns to answer the one class: loss 0, top-1 1.0; the kNN monitor;
+    the final probe; train_then_eval's eval of the head) measures nothing. Refused,
+    naming the flag of each: the run is then a plain pretraining, as written."""
+    if config.train_mode != "pretrain" or source.num_classes != 1:
+        return
+    used = [(flag, fix) for flag, fix, on in (
+        ("lineareval_while_pretraining", "--lineareval_while_pretraining=false",
+         config.lineareval_while_pretraining),
+        ("knn_eval_split", "no --knn_eval_split", bool(config.knn_eval_split)),
+        ("final_linear_probe", "no --final_linear_probe", config.final_linear_probe),
+        ("mode", "--mode=train", mode.evaluates_head)) if on]
+    if not used:
+        return
+    names = getattr(source, "class_names", ())
+    one = f" ({names[0]!r})" if names else ""
+    raise ConfigError(used[0][0], (
+        f"{source.name!r} has one class{one}: the online linear head would learn to "
+        "answer it always (loss 0, top-1 1.0), and a kNN monitor, a linear probe or an "
+        "eval of the head measure nothing with one class. Pretrain without them: "
+        f"{', '.join(fix for _, fix in used)}; or give the folder more class "
+        "subfolders, or put its images in the folder itself (unlabelled: pretraining "
+        "only, no head)."))
 
 
 def _check_teacher(config, source):

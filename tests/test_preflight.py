@@ -347,3 +347,27 @@ def test_a_training_record_is_a_contract(tmp_path):
     check(train_mode="finetune", allow_changed_flags=True)
     assert set(records.FREE_FLAGS) <= set(Config.__dataclass_fields__)
     assert not set(records.EXTENSION_FLAGS) & set(records.FREE_FLAGS)
+
+
+def test_pretraining_on_one_class_refuses_what_would_measure_nothing(tmp_path):
+    """Issue 33, 9: a folder with one class subfolder trained a one-class online head
+    (loss 0, accuracy 1) without a word. Each flag that measures by labels is named
+    until the run is a plain pretraining, which passes."""
+    root = tmp_path / "images"
+    (root / "cats").mkdir(parents=True)
+    for i in range(4):
+        tf.io.write_file(str(root / "cats" / f"{i}.png"),
+                         tf.io.encode_png(np.full((12, 12, 3), 40 * i, np.uint8)))
+    base = dict(dataset=f"folder:{root}", train_split="train", eval_split="train",
+                train_batch_size=2, train_steps=1, model_dir=str(tmp_path / "run"))
+    plain = dict(lineareval_while_pretraining=False)
+    for overrides, flag in ((dict(), "lineareval_while_pretraining"),
+                            (dict(plain, knn_eval_split="train[:50%]",
+                                  train_split="train[50%:]"), "knn_eval_split"),
+                            (dict(plain, final_linear_probe=True), "final_linear_probe"),
+                            (dict(plain, mode="train_then_eval"), "mode")):
+        with pytest.raises(ConfigError) as info:
+            _check(config(**dict(base, **overrides)))
+        assert info.value.flag == flag and str(root) in str(info.value), str(info.value)
+    _check(config(**dict(base, **plain)))
+    _check(config(**dict(base, train_mode="finetune")))  # not pretraining: not refused here
