@@ -347,6 +347,7 @@ def test_training_records_the_images_it_skipped(tmp_path, skip_final_export):
     run_dir = tmp_path / "run"
     result = experiment.run(config(dataset=f"folder:{folder.parent}", mode="train",
                                    train_steps=1, checkpoint_steps=1, train_batch_size=4,
+                                   lineareval_while_pretraining=False,  # one class
                                    model_dir=str(run_dir)))
     record = json.loads((run_dir / "result.json").read_text())["skipped_images"]
     assert record == result["skipped_images"] == dict(
