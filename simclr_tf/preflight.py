@@ -141,6 +141,15 @@ def _require_keras_hub(flag, subject):
 def _check_training(config, strategy, source):
     """Train split, per-replica batch and labels; returns the split's size."""
     num_examples = _check_split(source, "train_split", config.train_split)
+    if config.train_mode == "pretrain" and config.train_batch_size > num_examples:
+        # The input repeats the split to fill a batch: an image would meet its own
+        # copies among NT-Xent's negatives. (A fine-tune's repeats do no such harm.)
+        raise ConfigError("train_batch_size", (
+            f"{config.train_batch_size} is more than the {num_examples} examples of "
+            f"--train_split={config.train_split!r}: a pretraining batch would hold "
+            "images more than once, each copy a negative of the others in the "
+            f"contrastive loss. Use --train_batch_size={num_examples} or less, or a "
+            "larger --train_split."))
     replicas = strategy.num_replicas_in_sync
     if config.train_batch_size % replicas:
         raise ConfigError("train_batch_size", f"{config.train_batch_size} is not "

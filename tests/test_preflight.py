@@ -371,3 +371,20 @@ def test_pretraining_on_one_class_refuses_what_would_measure_nothing(tmp_path):
         assert info.value.flag == flag and str(root) in str(info.value), str(info.value)
     _check(config(**dict(base, **plain)))
     _check(config(**dict(base, train_mode="finetune")))  # not pretraining: not refused here
+
+
+def test_a_pretraining_batch_larger_than_its_split_is_refused(tmp_path):
+    """Issue 33, 10: a batch of 64 from 8 images held each image 8 times, negatives
+    of themselves. Pretraining is refused naming both flags and sizes; a fine-tune
+    (no negatives) and a batch of the whole split pass."""
+    cfg = config(model_dir=str(tmp_path / "run"), train_steps=1, train_batch_size=64,
+                 train_split="train[:8]")
+    with pytest.raises(ConfigError) as info:
+        _check(cfg)
+    message = str(info.value)
+    assert info.value.flag == "train_batch_size" and "--train_split='train[:8]'" in message
+    assert "64" in message and " 8 " in message
+    _check(config(model_dir=str(tmp_path / "run"), train_steps=1, train_batch_size=64,
+                  train_split="train[:8]", train_mode="finetune"))
+    _check(config(model_dir=str(tmp_path / "run"), train_steps=1, train_batch_size=8,
+                  train_split="train[:8]"))
