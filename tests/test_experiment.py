@@ -375,3 +375,23 @@ def test_a_waiting_evaluator_that_sees_no_checkpoint_fails_and_says_so(tmp_path)
     assert "no checkpoint appeared" in str(info.value) and "nothing was evaluated" in \
         str(info.value)
     assert not (model_dir / "result.eval.json").exists()
+
+
+def test_a_label_fraction_below_one_per_class_says_so_on_the_console(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Issue 33, 10: --label_fraction=1e-9 keeps one example of each of digits' 10
+    classes; that was said only at INFO. One console line says what is kept."""
+    class Built(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Built()
+
+    monkeypatch.setattr(parts, "build_model", stop)  # the line comes before the model
+    capsys.readouterr()
+    with pytest.raises(Built):
+        experiment.run(config(train_mode="finetune", label_fraction=1e-9, train_steps=1,
+                              train_batch_size=8, model_dir=str(tmp_path / "run")))
+    said = [line for line in capsys.readouterr().out.splitlines()
+            if "--label_fraction" in line]
+    assert len(said) == 1 and " 10 " in said[0] and "1437" in said[0], said

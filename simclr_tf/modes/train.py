@@ -5,7 +5,6 @@ loop."""
 import os
 
 import tensorflow as tf
-from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
 from simclr_tf import checkpoints, loop, preflight, records, rules, schedules
@@ -28,9 +27,8 @@ def train(config, strategy, context):
     if config.train_mode == "finetune" and config.label_fraction < 1.0:
         subset = label_subset(config, source, split)
         source, split, subset_ids = subset.source, subset.split, subset.example_ids
+        print(describe_label_subset(config, subset, num_examples), flush=True)
         num_examples = subset.num_examples
-        logging.info("Fine-tuning on %d labelled examples (%.3g of %s)", num_examples,
-                     config.label_fraction, config.train_split)
     if config.train_mode == "distill":
         labelled_ids = distillation_labels(config, source, split)
     plan = step_plan(config, num_examples)
@@ -190,6 +188,20 @@ def label_subset(config, source, split):
                                        seed=config.seed)
     subset.write(os.path.join(config.model_dir, "label_subset_ids.txt"))
     return subset
+
+
+def describe_label_subset(config, subset, of):
+    """The line saying what a --label_fraction fine-tune trains on: the examples kept
+    of the `of` of --train_split, and when every class's minimum of one example kept
+    more than the fraction asks (--label_fraction=1e-9: one per class)."""
+    kept = subset.num_examples
+    line = (f"Fine-tuning on {kept} labelled examples: --label_fraction="
+            f"{config.label_fraction:g} of the {of} of {config.train_split}")
+    asked = int(round(config.label_fraction * of))
+    if subset.example_ids is not None and kept > asked:
+        line += (f", which asks for {asked}; each class keeps at least one example, "
+                 f"so {kept} are kept")
+    return line + "."
 
 
 def distillation_labels(config, source, split):
