@@ -100,3 +100,22 @@ def test_distillation_flagfiles_carry_the_papers_settings(monkeypatch):
         assert self_distill.teacher.endswith(f"r152_3x_sk1_finetune_{pct}")
         assert (small.resnet_depth, small.sk_ratio, small.distill_temperature) == (50, 0.0, 1.0)
         assert small.teacher == self_distill.model_dir
+
+
+def test_the_shared_machine_commands_give_each_user_the_quick_starts_paths(monkeypatch):
+    """Issue 33, 10: the quick-start flagfiles' /tmp/simclr_quickstart* are shared by
+    every user of a machine; docs/usage.md's commands (flags after the flagfile, as
+    the shell expands $USER) put every path the runs write or read under /tmp/<user>."""
+    monkeypatch.chdir(ROOT)
+    text = open(os.path.join(ROOT, "docs", "usage.md")).read()
+    section = text.split("## On a machine shared with other users")[1].split("\n## ")[0]
+    block = section.split("```bash\n")[1].split("```")[0].replace("\\\n", " ")
+    commands = [line.split() for line in block.splitlines() if line.strip()]
+    assert len(commands) == 3
+    for command in commands:
+        assert command[:2] == ["python", "run.py"]
+        argv = [arg.replace("$USER", "someone") for arg in command[2:]]
+        config = _parse(argv[0].split("=", 1)[1], *argv[1:])
+        for flag in ("model_dir", "checkpoint", "teacher"):
+            path = getattr(config, flag)
+            assert path is None or path.startswith("/tmp/someone/"), (flag, path)
