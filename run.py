@@ -21,7 +21,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import typing
 
 # TensorFlow's start-up INFO lines (oneDNN, CPU features) bury our output.
@@ -29,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging
 
-from simclr_tf import inherit
+from simclr_tf import inherit, quiet
 from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
 
 FLAGS = flags.FLAGS
@@ -144,7 +143,7 @@ def main(argv):
     except ConfigError as error:
         _error(error)
     # Imported late so that --help and flag errors never wait for TensorFlow.
-    with _tensorflow_start_up_filtered(), _sigterm_held_back():
+    with quiet.tensorflow_start_up_filtered(), _sigterm_held_back():
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
         from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
         from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
@@ -170,45 +169,6 @@ def main(argv):
     if results.get("interrupted"):
         # Stopped by SIGTERM or SIGINT after saving a checkpoint: not finished.
         sys.exit(interrupted_exit_status(results["signal"]))
-
-
-# What TensorFlow's C++ code writes to stderr before absl's log is initialised, whatever
-# TF_CPP_MIN_LOG_LEVEL says: the notice that the log is not initialised yet, and lines
-# of a severity (I, W, E, F) with their time, thread and source, e.g. on CPUs with
-# AVX512_VNNI, at import, twice: "I0000 00:00:1796.. 23717 port.cc:153] oneDNN custom
-# operations are on. ..."
-_PRE_INIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
-_PRE_INIT_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
-
-
-@contextlib.contextmanager
-def _tensorflow_start_up_filtered():
-    """Applies TF_CPP_MIN_LOG_LEVEL to TensorFlow's start-up lines: stderr goes to a
-    temporary file while TensorFlow is imported, then every line comes back except the
-    pre-initialisation notice and the lines below the level (0: all come back)."""
-    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
-    level = int(level) if level.isdigit() else 0  # not a level: filter nothing
-    if level <= 0:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines(True):
-                match = _PRE_INIT_LINE.match(line)
-                if line.startswith(_PRE_INIT_NOTICE) or (
-                        match and "IWEF".index(match.group(1)) < level):
-                    continue
-                sys.stderr.write(line)
-            sys.stderr.flush()
 
 
 @contextlib.contextmanager

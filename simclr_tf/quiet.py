@@ -1,0 +1,45 @@
+"""TensorFlow's start-up lines, filtered by TF_CPP_MIN_LOG_LEVEL (TF-free: it runs
+before TensorFlow is imported)."""
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+# What TensorFlow's C++ code writes to stderr before absl's log is initialised, whatever
+# TF_CPP_MIN_LOG_LEVEL says: the notice that the log is not initialised yet, and lines
+# of a severity (I, W, E, F) with their time, thread and source, e.g. on CPUs with
+# AVX512_VNNI, at import, twice: "I0000 00:00:1796.. 23717 port.cc:153] oneDNN custom
+# operations are on. ..."
+PRE_INIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+PRE_INIT_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
+
+
+@contextlib.contextmanager
+def tensorflow_start_up_filtered():
+    """Applies TF_CPP_MIN_LOG_LEVEL to TensorFlow's start-up lines: stderr goes to a
+    temporary file while TensorFlow is imported, then every line comes back except the
+    pre-initialisation notice and the lines below the level (0: all come back)."""
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
+    level = int(level) if level.isdigit() else 0  # not a level: filter nothing
+    if level <= 0:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(True):
+                match = PRE_INIT_LINE.match(line)
+                if line.startswith(PRE_INIT_NOTICE) or (
+                        match and "IWEF".index(match.group(1)) < level):
+                    continue
+                sys.stderr.write(line)
+            sys.stderr.flush()
