@@ -49,11 +49,13 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
 # A plain script: runs from a checkout without `pip install -e .` too.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+from simclr_tf import quiet  # noqa: E402
+
+tf = quiet.import_tensorflow()
 
 # Model and step flags the train benchmark accepts: the Config fields of the same name.
 TRAIN_FLAGS = dict(

@@ -45,7 +45,8 @@ def run(out, repo=REPO):
         raise SystemExit(f"error: {out!r} is not empty; give a new output folder.")
     sys.path.insert(0, repo)  # this checkout's simclr_tf, not an installed one
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import quiet  # pylint: disable=import-outside-toplevel
+    tf = quiet.import_tensorflow()
     from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
 

@@ -18,9 +18,11 @@ import json
 import os
 import sys
 
-import tensorflow as tf
+from simclr_tf import quiet
 
-from simclr_tf import official
+tf = quiet.import_tensorflow()
+
+from simclr_tf import official  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def convert(src, dst, ft_proj_selector=None):

@@ -43,3 +43,20 @@ def tensorflow_start_up_filtered():
                     continue
                 sys.stderr.write(line)
             sys.stderr.flush()
+
+
+def import_tensorflow(level=1):
+    """Imports TensorFlow for an entry point of ours (run.py's way, for scripts/ and
+    the docs' snippets), before anything else has imported it: TF_CPP_MIN_LOG_LEVEL
+    defaults to `level` (1: TensorFlow's INFO lines off; the environment's value
+    wins) and its start-up lines are filtered by it (`tensorflow_start_up_filtered`:
+    the oneDNN and CPU-feature notices, absl's InitializeLog warning). Imported
+    already, TensorFlow has said its lines: nothing is filtered then.
+
+    Returns:
+        The tensorflow module.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", str(level))
+    with tensorflow_start_up_filtered():
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf

@@ -83,3 +83,29 @@ def test_absl_parse_errors_are_flag_errors_in_the_one_format():
         assert result.returncode == 2, (argument, result.stderr)
         assert result.stderr.startswith(expected), (argument, result.stderr)
         assert "FATAL" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_entry_point_imports_tensorflow_through_one_quiet_helper(tmp_path):
+    """Issue 33, 8: scripts/ printed TensorFlow's start-up notices that run.py
+    filtered. `quiet.import_tensorflow` (run.py's filter, TF_CPP_MIN_LOG_LEVEL 1 unless
+    set) is what our scripts call; shown here with a stand-in tensorflow that writes
+    what TensorFlow's C++ code writes at import on some CPUs."""
+    (tmp_path / "tensorflow.py").write_text(
+        "import os\n"
+        "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called "
+        "are written to STDERR\\n'\n"
+        "         b'I0000 00:00:1796120375.784154   23873 port.cc:153] oneDNN on\\n'\n"
+        "         b'a line of its own\\n')\n")
+    script = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
+              "from simclr_tf import quiet; tf = quiet.import_tensorflow()\n"
+              "assert tf.__file__.startswith(sys.argv[1])\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    quiet = subprocess.run([sys.executable, "-c", script, str(tmp_path), REPO], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.splitlines() == ["a line of its own"]
+    for name in ("transfer_table", "compare_runs", "convert_official_checkpoint",
+                 "benchmark"):
+        with open(os.path.join(REPO, "scripts", f"{name}.py")) as f:
+            text = f.read()
+        assert "quiet.import_tensorflow()" in text and "import tensorflow" not in text, name
