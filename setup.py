@@ -9,7 +9,7 @@ setuptools.setup(
     # run.py is the command line; installed as `simclr-tf` (same flags and flagfiles).
     py_modules=["run"],
     entry_points={"console_scripts": ["simclr-tf=run:console_main"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # keras-hub 0.32.0 (command 2) needs 3.11
     install_requires=[
         # The CPU wheel; GPU hosts install `tensorflow[and-cuda]==2.21.0` instead
         # (docs/install.md).

@@ -118,3 +118,36 @@ def test_ci_runs_the_readmes_full_suite_command_with_the_install_line():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert [line for line in ci if line.startswith(full + " ")] == [
         full + " --durations=25 -rs"]
+
+
+def _pinned_requirements():
+    """'name==version' pins of setup.py and of the README's keras-hub line."""
+    pins = re.findall(r'"([A-Za-z0-9_.\-]+)==([0-9][^"]*)"', (ROOT / "setup.py").read_text())
+    pins += re.findall(r"([A-Za-z0-9_.\-]+)==([0-9][0-9.]*)", hub.INSTALL_COMMAND)
+    return sorted(set(pins))
+
+
+def test_the_stated_python_admits_every_pinned_package():
+    """The README's and setup.py's minimum Python is one every pinned package installs
+    on (keras-hub 0.32.0 needs 3.11: command 2 once stopped there on 3.10). Read from
+    the installed packages' metadata, so the pins are the ones this suite runs with."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    stated = re.search(r'python_requires=">=(\d+\.\d+)"',
+                       (ROOT / "setup.py").read_text()).group(1)
+    readme = (ROOT / "README.md").read_text()
+    assert f"Python {stated}+" in readme
+    pins = _pinned_requirements()
+    assert {"tensorflow-cpu", "keras", "keras-hub"} <= {name for name, _ in pins}
+    for name, version in pins:
+        try:
+            installed = metadata.metadata(name)
+        except metadata.PackageNotFoundError:
+            continue  # keras-hub is optional; the others are installed with the package
+        assert installed["Version"] == version, (name, installed["Version"], version)
+        requires = installed.get("Requires-Python") or ""
+        assert f"{stated}.0" in SpecifierSet(requires), (
+            f"{name}=={version} requires Python {requires}: the stated minimum "
+            f"{stated} does not admit it")
