@@ -94,7 +94,9 @@ class Config:
                                   "If > 0, overrides checkpoint_epochs.")
     eval_split: str = _data("validation", "Split for evaluation.")
     dataset: str = _data("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
-                         "image folder, or 'digits' (offline, ships with scikit-learn).")
+                         "image folder, 'digits' (offline, ships with scikit-learn) or "
+                         "'fashion_mnist' (offline: apt-get install dataset-fashion-mnist, "
+                         "or --data_dir holding its four IDX files).")
     cache_dataset: bool = _data(False, "Whether to cache the entire dataset in memory.")
     mode: str = _run("train", modes.help_text(), tuple(modes.MODES))
     train_mode: str = _run("pretrain", "pretrain: the contrastive objective (and the "

@@ -33,9 +33,11 @@ from simclr_tf import architecture, modes
 from simclr_tf.errors import ConfigError
 
 FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
-# Never read from a record: which run and mode this is, and the machine it runs on.
+# Never read from a record: which run and mode this is, the machine it runs on, and the
+# permissions a command gives for itself alone (an evaluation on training examples is
+# allowed by the command that asks for it, not by the run it reads).
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
-              "reevaluate", "variant", "master", "use_tpu", "tpu_name", "tpu_zone",
+              "reevaluate", "allow_eval_overlap", "variant", "master", "use_tpu", "tpu_name", "tpu_zone",
               "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")

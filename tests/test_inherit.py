@@ -153,3 +153,13 @@ def test_an_error_about_a_given_flag_is_left_as_it_is(tmp_path):
     with pytest.raises(ConfigError) as given:
         _config([f"--model_dir={run_dir}", "--temperature=0"])
     assert given.value.flag == "temperature" and "flags.json" not in str(given.value)
+
+
+def test_an_allowed_overlap_is_not_inherited(tmp_path):
+    """A run trained with --allow_eval_overlap does not lend the permission: an eval of
+    it on its training examples is refused again unless that command allows it."""
+    run_dir = _recorded_run(tmp_path / "run", allow_eval_overlap=True)
+    config, _ = _config([f"--model_dir={run_dir}", "--mode=eval"])
+    assert config.allow_eval_overlap is False
+    config, _ = _config([f"--model_dir={run_dir}", "--mode=eval", "--allow_eval_overlap"])
+    assert config.allow_eval_overlap is True
