@@ -42,6 +42,8 @@ The peer's environment (once; torch comes from the package index, ~5.5 GB):
 Examples:
   python scripts/benchmark_accuracy.py                  # all rows, seeds 0,1,2, ~2 h
   python scripts/benchmark_accuracy.py --resume         # reuse the finished cells
+  python scripts/benchmark_accuracy.py --speed_rounds=2 --resume
+      # the two pretrainings alone, back to back, 2 epochs each, twice: s/step ratio
   python scripts/benchmark_accuracy.py --rows=random,simclr_tf --seeds=0 --fast
       # end to end in ~2 min (the test's path); numbers meaningless, doc untouched
 
@@ -63,8 +65,6 @@ import statistics
 import subprocess
 import sys
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
@@ -249,6 +249,33 @@ def seconds_per_step_from_metrics(model_dir):
     return (last["time"] - first["time"]) / (last["step"] - first["step"])
 
 
+def fastest_window(times_by_step, min_steps=50):
+    """Seconds per step of the fastest stretch of at least `min_steps` steps between
+    logged steps (NaN when none is that long): the speed under the least load of a run
+    that shared the machine. 50 is the peer's logging interval, so both systems are
+    timed over stretches of the same length.
+
+    times_by_step: [(step, unix time)] in step order (the callers leave the first step
+    out: it traces or starts workers)."""
+    rates = []
+    for i, (step, time_) in enumerate(times_by_step):
+        later = [(s, t) for s, t in times_by_step[i + 1:] if s - step >= min_steps]
+        if later:
+            rates.append((later[0][1] - time_) / (later[0][0] - step))
+    return min(rates) if rates else float("nan")
+
+
+def logged_times(cell_dir, row):
+    """[(step, unix time)] of a finished trained cell: metrics.jsonl (ours) or the
+    peer's loss log (every 50 steps; absent from runs before it was recorded)."""
+    if row == "lightly":
+        timing = json.loads(str(np.load(os.path.join(cell_dir, "features.npz"))["timing"]))
+        return [(entry[0], entry[2]) for entry in timing["losses"] if len(entry) > 2]
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    rows = records.read_metrics(os.path.join(cell_dir, "run", "metrics.jsonl"))
+    return [(r["step"], r["time"]) for r in rows if "time" in r and r["step"] > 1]
+
+
 class Features:
     """Extracts h with our evaluation pipeline (features.eval_dataset): the same
     preprocessed pixels for every row, ours and the peer's."""
@@ -299,6 +326,58 @@ def evaluate(bank_h, test_h, bank_y, test_y, seed):
                 probe_c=probe_result["c"], rankme=rankme(bank_h))
 
 
+def lightly_data(args, budget, feats):
+    """The peer's input file (made once per workdir): the pretraining images as stored
+    and our evaluation pixels of the bank and the test split."""
+    path = os.path.join(args.workdir, "lightly_data.npz")
+    if not os.path.exists(path):
+        _, bank_images = feats.labels_and_images(budget.train_split)
+        _, test_images = feats.labels_and_images(budget.test_split)
+        np.savez(path + ".tmp.npz", train_images=feats.train_images_uint8(),
+                 bank_images=bank_images, test_images=test_images)
+        os.replace(path + ".tmp.npz", path)
+    return path
+
+
+def lightly_command(args, budget, seed, out, data_path):
+    return [args.lightly_python, os.path.join(ROOT, "scripts", "lightly_simclr.py"),
+            f"--data={data_path}", f"--out={out}", f"--seed={seed}",
+            f"--epochs={budget.epochs}", f"--batch_size={budget.batch_size}",
+            f"--learning_rate={budget.peak_learning_rate}",
+            f"--warmup_epochs={budget.warmup_epochs}", f"--weight_decay={budget.weight_decay}",
+            f"--temperature={budget.temperature}",
+            f"--color_jitter_strength={budget.color_jitter_strength}",
+            f"--width={budget.width_multiplier}", f"--num_proj_layers={budget.num_proj_layers}",
+            f"--threads={args.threads}"]
+
+
+def speed_only(args, budget, feats):
+    """Our pretraining and the peer's, back to back, --speed_rounds times, each for
+    --speed_epochs (same step, same threads); s/step after the first step."""
+    budget = dataclasses.replace(budget, epochs=args.speed_epochs,
+                                 warmup_epochs=min(budget.warmup_epochs, args.speed_epochs))
+    data_path = lightly_data(args, budget, feats)
+    rows = []
+    for round_ in range(args.speed_rounds):
+        directory = os.path.join(args.workdir, "speed", f"round{round_}")
+        os.makedirs(directory, exist_ok=True)
+        run_dir = os.path.join(directory, "simclr_tf")
+        run_logged(run_py_command(budget, "simclr_tf", 0, run_dir, args.data_dir),
+                   os.path.join(directory, "simclr_tf.log"), env=thread_env(args.threads))
+        ours = seconds_per_step_from_metrics(run_dir)
+        out = os.path.join(directory, "lightly.npz")
+        run_logged(lightly_command(args, budget, 0, out, data_path),
+                   os.path.join(directory, "lightly.log"))
+        peer = json.loads(str(np.load(out)["timing"]))["seconds_per_step"]
+        rows.append((ours, peer, os.getloadavg()[0]))
+        print(f"round {round_}: simclr_tf {ours:.3f} s/step, lightly {peer:.3f} s/step, "
+              f"ratio lightly / simclr_tf {peer / ours:.2f}", flush=True)
+    ratios = sorted(peer / ours for ours, peer, _ in rows)
+    print(f"Back to back, {args.speed_rounds} rounds of {budget.epochs} epochs, "
+          f"{args.threads} thread(s) each, on {machine()}: lightly / simclr_tf s/step "
+          f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")
+
+
 def run_cell(row, seed, args, budget, feats, cell_dir):
     """Trains (unless 'random') and evaluates one cell; returns its record."""
     import keras  # pylint: disable=import-outside-toplevel
@@ -307,25 +386,8 @@ def run_cell(row, seed, args, budget, feats, cell_dir):
     test_y, _ = feats.labels_and_images(budget.test_split)
     record = dict(row=row, seed=seed, load_average_before=os.getloadavg())
     if row == "lightly":
-        data_path = os.path.join(args.workdir, "lightly_data.npz")
-        if not os.path.exists(data_path):
-            _, bank_images = feats.labels_and_images(budget.train_split)
-            _, test_images = feats.labels_and_images(budget.test_split)
-            np.savez(data_path + ".tmp.npz", train_images=feats.train_images_uint8(),
-                     bank_images=bank_images, test_images=test_images)
-            os.replace(data_path + ".tmp.npz", data_path)
         out = os.path.join(cell_dir, "features.npz")
-        command = [args.lightly_python, os.path.join(ROOT, "scripts", "lightly_simclr.py"),
-                   f"--data={data_path}", f"--out={out}", f"--seed={seed}",
-                   f"--epochs={budget.epochs}", f"--batch_size={budget.batch_size}",
-                   f"--learning_rate={budget.peak_learning_rate}",
-                   f"--warmup_epochs={budget.warmup_epochs}",
-                   f"--weight_decay={budget.weight_decay}",
-                   f"--temperature={budget.temperature}",
-                   f"--color_jitter_strength={budget.color_jitter_strength}",
-                   f"--width={budget.width_multiplier}",
-                   f"--num_proj_layers={budget.num_proj_layers}",
-                   f"--threads={args.threads}"]
+        command = lightly_command(args, budget, seed, out, lightly_data(args, budget, feats))
         record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"))
         saved = np.load(out)
         timing = json.loads(str(saved["timing"]))
@@ -368,25 +430,27 @@ def summarise(cells):
     results = {}
     for cell in cells:
         row = results.setdefault(cell["row"], {})
-        for metric in ("knn", "probe", "rankme", "wall_seconds", "seconds_per_step"):
-            if metric in cell:
+        for metric in ("knn", "probe", "rankme", "wall_seconds", "seconds_per_step",
+                       "fastest_seconds_per_step"):
+            if metric in cell and np.isfinite(cell[metric]):
                 row.setdefault(metric, []).append(cell[metric])
     return results
 
 
 def table(results, seeds):
     lines = ["| row | kNN top-1 (%) | linear probe top-1 (%) | RankMe | train wall time "
-             "(s) | s/step |", "|---|---|---|---|---|---|"]
+             "(s) | s/step | s/step, fastest stretch |", "|---|---|---|---|---|---|---|"]
     for row in ROWS:
         if row not in results:
             continue
         r = results[row]
         wall = (format_spread(r["wall_seconds"], scale=1, digits=0)
                 if "wall_seconds" in r else "-")
-        step = (format_spread(r["seconds_per_step"], scale=1, digits=3)
-                if "seconds_per_step" in r else "-")
+        step, fastest = (format_spread(r[m], scale=1, digits=3) if r.get(m) else "-"
+                         for m in ("seconds_per_step", "fastest_seconds_per_step"))
         lines.append(f"| {row} | {format_spread(r['knn'])} | {format_spread(r['probe'])} "
-                     f"| {format_spread(r['rankme'], scale=1, digits=1)} | {wall} | {step} |")
+                     f"| {format_spread(r['rankme'], scale=1, digits=1)} | {wall} | {step} "
+                     f"| {fastest} |")
     return "\n".join(lines)
 
 
@@ -463,6 +527,11 @@ def parse_args(argv):
                         help="compute threads of each training run (TensorFlow's "
                              "intra-op pool, torch.set_num_threads): one number for "
                              "both systems")
+    parser.add_argument("--speed_rounds", type=int, default=0,
+                        help="only time the two pretrainings back to back this many "
+                             "rounds (no accuracy, the doc untouched)")
+    parser.add_argument("--speed_epochs", type=float, default=2.0,
+                        help="epochs of each --speed_rounds run")
     parser.add_argument("--json", default=None,
                         help="per-seed results (default: <workdir>/benchmark.json)")
     parser.add_argument("--doc", default=DOC)
@@ -491,8 +560,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     budget = BUDGETS["fast" if args.fast else args.budget]
+    from simclr_tf import quiet  # pylint: disable=import-outside-toplevel
+    quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
     os.makedirs(args.workdir, exist_ok=True)
     feats = Features(budget, args.data_dir)
+    if args.speed_rounds:
+        speed_only(args, budget, feats)
+        return 0
     cells, failed = [], []
     for seed in args.seeds:
         for row in [r for r in ROWS if r in args.rows]:
@@ -522,6 +596,11 @@ def main(argv=None):
                   + (f", {cell['seconds_per_step']:.3f} s/step, {cell['wall_seconds']:.0f} s"
                      if "seconds_per_step" in cell else ""), flush=True)
             cells.append(cell)
+    for cell in cells:
+        if cell["row"] in TRAINED_ROWS:
+            cell_dir = os.path.join(args.workdir, f"{cell['row']}_seed{cell['seed']}")
+            cell["fastest_seconds_per_step"] = fastest_window(
+                logged_times(cell_dir, cell["row"]))
     results = summarise(cells)
     text = report(results, cells, args, budget)
     print(text)

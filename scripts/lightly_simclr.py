@@ -245,7 +245,7 @@ def main(argv=None):
             scheduler.step()
             step += 1
             if step % 50 == 0 or step == total_steps:
-                losses.append((step, loss.item()))
+                losses.append((step, loss.item(), time.time()))
                 print(f"lightly step {step}/{total_steps} loss {loss.item():.4g}",
                       flush=True)
             if step == 1:

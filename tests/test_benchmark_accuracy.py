@@ -1,0 +1,161 @@
+"""scripts/benchmark_accuracy.py: the accuracy benchmark against lightly.
+
+The default tier checks its arithmetic (spreads, goals, the doc's section) and its
+refusals; the extra-large tier runs its --fast path end to end on a small
+Fashion-MNIST the test writes (our rows only: the peer needs torch, which is never
+a dependency of the package or of its tests)."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers.fashion_mnist_files import write_fashion_mnist
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "scripts", "benchmark_accuracy.py")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("benchmark_accuracy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_spread_is_the_mean_and_the_sample_standard_deviation(bench):
+    mean, std = bench.mean_std([0.80, 0.82, 0.84])
+    assert mean == pytest.approx(0.82)
+    assert std == pytest.approx(np.std([0.80, 0.82, 0.84], ddof=1))
+    assert bench.mean_std([0.5]) == (0.5, 0.0)
+    assert bench.format_spread([0.80, 0.82, 0.84]) == "82.0 ± 2.0"
+    assert bench.format_spread([1.25, 1.75], scale=1, digits=3) == "1.500 ± 0.354"
+
+
+def _results(**rows):
+    return {row: dict(knn=list(v[0]), probe=list(v[1]),
+                      **({"seconds_per_step": list(v[2])} if len(v) > 2 else {}))
+            for row, v in rows.items()}
+
+
+def test_goals_compare_means_against_the_peer_and_the_random_floor(bench):
+    results = _results(
+        random=([0.69, 0.69, 0.69], [0.76, 0.76, 0.76]),
+        simclr_tf=([0.81, 0.80, 0.79], [0.84, 0.85, 0.86], [0.5, 0.5, 0.5]),
+        lightly=([0.804, 0.804, 0.804], [0.90, 0.90, 0.90], [0.6, 0.6, 0.6]))
+    verdicts = dict(bench.goals(results))
+    # kNN: 0.800 >= 0.804 - 0.005; probe: 0.85 < 0.90 - 0.005.
+    assert verdicts["kNN: simclr_tf >= lightly - 0.5 point"] is True
+    assert verdicts["linear probe: simclr_tf >= lightly - 0.5 point"] is False
+    # kNN 0.80 >= 0.69 + 0.10; probe 0.85 < 0.76 + 0.10.
+    assert verdicts["kNN: simclr_tf >= random init + 10 points"] is True
+    assert verdicts["linear probe: simclr_tf >= random init + 10 points"] is False
+    assert verdicts["s/step: simclr_tf <= lightly (same machine, interleaved)"] is True
+    without_peer = dict(bench.goals(_results(simclr_tf=([0.8], [0.8]))))
+    assert without_peer["kNN: simclr_tf >= lightly - 0.5 point"] is None
+    assert without_peer["kNN: simclr_tf >= random init + 10 points"] is None
+
+
+def test_the_doc_section_is_replaced_and_the_prose_around_it_kept(bench):
+    text = f"# Title\n\nprose before\n\n{bench.BEGIN}\nold table\n{bench.END}\n\nprose after\n"
+    new = bench.replace_section(text, "new table\n")
+    assert new == (f"# Title\n\nprose before\n\n{bench.BEGIN}\nnew table\n{bench.END}\n\n"
+                   "prose after\n")
+    appended = bench.replace_section("# Title\n", "table")
+    assert appended == f"# Title\n\n{bench.BEGIN}\ntable\n{bench.END}\n"
+
+
+def test_the_doc_holds_the_section_the_script_writes(bench):
+    with open(bench.DOC) as f:
+        text = f.read()
+    assert text.count(bench.BEGIN) == 1 and text.count(bench.END) == 1
+    section = text.split(bench.BEGIN)[1].split(bench.END)[0]
+    for row in bench.ROWS:
+        assert f"| {row} |" in section
+
+
+def test_rankme_of_the_benchmark_is_the_library_s(bench):
+    from simclr_tf.evaluation import rankme  # pylint: disable=import-outside-toplevel
+    features = np.random.default_rng(0).normal(size=(200, 16))
+    assert bench.rankme is rankme.rankme
+    assert bench.rankme(features) == pytest.approx(rankme.rankme(features))
+
+
+def test_our_training_command_carries_the_budget(bench):
+    budget = bench.BUDGETS["cpu"]
+    pretrain = bench.run_py_command(budget, "simclr_tf", 2, "/tmp/m", None)
+    supervised = bench.run_py_command(budget, "supervised", 2, "/tmp/m", "/data")
+    for flag in ("--train_split=train[:10000]", "--image_size=16", "--train_batch_size=256",
+                 "--train_epochs=10", "--learning_rate=2.0", "--temperature=0.2",
+                 "--weight_decay=0.0001", "--seed=2", "--width_multiplier=0.25"):
+        assert flag in pretrain and flag in supervised
+    assert "--train_mode=pretrain" in pretrain and "--train_mode=finetune" in supervised
+    # No online head beside the pretraining: the peer has none, the step is the method's.
+    assert "--nolineareval_while_pretraining" in pretrain
+    assert "--data_dir=/data" in supervised and not any("--data_dir" in a for a in pretrain)
+    # The peer's peak rate is ours after linear scaling.
+    assert budget.peak_learning_rate == pytest.approx(2.0)
+    assert bench.BUDGETS["gpu"].peak_learning_rate == pytest.approx(2.0)
+
+
+def test_seconds_per_step_skips_the_first_step(bench, tmp_path):
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        for step, time in ((1, 100.0), (11, 130.0), (21, 150.0)):
+            f.write(json.dumps({"step": step, "time": time}) + "\n")
+    assert bench.seconds_per_step_from_metrics(str(tmp_path)) == pytest.approx(2.5)
+
+
+def test_bad_arguments_are_refused_before_any_work(bench, tmp_path):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--rows=random,moco"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--rows=lightly", "--lightly_python=/nonexistent/python"])
+    (tmp_path / "old").write_text("x")
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--rows=random", f"--workdir={tmp_path}"])
+    args = bench.parse_args(["--rows=random", f"--workdir={tmp_path}", "--resume",
+                             "--seeds=3,4"])
+    assert args.seeds == [3, 4] and args.rows == ["random"]
+
+
+@pytest.mark.extra_large
+def test_fast_path_end_to_end_and_resume(tmp_path, bench):
+    data = tmp_path / "fashion"
+    write_fashion_mnist(str(data), sizes={"train": 512, "test": 256})
+    workdir, doc = tmp_path / "work", tmp_path / "benchmarks.md"
+    doc.write_text("untouched\n")
+    command = [sys.executable, SCRIPT, "--fast", "--rows=random,simclr_tf", "--seeds=0",
+               f"--workdir={workdir}", f"--data_dir={data}", f"--doc={doc}"]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
+                           timeout=900, check=False)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    with open(workdir / "benchmark.json") as f:
+        saved = json.load(f)
+    cells = {(c["row"], c["seed"]): c for c in saved["cells"]}
+    assert set(cells) == {("random", 0), ("simclr_tf", 0)}
+    for cell in cells.values():
+        assert 0.0 <= cell["knn"] <= 1.0 and 0.0 <= cell["probe"] <= 1.0
+        assert 1.0 <= cell["rankme"] <= 64.0  # h of ResNet-18 x0.125 is 64-d
+    assert cells["simclr_tf", 0]["seconds_per_step"] > 0
+    assert doc.read_text() == "untouched\n"  # --fast never writes the doc
+    # A rerun reuses the finished cells; without --resume the workdir is refused.
+    again = subprocess.run(command + ["--resume"], capture_output=True, text=True,
+                           cwd=REPO, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("reused") == 2
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
+                             timeout=300, check=False)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+
+def test_the_fastest_stretch_is_timed_over_at_least_the_peer_s_interval(bench):
+    # Stretches of >= 50 steps: 2 -> 60 (58 steps in 29 s), 30 -> 100 (70 in 14 s).
+    times = [(2, 0.0), (30, 20.0), (60, 29.0), (100, 34.0)]
+    assert bench.fastest_window(times) == pytest.approx(14.0 / 70)
+    # 60 -> 100 is only 40 steps: not a stretch; nothing long enough gives NaN.
+    assert np.isnan(bench.fastest_window([(2, 0.0), (40, 5.0)]))
