@@ -157,7 +157,7 @@ def parameter_groups(modules, weight_decay):
 
 
 @torch.no_grad()
-def embed(encoder, images: np.ndarray, batch_size: int) -> np.ndarray:
+def embed(encoder, images: np.ndarray, batch_size: int, device="cpu") -> np.ndarray:
     """h in inference mode of float images in [0, 1] (uint8 ones are divided by 255)."""
     encoder.eval()
     outputs = []
@@ -165,7 +165,8 @@ def embed(encoder, images: np.ndarray, batch_size: int) -> np.ndarray:
         batch = torch.from_numpy(images[start:start + batch_size]).float()
         if images.dtype == np.uint8:
             batch = batch.div_(255.0)
-        outputs.append(encoder(batch.permute(0, 3, 1, 2).contiguous()).numpy())
+        batch = batch.permute(0, 3, 1, 2).contiguous().to(device)
+        outputs.append(encoder(batch).cpu().numpy())
     return np.concatenate(outputs).astype(np.float32)
 
 
@@ -200,12 +201,16 @@ def main(argv=None):
     parser.add_argument("--width", type=float, default=0.25)
     parser.add_argument("--num_proj_layers", type=int, default=2)
     parser.add_argument("--proj_out_dim", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="torch.set_num_threads; 0 keeps torch's default")
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--eval_batch_size", type=int, default=512)
     args = parser.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:  # 0: torch's default
+        torch.set_num_threads(args.threads)
+    # A GPU when there is one (not tried here: the machines of this project have none).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = seed_everything(args.seed)
     data = np.load(args.data)
     train_images = data["train_images"]
@@ -224,6 +229,8 @@ def main(argv=None):
         generator=generator, worker_init_fn=_worker_init)
     encoder = ResNet18Cifar(args.width)
     head = projection_head(encoder.output_dim, args.proj_out_dim, args.num_proj_layers)
+    encoder.to(device)
+    head.to(device)
     criterion = NTXentLoss(temperature=args.temperature)
     optimizer = LARS(parameter_groups([encoder, head], args.weight_decay),
                      lr=args.learning_rate, momentum=0.9, trust_coefficient=0.001)
@@ -236,6 +243,7 @@ def main(argv=None):
     started = time.perf_counter()
     while step < total_steps:
         for view0, view1 in loader:
+            view0, view1 = view0.to(device), view1.to(device)
             z0, z1 = head(encoder(view0)), head(encoder(view1))
             # The paper's loss sums the two directions; lightly's averages them.
             loss = 2.0 * criterion(z0, z1)
@@ -257,13 +265,13 @@ def main(argv=None):
     ended = time.perf_counter()
     train_seconds = ended - started
 
-    bank_h = embed(encoder, data["bank_images"], args.eval_batch_size)
-    test_h = embed(encoder, data["test_images"], args.eval_batch_size)
+    bank_h = embed(encoder, data["bank_images"], args.eval_batch_size, device)
+    test_h = embed(encoder, data["test_images"], args.eval_batch_size, device)
     timing = dict(steps=total_steps, warmup_steps=warmup_steps,
                   train_seconds=train_seconds,
                   # After the first step, as simclr_tf's (whose first step traces).
                   seconds_per_step=(ended - first_step_done) / max(total_steps - 1, 1),
-                  threads=args.threads, workers=args.workers, losses=losses,
+                  threads=args.threads, workers=args.workers, device=device, losses=losses,
                   # The encoder's size, to set beside simclr_tf's (the same network).
                   encoder_trainable_parameters=sum(
                       p.numel() for p in encoder.parameters() if p.requires_grad),
