@@ -437,7 +437,7 @@ def summarise(cells):
     return results
 
 
-def table(results, seeds):
+def table(results):
     lines = ["| row | kNN top-1 (%) | linear probe top-1 (%) | RankMe | train wall time "
              "(s) | s/step | s/step, fastest stretch |", "|---|---|---|---|---|---|---|"]
     for row in ROWS:
@@ -469,7 +469,7 @@ def per_seed_table(cells, seeds):
 
 def report(results, cells, args, budget):
     seeds = sorted({c["seed"] for c in cells})
-    lines = [table(results, seeds), "", "Each seed (top-1, %):", "",
+    lines = [table(results), "", "Each seed (top-1, %):", "",
              per_seed_table(cells, seeds), ""]
     ours, peer = results.get("simclr_tf", {}), results.get("lightly", {})
     if ours.get("seconds_per_step") and peer.get("seconds_per_step"):
