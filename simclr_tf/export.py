@@ -19,7 +19,8 @@ Each export is one SavedModel with:
   any size, preprocessed in the graph the same way.
   Both return `embedding` (h, the pooled encoder output downstream tasks use),
   `projection` (z) and, when the model has a supervised head, `logits` and
-  `probabilities` (softmax of the logits); all float32.
+  `probabilities` (softmax of the logits); all float32. An empty batch returns empty
+  outputs of the same shapes ([0, dim]).
 - the reference's hub interface, so the authors' colabs work unchanged:
   `loaded(images, trainable=False)` on float32 [N, H, W, 3] images that are already
   preprocessed returns the model's feature dict (`initial_conv`, `initial_max_pool`,
@@ -34,10 +35,12 @@ Each export is one SavedModel with:
   no limit).
 
 Bad serving input fails with an InvalidArgument error that names the input: a batch
-of the wrong rank, images without 3 channels or with values outside [0, 1] (uint8
-pixels sent unscaled, say), and for `image_bytes` the first bad image's index in the
-batch and why: not JPEG/PNG/GIF/BMP data, an unreadable header, over `max_pixels`, or
-a corrupt or truncated body. Wrong dtypes are rejected by the signature itself (TF
+of the wrong rank, images without 3 channels, of zero height or width, or with values
+outside [0, 1] (uint8 pixels sent unscaled, say), and for `image_bytes` the first bad
+image's index in the batch and why: not JPEG/PNG/GIF/BMP data, an unreadable header, a
+zero-sized image, over `max_pixels`, or a corrupt or truncated body. (The hub
+interface with `trainable=True` refuses an empty batch: batch norm has no statistics
+of it.) Wrong dtypes are rejected by the signature itself (TF
 Serving and `ConcreteFunction` check the dtype before the graph runs).
 
 Writes are atomic on POSIX file systems: the SavedModel goes to a hidden temporary

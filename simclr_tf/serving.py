@@ -76,7 +76,7 @@ class ServingModule(tf.Module):
             `default` = `final_avg_pool`.
         """
         with _local_batch_norm(self.model):
-            features = self.model(images, training=trainable)
+            features = _call_model(self.model, images, training=trainable)
         outputs = {name: _as_float32(value) for name, value in features.items()}
         outputs["default"] = outputs[H]
         return outputs
@@ -111,13 +111,39 @@ class ServingModule(tf.Module):
 
     def _serving_outputs(self, images):
         with _local_batch_norm(self.model):
-            features = self.model(images, training=False)
+            features = _call_model(self.model, images, training=False)
         outputs = dict(embedding=_as_float32(features[H]),
                        projection=_as_float32(features[Z]))
         if LOGITS in features:
             outputs["logits"] = _as_float32(features[LOGITS])
             outputs["probabilities"] = tf.nn.softmax(outputs["logits"], axis=-1)
         return outputs
+
+
+def _call_model(model, images, training):
+    """The model's outputs on `images`, an empty batch included.
+
+    The model cannot run on no image: oneDNN's batch norm fails on a batch of zero
+    ("input depth must be evenly divisible by filter depth"). In inference mode each
+    image's outputs depend on that image alone, so an empty batch runs on one blank
+    image and returns none of its rows: every output [0, ...], of the shape and dtype
+    it has for any batch. In training mode (the hub interface's `trainable=True`) an
+    empty batch has no batch-norm statistics: an InvalidArgument naming the input.
+    """
+    count = tf.shape(images)[0]
+    if training:
+        images = asserted(images, count > 0, [
+            f"{IMAGES_INPUT}: an empty batch has no statistics for batch norm in "
+            "training mode (trainable=True); send at least one image"])
+        return model(images, training=True)
+    shape = tf.shape(images)
+    # An empty batch may also have no height or width: the blank image has >= 1 px.
+    blank = tf.zeros(tf.concat([[1], tf.maximum(shape[1:3], 1), shape[3:]], 0),
+                     images.dtype)
+    batch = tf.cond(count > 0, lambda: images, lambda: blank)
+    batch.set_shape(images.shape)
+    return {name: value[:count] for name, value in
+            model(batch, training=False).items()}
 
 
 def _tf_variables(variables):

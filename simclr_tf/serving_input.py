@@ -162,7 +162,11 @@ def _problem(encoded, max_pixels):
     labels = [row.label for row in image_formats.TF_FORMATS]
     name = tf.gather(labels, tf.maximum(kind, 0))
     cases = [(kind < 0, lambda: tf.constant(_NOT_AN_IMAGE)),
-             (height < 0, lambda: tf.strings.join(["unreadable ", name, " header"]))]
+             (height < 0, lambda: tf.strings.join(["unreadable ", name, " header"])),
+             (height * width == 0, lambda: tf.strings.join([
+                 "zero-sized ", name, " image: ", tf.strings.as_string(width), " x ",
+                 tf.strings.as_string(height), " pixels (width x height); every image "
+                 "needs at least one pixel"]))]
     if max_pixels:
         cases.append((height * width > max_pixels, lambda: tf.strings.format(
             "{} x {} = {} pixels (width x height), over the limit of "
@@ -173,13 +177,21 @@ def _problem(encoded, max_pixels):
 
 
 def check_images(images):
-    """Asserts float32 [N, H, W, 3] in [0, 1] (within the tolerance), then clips."""
+    """Asserts float32 [N, H, W, 3] in [0, 1] (within the tolerance), images of at
+    least one pixel (an empty batch may have any height and width), then clips."""
     # Pad the shape so that the channel test never indexes past a too-short shape.
     shape = tf.shape(images)
     padded = tf.concat([shape, tf.zeros([4], tf.int32)], axis=0)
-    images = asserted(
-        images, tf.logical_and(tf.equal(tf.size(shape), 4), tf.equal(padded[3], 3)),
-        [_IMAGES_CONTRACT + "; got shape", shape])
+    contract = tf.logical_and(tf.equal(tf.size(shape), 4), tf.equal(padded[3], 3))
+    images = asserted(images, contract, [_IMAGES_CONTRACT + "; got shape", shape])
+    # The images of a batch share their size: when one has no pixel, the first has
+    # none. (An empty batch may have any size.)
+    has_pixels = tf.logical_and(padded[1] > 0, padded[2] > 0)
+    images = asserted(images, tf.reduce_any([tf.logical_not(contract),
+                                             tf.equal(padded[0], 0), has_pixels]), [
+        f"{IMAGES_INPUT}: image 0 is zero-sized (the images of a batch share one size), "
+        "height x width", padded[1], "x", padded[2], "; every image needs at least one "
+        "pixel; got shape", shape])
     tolerance = IMAGE_VALUE_TOLERANCE
     in_range = tf.reduce_all(tf.logical_and(images >= -tolerance,
                                             images <= 1.0 + tolerance))

@@ -283,11 +283,31 @@ def test_serving_signatures_equal_model_on_preprocessed_images(served):
     ("images_nan", "images", "got min] [nan]"),
     ("images_rank3", "images", "got shape] [32 32 3]"),
     ("images_one_channel", "images", "got shape] [1 32 32 1]"),
+    ("images_zero_height", "images", "image 0 is zero-sized"),
+    ("bytes_zero_width", "image_bytes", "could not decode image] [2] [of] [54] [bytes:] "
+     "[zero-sized BMP image: 0 x 5 pixels (width x height)"),
+    ("hub_empty_trainable", "images", "an empty batch has no statistics for batch norm"),
 ])
 def test_bad_serving_input_names_the_input(served, case, input_name, fragment):
     error = served["meta"]["errors"][case]
     assert error["type"] == "InvalidArgumentError", error
     assert input_name in error["message"] and fragment in error["message"], error
+
+
+@pytest.mark.large
+def test_an_empty_batch_serves_empty_outputs_of_every_shape(served):
+    """No image in, no row out: every output of every interface is [0, ...] of the
+    dtype and the other dimensions a batch of images gets (an empty batch of float
+    images may have no height or width either)."""
+    got, empty = served["got"], served["meta"]["empty"]
+    for interface, outputs in (("bytes", "bytes"), ("images", "images"),
+                               ("images_no_size", "images"), ("hub", "hub")):
+        names = {key.split("/", 1)[1] for key in got if key.startswith(f"{outputs}/")}
+        assert set(empty[interface]) == names, (interface, empty[interface])
+        for name, (dtype, shape) in empty[interface].items():
+            full = got[f"{outputs}/{name}"]
+            assert (dtype, shape) == (full.dtype.name, [0, *full.shape[1:]]), \
+                (interface, name, dtype, shape, full.shape)
 
 
 @pytest.mark.large
