@@ -11,9 +11,11 @@ setuptools.setup(
     entry_points={"console_scripts": ["simclr-tf=run:console_main"]},
     python_requires=">=3.11",  # keras-hub 0.32.0 (command 2) needs 3.11
     install_requires=[
-        # The CPU wheel; GPU hosts install `tensorflow[and-cuda]==2.21.0` instead
-        # (docs/install.md).
-        "tensorflow-cpu==2.21.0",
+        # The one TensorFlow wheel for CPU and GPU hosts (the [gpu] extra adds CUDA's
+        # libraries). Not tensorflow-cpu: keras-hub's tensorflow-text requires
+        # `tensorflow`, so [hub] would install a second TensorFlow over it; the two
+        # builds train bit-identically here (docs/install.md, measured).
+        "tensorflow==2.21.0",
         "keras==3.15.1",
         "tensorflow-datasets==4.9.10",
         # tensorflow-datasets 4.9.10 imports it in every catalog dataset's
@@ -35,11 +37,11 @@ setuptools.setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
         ],
+        # --encoder=hub:<spec> (simclr_tf.models.hub), with all of keras-hub's own
+        # requirements (tensorflow-text, sentencepiece, kagglehub, tokenizers, ...),
+        # so that `pip check` passes.
+        "hub": ["keras-hub==0.32.0"],
+        # CUDA hosts: TensorFlow's CUDA libraries (docs/install.md).
+        "gpu": ["tensorflow[and-cuda]==2.21.0"],
     },
-    # --encoder=hub:<spec> (simclr_tf.models.hub) needs keras-hub, installed after this
-    # package with one line (hub.INSTALL_COMMAND, where the choice is explained):
-    #     pip install --no-deps keras-hub==0.32.0 regex tokenizers
-    # No extra can say that: pip resolves the requirements of any keras-hub an extra
-    # names, even one already installed with --no-deps, and keras-hub's include
-    # tensorflow-text, which pulls `tensorflow` beside `tensorflow-cpu`.
 )

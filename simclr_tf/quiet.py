@@ -13,6 +13,13 @@ import tempfile
 # operations are on. ..."
 PRE_INIT_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
 PRE_INIT_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
+# The `tensorflow` wheel (CUDA-capable) on a host without NVIDIA's driver says so at
+# import (INFO: "Could not find cuda drivers on your machine, GPU will not be used.")
+# and logs cuInit's failure as an ERROR when it first lists the devices. After that
+# notice the error tells nothing more, and is dropped with it; on a host with a driver
+# a failing cuInit is a real error, and is kept.
+NO_DRIVER_NOTICE = "Could not find cuda drivers on your machine"
+NO_DRIVER_ERROR = "failed call to cuInit"
 
 
 @contextlib.contextmanager
@@ -31,18 +38,33 @@ def tensorflow_start_up_filtered():
         os.dup2(captured.fileno(), 2)
         try:
             yield
+            _list_devices()
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines(True):
+            lines = captured.read().decode("utf-8", "replace").splitlines(True)
+            no_driver = any(NO_DRIVER_NOTICE in line for line in lines)
+            for line in lines:
                 match = PRE_INIT_LINE.match(line)
                 if line.startswith(PRE_INIT_NOTICE) or (
-                        match and "IWEF".index(match.group(1)) < level):
+                        match and "IWEF".index(match.group(1)) < level) or (
+                        no_driver and match and NO_DRIVER_ERROR in line):
                     continue
                 sys.stderr.write(line)
             sys.stderr.flush()
+
+
+def _list_devices():
+    """Lists the physical devices once TensorFlow is imported, so that what it logs
+    when it first looks for them (cuInit's failure) is filtered with its start-up
+    lines. Listing them initialises nothing that
+    `tf.config.set_logical_device_configuration` must precede."""
+    tensorflow = sys.modules.get("tensorflow")
+    config = getattr(tensorflow, "config", None)
+    if config is not None:
+        config.list_physical_devices()
 
 
 def import_tensorflow(level=1):

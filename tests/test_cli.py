@@ -69,6 +69,37 @@ def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
     assert seen["2"] == ["a line of our own"]
 
 
+def test_a_host_without_a_cuda_driver_gets_no_cuinit_error(tmp_path):
+    """The `tensorflow` wheel on a CPU host: its import says that no CUDA driver was
+    found (INFO), then listing the devices logs cuInit's failure as an ERROR. Filtered
+    with the start-up lines (the devices are listed inside the filter); the same ERROR
+    on a host whose driver was found is kept. A stand-in tensorflow writes TensorFlow's
+    lines."""
+    def stand_in(notice):
+        return (
+            "import os, types\n"
+            f"os.write(2, {notice!r})\n"
+            "def list_physical_devices():\n"
+            "    os.write(2, b'E0000 00:00:1796199537.702167   25694 cuda_platform.cc:52] "
+            "failed call to cuInit: INTERNAL: CUDA error\\n')\n"
+            "    return []\n"
+            "config = types.SimpleNamespace(list_physical_devices=list_physical_devices)\n")
+    script = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
+              "from simclr_tf import quiet; quiet.import_tensorflow()\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    no_driver = (b"I0000 00:00:1796199533.1   25694 cudart_stub.cc:31] Could not find cuda "
+                 b"drivers on your machine, GPU will not be used.\n")
+    stderr = {}
+    for name, notice in (("cpu", no_driver), ("gpu", b"")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tensorflow.py").write_text(stand_in(notice))
+        stderr[name] = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / name), REPO], env=env,
+            capture_output=True, text=True, timeout=60, check=True).stderr
+    assert stderr["cpu"] == ""
+    assert "failed call to cuInit" in stderr["gpu"]
+
+
 def test_absl_parse_errors_are_flag_errors_in_the_one_format():
     """A value of the wrong type, an unknown flag, a missing flagfile, a stray
     argument: `run.py: error: ...` and exit 2, as every flag error (absl's own is

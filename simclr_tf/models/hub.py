@@ -1,9 +1,8 @@
 """keras-hub image backbones as SimCLR encoders (`--encoder=hub:<spec>`).
 
-keras-hub is optional: `pip install --no-deps keras-hub==0.32.0 regex tokenizers`
-(`INSTALL_COMMAND`) installs it without its own requirements, which would add
-`tensorflow` and `tensorflow-text` beside `tensorflow-cpu`, plus the two of them that
-`import keras_hub` needs. Nothing else in the project imports it. `<spec>` is one of
+keras-hub is optional: `pip install -e '.[hub]'` in a checkout, or `INSTALL_COMMAND`
+anywhere, installs it with all its requirements (setup.py's `hub` extra). Nothing else
+in the project imports it. `<spec>` is one of
 - a local preset directory (it holds a `config.json`, e.g. written by
   `backbone.save_to_preset(dir)`): the backbone with its weights, offline;
 - a backbone class of `keras_hub.models` ('ResNetBackbone', 'ViTBackbone',
@@ -34,17 +33,13 @@ from simclr_tf.models.layers import (PACKAGE, TracedOutputShapeMixin, build_by_t
                                      output_float)
 from simclr_tf.models.outputs import H
 
-# keras-hub 0.32.0's requirements (its METADATA) are keras, absl-py, numpy, packaging,
-# rich (all ours already, through keras and tensorflow-cpu), regex and tokenizers
-# (imported by `import keras_hub`), and kagglehub, kagglesdk, sentencepiece and
-# tensorflow-text (the last pulls `tensorflow` beside `tensorflow-cpu`), which keras-hub
-# imports only when used: a preset name downloads through kagglehub (keras-hub's
-# error then says `pip install kagglehub`; 'hf://' handles need huggingface_hub),
-# sentencepiece and tensorflow-text serve text tokenizers. Backbones by class name
-# and preset directories need none of them. One command, whatever installed simclr_tf.
-INSTALL_COMMAND = "pip install --no-deps keras-hub==0.32.0 regex tokenizers"
-# The top-level modules that INSTALL_COMMAND installs.
-INSTALLED_MODULES = ("keras_hub", "regex", "tokenizers")
+# keras-hub with its own requirements (tensorflow-text, sentencepiece, kagglehub,
+# tokenizers, ...; the same pin as setup.py's `hub` extra): they need the `tensorflow`
+# wheel that setup.py requires, so nothing installs a second TensorFlow and `pip check`
+# passes. A preset name downloads through kagglehub; 'hf://' handles also need
+# huggingface_hub (a requirement of tokenizers). Backbones by class name and preset
+# directories need no network.
+INSTALL_COMMAND = "pip install keras-hub==0.32.0"
 POOLS = ("token", "mean")
 PRESET_CONFIG_FILE = "config.json"
 IMAGE_CONVERTER_FILE = "image_converter.json"
@@ -70,7 +65,6 @@ def import_error_message(error):
     """What to do about `error`, the ImportError of `import keras_hub`: names the
     missing module (`error.name`) and gives `INSTALL_COMMAND`."""
     missing = getattr(error, "name", None)
-    top = (missing or "").split(".")[0]
     if isinstance(error, ModuleNotFoundError) and missing == "keras_hub":
         what = "keras-hub is not installed"
     elif isinstance(error, ModuleNotFoundError) and missing:
@@ -79,12 +73,8 @@ def import_error_message(error):
     else:
         what = f"keras-hub does not import ({type(error).__name__}: {error})"
     message = (f"needs keras-hub, an optional extra, and {what}. "
-               f"Install it with `{INSTALL_COMMAND}` (keras-hub without its own "
-               "requirements, which would add tensorflow and tensorflow-text beside "
-               "tensorflow-cpu).")
-    if missing and top not in INSTALLED_MODULES:
-        message += (f" That command does not install {top!r}: install the package "
-                    "that provides it too.")
+               f"Install it with `{INSTALL_COMMAND}` (with its requirements; in a "
+               "checkout `pip install -e '.[hub]'` does the same).")
     return message
 
 
