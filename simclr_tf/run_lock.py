@@ -9,8 +9,14 @@ ends short of SIGKILL.
 
 A lock left behind (SIGKILL, a crashed machine) is stale, and taken over with a
 warning, when
-  - its holder ran on this host and that process is gone, or
-  - its heartbeat is older than `STALE_SECS` (a holder on another host that died).
+  - its holder ran on this host and that process is gone: its PID has ended, or now
+    belongs to another process (a reused PID: the process start time recorded in the
+    lock is not that PID's), or the machine has restarted since (another boot id), or
+  - its holder ran on another host and its heartbeat is older than `STALE_SECS`.
+On this host a holder that is still the same process keeps the lock however old its
+heartbeat looks: the heartbeat's age is read on this machine's clock, which can jump
+(NTP, a suspended VM, a clock set by hand), so an age there proves nothing while the
+process is alive. Heartbeats stay the only evidence about another host's holder.
 `--break_lock` takes a lock over whatever it says: for shared filesystems, when you
 know that the other run is dead and do not want to wait `STALE_SECS`.
 """
@@ -110,7 +116,7 @@ def acquire(model_dir, mode, *, force=False):
     path = os.path.join(model_dir, LOCK_FILE)
     now = time.time()
     record = dict(pid=os.getpid(), host=socket.gethostname(), mode=mode, started=now,
-                  heartbeat=now, token=uuid.uuid4().hex)
+                  heartbeat=now, token=uuid.uuid4().hex, **process_identity(os.getpid()))
     for _ in range(3):
         try:
             _create(path, json.dumps(record))
@@ -124,8 +130,9 @@ def acquire(model_dir, mode, *, force=False):
                 "model_dir", f"{model_dir!r} is in use by {describe(holder)}: one run "
                 "writes a model_dir at a time. Wait for it to end, or use another "
                 "--model_dir; --mode=eval can follow it meanwhile. If that run is dead "
-                f"(a lock's heartbeat stops; it is taken over after {STALE_SECS} s "
-                f"without one), remove {path} or pass --break_lock.")
+                "(on this host its lock is taken over once its process has ended; from "
+                f"another host after {STALE_SECS} s without a heartbeat), remove {path} "
+                "or pass --break_lock.")
         logging.warning("Taking over the lock of %s from %s (%s).", model_dir,
                         describe(holder), why)
         try:
@@ -156,12 +163,40 @@ def stale_reason(holder):
         return "gone"
     if not holder:
         return "its file is unreadable"
+    pid = holder.get("pid")
+    if holder.get("host") == socket.gethostname():
+        if not _alive(pid):
+            return f"process {pid} on this host has ended"
+        recorded = (holder.get("boot_id"), holder.get("pid_start"))
+        if None not in recorded:
+            now = process_identity(pid)
+            if now.get("boot_id") not in (None, recorded[0]):
+                return "this host has restarted since"
+            if now.get("pid_start") not in (None, recorded[1]):
+                return f"process {pid} on this host has ended (its PID is another's now)"
+            if now.get("pid_start") == recorded[1]:
+                return None  # the holder itself, alive: whatever the clocks say
     age = time.time() - float(holder.get("heartbeat", 0))
     if age > STALE_SECS:
         return f"no heartbeat for {age:.0f} s"
-    if holder.get("host") == socket.gethostname() and not _alive(holder.get("pid")):
-        return f"process {holder.get('pid')} on this host has ended"
     return None
+
+
+def process_identity(pid):
+    """What tells process `pid` of this host from any other that has had its PID:
+    {boot_id, pid_start} (the kernel's boot id and the process start time, field 22
+    of /proc/<pid>/stat, in clock ticks since boot), or {} where /proc does not tell
+    (not Linux, the process is gone)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read()
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot_id = f.read().strip()
+        # Field 2, the command name, is in parentheses and may hold spaces or ')'.
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return dict(boot_id=boot_id, pid_start=int(fields[22 - 3]))
+    except (OSError, ValueError, TypeError, IndexError):
+        return {}
 
 
 def describe(holder):
