@@ -96,7 +96,9 @@ class MetricsLog:
 
     Each line is appended with one write and a reader skips a line cut short (a
     kill mid-write). A run that resumes from step s first drops the lines after s
-    (steps it trains again), so every step's lines appear once.
+    (steps it trains again) and any line cut short (the file's only line too: the
+    next append would otherwise continue it, and both be lost), so every step's
+    lines appear once.
 
     Args:
         model_dir: the run directory.
@@ -108,11 +110,11 @@ class MetricsLog:
         self.path = os.path.join(model_dir, METRICS_FILE)
         self._guard = write_guard
         if tf.io.gfile.exists(self.path):
-            lines = read_metrics(self.path)
-            kept = [line for line in lines if line["step"] <= start_step]
             with tf.io.gfile.GFile(self.path) as f:
-                intact = f.read().endswith("\n") or not lines
-            if len(kept) != len(lines) or not intact:
+                text = f.read()
+            kept = [line for line in _metric_lines(text.splitlines())
+                    if line["step"] <= start_step]
+            if len(kept) != len(text.splitlines()) or text[-1:] not in ("", "\n"):
                 atomic_write(self.path, "".join(
                     json.dumps(line) + "\n" for line in kept))
 
@@ -133,15 +135,20 @@ class MetricsLog:
 
 def read_metrics(path):
     """The lines of a `metrics.jsonl` as dicts (a line cut short is skipped)."""
-    lines = []
     with tf.io.gfile.GFile(path) as f:
-        for text in f:
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(line, dict) and isinstance(line.get("step"), int):
-                lines.append(line)
+        return _metric_lines(f)
+
+
+def _metric_lines(texts):
+    """The lines of `texts` that are metrics lines, as dicts."""
+    lines = []
+    for text in texts:
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and isinstance(line.get("step"), int):
+            lines.append(line)
     return lines
 
 

@@ -177,3 +177,23 @@ def test_a_training_run_writes_what_tensorboard_shows_to_metrics_jsonl(tiny_run)
         assert {"train/contrast_loss", "train/learning_rate", "train/total_loss"} <= names
         for name in names:
             assert line[name] == pytest.approx(scalars[(name, line["step"])], rel=1e-6), name
+
+
+@pytest.mark.parametrize("torn", ['{"step": 2, "train/con', '{"step": 2, "tr\n{"st'])
+def test_a_torn_last_line_is_repaired_even_when_it_is_the_only_one(tmp_path, torn):
+    """Issue 34, item 12: a metrics.jsonl whose only line a kill cut short was kept
+    as it was, and the next run's first line appended to it: both lost."""
+    path = tmp_path / records.METRICS_FILE
+    path.write_text(torn)
+    log = records.MetricsLog(str(tmp_path), start_step=0)
+    log.append(1, {"train/contrast_loss": 2.5})
+    log.append(2, {"train/contrast_loss": 2.0})
+    assert [(line["step"], line["train/contrast_loss"]) for line in
+            records.read_metrics(str(path))] == [(1, 2.5), (2, 2.0)]
+    assert path.read_text().count("\n") == 2
+    # An empty file and an intact one are left as they are.
+    for text in ("", '{"step": 1, "time": 1.0}\n'):
+        path.write_text(text)
+        before = os.stat(path).st_mtime_ns
+        records.MetricsLog(str(tmp_path), start_step=1)
+        assert path.read_text() == text and os.stat(path).st_mtime_ns == before
