@@ -9,6 +9,7 @@ arguments (`Config.model_kwargs()` for the model), never the flags.
 import dataclasses
 import functools
 import json
+import typing
 from typing import Optional
 
 from simclr_tf import architecture, modes, rules, validation, variants
@@ -31,6 +32,53 @@ AUTHORS_FLAGS = (
     "color_jitter_strength", "use_blur",
 )
 
+
+class RecordError(ValueError):
+    """A record of a run directory that cannot be read back as it is (a value of the
+    wrong type: `Config.check_record`); names the file and the key."""
+
+
+def _of_type(kind, value):
+    """Whether the JSON `value` is one of the field type `kind` (JSON has one kind of
+    number: an int is a float's value, a float with a point is no int's)."""
+    if typing.get_origin(kind) is typing.Union:  # Optional[...]
+        return any(_of_type(k, value) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return not isinstance(kind, type) or isinstance(value, kind)
+
+
+def _expected(kind):
+    if typing.get_origin(kind) is typing.Union:
+        return " or ".join(_expected(k) for k in typing.get_args(kind))
+    return {bool: "true or false", int: "a whole number", float: "a number",
+            str: "a string", type(None): "null"}.get(kind, getattr(kind, "__name__", kind))
+
+
+def _kind(value):
+    """What a JSON value is, where its text does not say it ('' where it does)."""
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, float):
+        return "a decimal number"
+    return {list: "a list", dict: "an object"}.get(type(value), "")
+
+
+def _example(kind, value):
+    """The value a record meant (`"false"` for false, 16.0 for 16), as JSON, or None."""
+    kinds = typing.get_args(kind) if typing.get_origin(kind) is typing.Union else (kind,)
+    if bool in kinds and isinstance(value, str) and value.strip().lower() in (
+            "true", "false"):
+        return value.strip().lower()
+    if int in kinds and isinstance(value, float) and value.is_integer():
+        return json.dumps(int(value))
+    return None
 
 # --help's topics, in order. A field is declared by its topic's function (`_run`,
 # `_data`, ...): a new flag is one field, its help group included.
@@ -397,6 +445,30 @@ class Config:
         """The fields of type float (or Optional[float])."""
         return [f.name for f in dataclasses.fields(cls)
                 if f.type is float or f.type == Optional[float]]
+
+    @classmethod
+    def check_record(cls, values, path, where=""):
+        """Raises RecordError naming `path` and the key when a value of `values` (the
+        settings a record holds: flags.json, a flags_history.json entry) is not of
+        its field's type: `"use_blur": "false"` would read as true, `"image_size":
+        16.0` is no image size. Keys that are no field are left to the reader
+        (`records.read_config` ignores them).
+
+        Args:
+            values: {flag: value} as read from JSON.
+            path: the record's file, for the message.
+            where: where in the file `values` are (e.g. 'entry 3's "changed"').
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key, value in values.items():
+            if key in fields and not _of_type(fields[key].type, value):
+                example = _example(fields[key].type, value)
+                kind = _kind(value)
+                raise RecordError(
+                    f"{path!r}{' ' + where if where else ''} records \"{key}\": "
+                    f"{json.dumps(value)}{f' ({kind})' if kind else ''}, but --{key} "
+                    f"takes {_expected(fields[key].type)}: correct it in that file"
+                    + (f' ("{key}": {example})' if example is not None else "") + ".")
 
     @classmethod
     def help_groups(cls):

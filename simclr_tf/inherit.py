@@ -22,6 +22,9 @@ run's identity and the machine (`NEVER_READ`); from another run, its model and i
 data (`MODEL_AND_DATA`) for training, and for reader modes also how it was trained
 (its supervised head).
 
+A record's values are checked against the flags' types (`Config.check_record`):
+`"use_blur": "false"` is an error naming the file and the key, not true.
+
 Pure Python (no TensorFlow), so that flag errors stay fast; a record on a remote
 file system (`gs://`) is read with TensorFlow's file API.
 """
@@ -164,6 +167,7 @@ def inherit(config):
     if not isinstance(recorded, dict):
         raise ValueError(f"{path!r} holds {type(recorded).__name__}, not a JSON object "
                          "of settings; repair or remove it, or pass every flag of the run.")
+    type(config).check_record(recorded, path)  # RecordError, a ValueError
     if own:
         _check_same_train_mode(config, path, recorded)
     names = inherited_flags(config.mode, own)

@@ -10,7 +10,10 @@ only:
 - `read_config(path)`: the Config a run recorded, read by one tolerant rule (below),
   so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
   run directories open.
-- `read_json(path)`: a result (or any record) as a dict.
+- `read_json(path)`: a result (or any record) as a dict. A record of flags
+  (flags.json, flags.<mode>.json, flags_history.json) has its values checked
+  against the flags' types (`Config.check_record`): `"use_blur": "false"` is a
+  `RecordError` naming the file and the key, never read as true nor written back.
 - `MetricsLog`: `metrics.jsonl`, one line per logging interval of training and one
   per evaluation during training (what TensorBoard shows, for scripts and plots that
   read no event files).
@@ -53,7 +56,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import modes
-from simclr_tf.config import Config
+from simclr_tf.config import Config, ConfigError, RecordError
 
 # A mode that trains (`modes.Mode.trains`) keeps flags.json / result.json (what
 # `open_encoder` and users read); the others never overwrite them and write
@@ -214,17 +217,53 @@ def write_json(path, values):
 
 
 def read_json(path):
-    """The JSON record at `path` as a dict.
+    """The JSON record at `path` as a dict (a list for flags_history.json); a record
+    of flags has its values' types checked (`check_types`).
 
     Raises:
         FileNotFoundError: no file at `path`.
         ValueError: the file is not JSON (json.JSONDecodeError).
+        RecordError (a ValueError): a flag of the record has a value of another type.
     """
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"No record at {path!r}; a run writes it once its "
                                 "checks have passed.")
     with tf.io.gfile.GFile(path) as f:
-        return json.loads(f.read())
+        values = json.loads(f.read())
+    check_types(path, values)
+    return values
+
+
+def check_types(path, values):
+    """Raises RecordError naming `path` and the key when the record of flags read
+    from `path` holds a value of the wrong type for its flag (`Config.check_record`):
+    flags.json and flags.<mode>.json, and each entry of flags_history.json (its
+    "mode", "allow_changed_flags" and each change's "recorded" and "given"). Other
+    records (results) hold no flags."""
+    name = os.path.basename(path)
+    if name == HISTORY_FILE:
+        if not isinstance(values, list):
+            raise RecordError(f"{path!r} holds {type(values).__name__}, not a JSON list "
+                              "of changes: correct it or move it aside.")
+        for number, entry in enumerate(values, 1):
+            changed = entry.get("changed") if isinstance(entry, dict) else None
+            if not isinstance(changed, dict):
+                raise RecordError(f"{path!r}: entry {number} is no {{\"changed\": "
+                                  "{flag: {\"recorded\", \"given\"}}} object: correct "
+                                  "it or move the file aside.")
+            Config.check_record(entry, path, f"(entry {number})")
+            for flag, change in changed.items():
+                if not isinstance(change, dict):
+                    raise RecordError(f"{path!r}: entry {number} records {flag!r} as "
+                                      f"{json.dumps(change)}, not {{\"recorded\", "
+                                      "\"given\"}: correct it or move the file aside.")
+                for key in ("recorded", "given"):
+                    if key in change:
+                        Config.check_record({flag: change[key]}, path,
+                                            f"(entry {number}, \"{key}\")")
+    elif (name.startswith(FLAGS + ".") and name.endswith(".json")
+          and isinstance(values, dict)):
+        Config.check_record(values, path)
 
 
 def read_config(path):
@@ -246,7 +285,8 @@ def read_config(path):
 
     Raises:
         FileNotFoundError: no file at `path`.
-        ValueError: the file is not a JSON object of settings.
+        ValueError: the file is not a JSON object of settings (RecordError: a value
+            is not of its flag's type, `check_types`).
     """
     values = read_json(path)
     if not isinstance(values, dict):
@@ -326,6 +366,8 @@ def flag_changes(model_dir, config):
         if not tf.io.gfile.exists(path):
             return []
         recorded = read_config(path)
+    except RecordError as error:  # a value that would be read as another
+        raise ConfigError("model_dir", str(error)) from None
     except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
         logging.warning("Cannot read %s (%s); its flags are not compared.", path, error)
         return []
@@ -341,14 +383,7 @@ def history_path(model_dir):
 
 def _append_history(config, changes):
     path = history_path(config.model_dir)
-    history = []
-    if tf.io.gfile.exists(path):
-        try:
-            history = read_json(path)
-        except (ValueError, OSError, tf.errors.OpError) as error:
-            logging.warning("%s cannot be read (%s); starting it again.", path, error)
-        if not isinstance(history, list):
-            history = []
+    history = _read_history(config.model_dir)
     history.append(dict(
         time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         mode=config.mode, allow_changed_flags=config.allow_changed_flags,
@@ -357,3 +392,24 @@ def _append_history(config, changes):
     logging.warning("model_dir's flags.json records other flags; continuing with the "
                     "new ones (%s), recorded in %s.", "; ".join(
                         f"{flag}: {old!r} -> {new!r}" for flag, old, new in changes), path)
+
+
+def _read_history(model_dir):
+    """model_dir's flags_history.json as a list ([] without one).
+
+    Raises:
+        ConfigError: (--model_dir) it cannot be read, or holds a value of the wrong
+            type: the run stops before it trains rather than write over the record
+            of what wrote the earlier checkpoints.
+    """
+    path = history_path(model_dir)
+    try:
+        if not tf.io.gfile.exists(path):
+            return []
+        return read_json(path)
+    except RecordError as error:
+        raise ConfigError("model_dir", str(error)) from None
+    except (ValueError, OSError, tf.errors.OpError) as error:
+        raise ConfigError("model_dir", f"{path!r} cannot be read ({error}); it records "
+                          "which flags wrote the earlier checkpoints: repair it or move "
+                          "it aside.") from None

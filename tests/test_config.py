@@ -271,3 +271,30 @@ def test_grad_cache_is_for_pretraining_with_one_rule_for_flags_and_library():
         train.StepOptions(grad_cache_chunk=8, train_mode="finetune")
     assert str(flag_error.value) == "--" + str(library_error.value).replace(
         "grad_cache_chunk ", "grad_cache_chunk: ", 1)
+
+
+@pytest.mark.parametrize("values, ok", [
+    (dict(use_blur=False, image_size=16, width_multiplier=1, learning_rate=1,
+          head_learning_rate=None, log_every_steps=5, checkpoint="/r/ckpt-1",
+          a_key_of_another_version="anything"), True),
+    (dict(use_blur="false"), False), (dict(use_blur=0), False),
+    (dict(image_size=16.0), False), (dict(image_size=True), False),
+    (dict(learning_rate="0.1"), False), (dict(learning_rate=None), False),
+    (dict(dataset=None), False), (dict(checkpoint=3), False),
+    (dict(log_every_steps=2.5), False), (dict(train_split=["train"]), False)])
+def test_a_record_is_checked_against_the_flags_types(values, ok):
+    """Issue 34, item 3: a record's value of another type than its flag's is an
+    error naming the file and the key (and, where it is plain, the value meant)."""
+    from simclr_tf.config import RecordError  # pylint: disable=import-outside-toplevel
+    if ok:
+        Config.check_record(values, "/r/flags.json")
+        return
+    with pytest.raises(RecordError) as raised:
+        Config.check_record(values, "/r/flags.json")
+    (key, value), = values.items()
+    assert "'/r/flags.json'" in str(raised.value) and f'"{key}": ' in str(raised.value)
+    assert isinstance(raised.value, ValueError)
+    if value == "false":
+        assert '("use_blur": false)' in str(raised.value)
+    if isinstance(value, float) and value == 16.0:
+        assert '("image_size": 16)' in str(raised.value)

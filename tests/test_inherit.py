@@ -27,8 +27,9 @@ def _config(argv):
 def _recorded_run(directory, **overrides):
     """A run directory with only its flags.json (what inherit reads)."""
     os.makedirs(directory, exist_ok=True)
-    values = Config.from_dict(dict(TINY, mode="train_then_eval", train_steps=4,
-                                   strategy="mirrored", checkpoint="/elsewhere/ckpt-9",
+    values = Config.from_dict(dict(dict(TINY, mode="train_then_eval", train_steps=4,
+                                        strategy="mirrored",
+                                        checkpoint="/elsewhere/ckpt-9"),
                                    **overrides)).to_dict()
     with open(os.path.join(directory, "flags.json"), "w") as f:
         json.dump(values, f)
@@ -163,3 +164,27 @@ def test_an_allowed_overlap_is_not_inherited(tmp_path):
     assert config.allow_eval_overlap is False
     config, _ = _config([f"--model_dir={run_dir}", "--mode=eval", "--allow_eval_overlap"])
     assert config.allow_eval_overlap is True
+
+
+# ------------------------------------------- a record's types (issue 34, item 3)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("use_blur", "false"), ("image_size", 16.0), ("train_steps", "4"),
+    ("learning_rate", None), ("dataset", 3), ("mode", True)])
+def test_a_value_of_the_wrong_type_in_the_record_is_a_model_dir_error(tmp_path, key, value):
+    """A hand-edited flags.json with "use_blur": "false" was read as true (and
+    written back); every key, read or not, is checked: a --model_dir error naming
+    the file and the key, for the run's own record and for --checkpoint's run."""
+    run_dir = _recorded_run(tmp_path / "run", **{key: value} if key != "mode" else {})
+    if key == "mode":
+        record = json.load(open(os.path.join(run_dir, "flags.json")))
+        record["mode"] = value
+        json.dump(record, open(os.path.join(run_dir, "flags.json"), "w"))
+    for argv, flag in (([f"--model_dir={run_dir}", "--mode=eval"], "model_dir"),
+                       ([f"--checkpoint={run_dir}", "--mode=eval"], "checkpoint")):
+        with pytest.raises(ConfigError) as raised:
+            _config(argv)
+        assert raised.value.flag == flag
+        assert os.path.join(run_dir, "flags.json") in str(raised.value)
+        assert f'"{key}": {json.dumps(value)}' in str(raised.value)

@@ -197,3 +197,48 @@ def test_a_torn_last_line_is_repaired_even_when_it_is_the_only_one(tmp_path, tor
         before = os.stat(path).st_mtime_ns
         records.MetricsLog(str(tmp_path), start_step=1)
         assert path.read_text() == text and os.stat(path).st_mtime_ns == before
+
+
+def test_every_record_of_flags_is_checked_for_types_when_read(tmp_path):
+    """Issue 34, item 3: flags.json (read_config: preflight, open_encoder, the
+    scripts; flag_changes: a --model_dir error before anything is trained) and
+    flags_history.json name the file and the key; results hold no flags."""
+    from simclr_tf.config import RecordError  # pylint: disable=import-outside-toplevel
+    flags_path = str(tmp_path / "flags.json")
+    records.write_json(flags_path, dict(config(model_dir=str(tmp_path)).to_dict(),
+                                        use_blur="false"))
+    with pytest.raises(RecordError, match=r"flags.json' records \"use_blur\": \"false\""):
+        records.read_config(flags_path)
+    with pytest.raises(ConfigError, match=r"^--model_dir: .*\"use_blur\": \"false\""):
+        records.flag_changes(str(tmp_path), config(model_dir=str(tmp_path)))
+    records.write_json(str(tmp_path / "flags.eval.json"), dict(image_size=16.0))
+    with pytest.raises(RecordError, match='"image_size": 16.0'):
+        records.read_json(str(tmp_path / "flags.eval.json"))
+    records.write_json(str(tmp_path / "result.json"), dict(use_blur="false"))
+    assert records.read_json(str(tmp_path / "result.json")) == dict(use_blur="false")
+
+    cfg = config(model_dir=str(tmp_path), mode="train", temperature=0.2)
+    records.write_json(flags_path, config(model_dir=str(tmp_path), mode="train").to_dict())
+    history = records.history_path(str(tmp_path))
+    good = dict(time="t", mode="train", allow_changed_flags=True,
+                changed=dict(temperature=dict(recorded=0.5, given=0.1)))
+    for bad, where in ((dict(good, allow_changed_flags="yes"), '"allow_changed_flags"'),
+                       (dict(good, changed=dict(use_blur=dict(recorded=True,
+                                                              given="false"))),
+                        '(entry 2, "given") records "use_blur"'),
+                       (dict(good, changed=[]), "entry 2 is no")):
+        records.write_json(history, [good, bad])
+        before = open(history).read()
+        with pytest.raises(ConfigError) as raised:
+            records.start_run_record(cfg)
+        assert raised.value.flag == "model_dir" and history in str(raised.value)
+        assert where in str(raised.value), str(raised.value)
+        assert open(history).read() == before  # kept, not started again
+    with open(history, "w") as f:
+        f.write("[{ damaged")
+    with pytest.raises(ConfigError, match="flags_history.json' cannot be read"):
+        records.start_run_record(cfg)
+    records.write_json(history, [good])
+    records.start_run_record(cfg)
+    assert records.read_json(history)[1]["changed"] == {
+        "temperature": dict(recorded=0.5, given=0.2)}
