@@ -33,6 +33,7 @@ AUTHORS_FLAGS = (
 )
 
 
+
 class RecordError(ValueError):
     """A record of a run directory that cannot be read back as it is (a value of the
     wrong type: `Config.check_record`); names the file and the key."""
@@ -96,11 +97,17 @@ HELP_GROUPS = (
 )
 
 
-def _field(group, default, help, choices=None):  # pylint: disable=redefined-builtin
-    """A Config field: its --help topic (one of HELP_GROUPS), default, help, choices."""
+def _field(group, default, help, choices=None, *, overrides=(), sets=()):  # pylint: disable=redefined-builtin
+    """A Config field: its --help topic (one of HELP_GROUPS), default, help, choices,
+    and the flags it decides, as its help says (`Config.flag_pairs`): `overrides`,
+    flags it makes inert when set (its default is 'unset'); `sets`, flags it gives
+    their values."""
     metadata = {"help": help, "group": group}
     if choices is not None:
         metadata["choices"] = tuple(choices)
+    if overrides or sets:
+        metadata["overrides"] = tuple(overrides) + tuple(sets)
+        metadata["sets"] = bool(sets)
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -134,12 +141,13 @@ class Config:
                              "e.g. 'train[:10%]').")
     train_epochs: int = _optim(100, "Number of epochs to train for.")
     train_steps: int = _optim(0, "Number of steps to train for. If > 0, overrides "
-                              "train_epochs.")
+                              "train_epochs.", overrides=("train_epochs",))
     eval_steps: int = _eval(0, "Number of steps to eval for. 0 = the whole split.")
     eval_batch_size: int = _eval(256, "Global batch size for evaluation.")
     checkpoint_epochs: int = _ckpt(1, "Number of epochs between checkpoints/summaries.")
     checkpoint_steps: int = _ckpt(0, "Number of steps between checkpoints/summaries. "
-                                  "If > 0, overrides checkpoint_epochs.")
+                                  "If > 0, overrides checkpoint_epochs.",
+                                  overrides=("checkpoint_epochs",))
     eval_split: str = _data("validation", "Split for evaluation.")
     dataset: str = _data("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
                          "image folder, 'digits' (offline, ships with scikit-learn) or "
@@ -240,7 +248,8 @@ class Config:
         ("token", "mean"))
     variant: Optional[str] = _model(
         None, "Model variant name such as r50_1x_sk0 or r152_3x_sk1; sets resnet_depth, "
-        "width_multiplier and sk_ratio (which must then not contradict it).")
+        "width_multiplier and sk_ratio (which must then not contradict it).",
+        sets=tuple(VARIANT_FLAGS))
     stem: str = _model(
         "auto", "Encoder stem: 'imagenet' (7x7/2 conv + max-pool), 'cifar' (3x3/1 conv, "
         "no pool) or 'auto' = cifar when image_size <= 32 (the authors' rule), logged.",
@@ -445,6 +454,16 @@ class Config:
         """The fields of type float (or Optional[float])."""
         return [f.name for f in dataclasses.fields(cls)
                 if f.type is float or f.type == Optional[float]]
+
+    @classmethod
+    def flag_pairs(cls):
+        """{flag: (the flags it decides, whether it sets them)}, as the fields declare
+        (`_field`'s `overrides` and `sets`): --train_steps overrides --train_epochs,
+        --checkpoint_steps --checkpoint_epochs, --variant sets --resnet_depth,
+        --width_multiplier and --sk_ratio. Of a pair, the flag given wins over the
+        one a record lends (`simclr_tf.inherit`)."""
+        return {f.name: (f.metadata["overrides"], f.metadata["sets"])
+                for f in dataclasses.fields(cls) if "overrides" in f.metadata}
 
     @classmethod
     def check_record(cls, values, path, where=""):

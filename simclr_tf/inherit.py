@@ -20,7 +20,11 @@ Which run is read (`recorded_run`):
 What is read (`inherited_flags`): from model_dir's own record, every flag but the
 run's identity and the machine (`NEVER_READ`); from another run, its model and its
 data (`MODEL_AND_DATA`) for training, and for reader modes also how it was trained
-(its supervised head).
+(its supervised head). Of two flags that decide the same thing (`Config.flag_pairs`:
+--train_steps overrides --train_epochs, --variant sets --resnet_depth, ...), the one
+given wins over the one the record holds: `--train_epochs=2` on a run recorded with
+--train_steps=4 trains 2 epochs (--train_steps is then not read), as `--variant`
+reads none of the flags it sets.
 
 A record's values are checked against the flags' types (`Config.check_record`):
 `"use_blur": "false"` is an error naming the file and the key, not true.
@@ -40,7 +44,7 @@ FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training
 # permissions a command gives for itself alone (an evaluation on training examples is
 # allowed by the command that asks for it, not by the run it reads).
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
-              "reevaluate", "allow_eval_overlap", "variant", "master", "use_tpu", "tpu_name", "tpu_zone",
+              "reevaluate", "allow_eval_overlap", "master", "use_tpu", "tpu_name", "tpu_zone",
               "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
@@ -52,20 +56,26 @@ HEADS = ("train_mode", "lineareval_while_pretraining", "ft_proj_selector",
 
 @dataclasses.dataclass(frozen=True)
 class Inherited:
-    """What `inherit` read: the record's path and {flag: value} taken from it."""
+    """What `inherit` read: the record's path and {flag: value} taken from it, and
+    {flag: the given flag of its pair} of the flags the record holds but a given
+    flag decides (`Config.flag_pairs`), left unread."""
     path: str
     values: dict
+    overruled: dict = dataclasses.field(default_factory=dict)
 
     def summary(self, defaults):
         """One line: the model, data and head flags read that differ from their
-        defaults (`--dataset=digits ...`), and how many other flags were read."""
+        defaults (`--dataset=digits ...`), how many other flags were read, and the
+        flags a given one of their pair kept from being read."""
         differing = {name: value for name, value in self.values.items()
                      if value != getattr(defaults, name)}
         shown = [f"--{name}={_shown(value)}" for name, value in differing.items()
                  if name in MODEL_AND_DATA + HEADS]
         others = len(self.values) - len(shown)
-        return " ".join(shown + ([f"(and {others} other flag{'s' * (others != 1)})"]
+        line = " ".join(shown + ([f"(and {others} other flag{'s' * (others != 1)})"]
                                  if others else [])) or "the defaults"
+        return line + "".join(f"; not its --{name}, as --{given} was given"
+                              for name, given in self.overruled.items())
 
 
 def _shown(value):
@@ -97,6 +107,19 @@ def _read(path):
             return json.load(f)
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def overruled(pairs, given, readable):
+    """{flag: the given flag of its pair} of the `readable` flags that a given flag
+    decides (`pairs`: `Config.flag_pairs()`), so not read: a given --train_epochs
+    keeps a recorded --train_steps=4 from overriding it, a given --resnet_depth a
+    recorded --variant from setting it."""
+    found = {}
+    for flag, (decided, _) in pairs.items():
+        partner = next((name for name in decided if name in given), None)
+        if flag in readable and flag not in given and partner is not None:
+            found[flag] = partner
+    return found
 
 
 def run_of_checkpoint(path):
@@ -173,16 +196,21 @@ def inherit(config):
     names = inherited_flags(config.mode, own)
     fields = {f.name for f in dataclasses.fields(config)}
     given = set(name for name in fields if config.is_given(name))
-    if "variant" in given:  # it decides these three
-        given |= {"resnet_depth", "width_multiplier", "sk_ratio"}
-    values = {name: recorded[name] for name in sorted(fields)
-              if name in recorded and name not in NEVER_READ and name not in given
-              and (names is None or name in names)
-              and recorded[name] != getattr(config, name)}
+    pairs = type(config).flag_pairs()
+    for flag, (decided, sets) in pairs.items():
+        if sets and flag in given:  # --variant gives the flags it sets their values
+            given |= set(decided)
+    readable = {name for name in fields if name in recorded and name not in NEVER_READ
+                and (names is None or name in names)}
+    not_read = overruled(pairs, given, readable)
+    values = {name: recorded[name] for name in sorted(readable - given - set(not_read))
+              if recorded[name] != getattr(config, name)}
+    shown = {name: by for name, by in not_read.items()
+             if recorded[name] != getattr(config, name)}
     if not values:
-        return config, Inherited(path, {})
+        return config.with_given(given), Inherited(path, {}, shown)
     updated = dataclasses.replace(config, **values)
-    return updated.with_given(given), Inherited(path, values)
+    return updated.with_given(given), Inherited(path, values, shown)
 
 
 _RUN_KINDS = {"pretrain": "pretraining", "finetune": "fine-tuning", "distill": "distillation"}

@@ -371,8 +371,11 @@ def flag_changes(model_dir, config):
     except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
         logging.warning("Cannot read %s (%s); its flags are not compared.", path, error)
         return []
+    # A flag that sets others (--variant) is compared in those.
+    setting = [flag for flag, (_, sets) in Config.flag_pairs().items() if sets]
     return [(f.name, getattr(recorded, f.name), getattr(config, f.name))
-            for f in dataclasses.fields(Config) if f.name not in FREE_FLAGS
+            for f in dataclasses.fields(Config)
+            if f.name not in FREE_FLAGS and f.name not in setting
             and getattr(recorded, f.name) != getattr(config, f.name)]
 
 

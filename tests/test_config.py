@@ -273,6 +273,26 @@ def test_grad_cache_is_for_pretraining_with_one_rule_for_flags_and_library():
         "grad_cache_chunk ", "grad_cache_chunk: ", 1)
 
 
+def test_the_pairs_of_flags_are_the_ones_the_help_texts_name():
+    """Issue 34, item 1: which flag overrides or sets which is declared once, on the
+    field (`Config.flag_pairs`, what inheritance and the records read); every flag a
+    help text says it overrides or sets is declared, and nothing else."""
+    import re  # pylint: disable=import-outside-toplevel
+    names = {f.name for f in dataclasses.fields(Config)}
+    said = {}
+    for field in dataclasses.fields(Config):
+        for phrase in re.findall(r"\b(?:overrides|sets)\b([^.(;]*)", field.metadata["help"]):
+            found = tuple(word for word in re.findall(r"\w+", phrase) if word in names)
+            if found:
+                said[field.name] = found
+    assert {flag: decided for flag, (decided, _) in Config.flag_pairs().items()} == said
+    assert said == {"train_steps": ("train_epochs",),
+                    "checkpoint_steps": ("checkpoint_epochs",),
+                    "variant": ("resnet_depth", "width_multiplier", "sk_ratio")}
+    for flag in said:  # unset by default: a flag not given overrides nothing
+        assert not getattr(Config(), flag)
+
+
 @pytest.mark.parametrize("values, ok", [
     (dict(use_blur=False, image_size=16, width_multiplier=1, learning_rate=1,
           head_learning_rate=None, log_every_steps=5, checkpoint="/r/ckpt-1",

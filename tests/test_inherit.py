@@ -166,6 +166,70 @@ def test_an_allowed_overlap_is_not_inherited(tmp_path):
     assert config.allow_eval_overlap is True
 
 
+# ------------------------------------------------ pairs of flags (issue 34, item 1)
+
+
+def _pair_value(name):
+    """A value of flag `name` other than its default, as a command line gives it."""
+    return {"train_epochs": 2, "train_steps": 6, "checkpoint_epochs": 3,
+            "checkpoint_steps": 2, "variant": "r18_0.125x_sk0", "resnet_depth": 34,
+            "width_multiplier": 0.25, "sk_ratio": 0.0625}[name]
+
+
+@pytest.mark.parametrize("flag, decided", [
+    (flag, name) for flag, (names, _) in Config.flag_pairs().items() for name in names])
+def test_a_given_flag_wins_over_the_recorded_one_of_its_pair(tmp_path, flag, decided):
+    """Issue 34, item 1: a run recorded with --train_steps=4 extended with
+    --train_epochs=2 trained nothing (the inherited steps overrode the given epochs).
+    For every pair the Config declares: the given one is used, the recorded one of
+    its pair is not read (its default: unset), and the line says so."""
+    recorded = {flag: _pair_value(flag)}
+    run_dir = _recorded_run(tmp_path / "run", **recorded)
+    config, lines = _config([f"--model_dir={run_dir}", f"--{decided}={_pair_value(decided)}"])
+    assert getattr(config, decided) == _pair_value(decided)
+    assert getattr(config, flag) == getattr(Config(), flag)  # not read: unset
+    assert f"not its --{flag}, as --{decided} was given" in lines[0]
+    # Not given, the pair is read as recorded.
+    config, _ = _config([f"--model_dir={run_dir}"])
+    assert getattr(config, flag) == _pair_value(flag)
+
+
+def test_extending_a_run_by_epochs_trains_the_epochs_and_records_what_it_applied(
+        tmp_path):
+    """The issue's case: the plan is the epochs given, and flags_history.json records
+    the steps' override dropped as well as the epochs (what the run applies)."""
+    from simclr_tf import records, schedules  # pylint: disable=import-outside-toplevel
+    run_dir = _recorded_run(tmp_path / "run", mode="train")
+    config, _ = _config([f"--model_dir={run_dir}", "--train_epochs=2"])
+    plan = schedules.compute_steps(
+        num_examples=1437, batch_size=config.train_batch_size,
+        train_epochs=config.train_epochs, train_steps=config.train_steps,
+        warmup_epochs=config.warmup_epochs, checkpoint_epochs=config.checkpoint_epochs,
+        checkpoint_steps=config.checkpoint_steps)
+    assert plan.total_steps == 2 * 1437 // 32 + 1  # two epochs of digits' train split
+    assert records.flag_changes(run_dir, config) == [
+        ("train_epochs", 100, 2), ("train_steps", 4, 0)]
+    records.start_run_record(config)
+    history = records.read_json(records.history_path(run_dir))
+    assert history[-1]["changed"] == {"train_epochs": dict(recorded=100, given=2),
+                                      "train_steps": dict(recorded=4, given=0)}
+    assert records.read_config(os.path.join(run_dir, "flags.json")).train_steps == 0
+
+
+def test_a_variant_run_is_extended_without_retyping_the_variant(tmp_path):
+    """--variant is read from the record with the flags it sets (it was never read, so
+    an extension without it changed --variant and was refused); one of those flags
+    given keeps it unread, and the variant alone is not a change of the model."""
+    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    run_dir = _recorded_run(tmp_path / "run", mode="train", variant="r18_0.125x_sk0")
+    config, _ = _config([f"--model_dir={run_dir}", "--train_steps=8"])
+    assert config.variant == "r18_0.125x_sk0" and config.resnet_depth == 18
+    assert records.flag_changes(run_dir, config) == [("train_steps", 4, 8)]
+    config, _ = _config([f"--model_dir={run_dir}", "--width_multiplier=0.125"])
+    assert config.variant is None and config.resnet_depth == 18
+    assert records.flag_changes(run_dir, config) == []
+
+
 # ------------------------------------------- a record's types (issue 34, item 3)
 
 
