@@ -4,10 +4,13 @@ the modes' (`parts.evaluators_for`, `parts.run_evaluators`), equals numpy on the
 model's h; its floats reach TensorBoard and nothing else does. The final linear probe
 builds both of its encoders under the run's strategy."""
 import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
+# What TensorFlow's checkpoint reader calls: a test deletes files as it reads them.
+from tensorflow.python.ops import io_ops
 
 from simclr_tf import checkpoints
 from simclr_tf.config import Config
@@ -115,3 +118,90 @@ def test_final_probe_builds_both_encoders_under_the_runs_strategy(tmp_path, monk
     assert protocols["linear_probe/random_init"]["checkpoint"]["path"] is None
     for protocol in protocols.values():
         assert (protocol["examples"], protocol["train"]["examples"]) == (60, 100)
+
+
+# ------------------------------------------------------------------ --mode=eval, waiting
+
+
+def _rotate(run, old, new, *, every_file):
+    """A training run saves `new` and its --keep_checkpoint_max deletes `old` (its data
+    files, or every file)."""
+    for name in os.listdir(run):
+        if name.startswith(f"{old}."):
+            shutil.copy(run / name, run / name.replace(old, new))
+            if every_file or ".data" in name:
+                os.remove(run / name)
+
+
+def _rotated_while_read(monkeypatch, run, old, new):
+    """`old` is rotated away (`_rotate`) once TensorFlow has begun to read it: its
+    restore has matched the objects and issues RestoreV2, which finds no data file."""
+    real = io_ops.restore_v2
+
+    def restore_v2(prefix, *args, **kwargs):
+        if f"{old}" in str(prefix.numpy()) and (run / f"{old}.index").exists():
+            _rotate(run, old, new, every_file=False)
+        return real(prefix, *args, **kwargs)
+
+    monkeypatch.setattr(io_ops, "restore_v2", restore_v2)
+
+
+_UNRESTORED_LINE = "could not be found in the restored object"
+
+
+@pytest.mark.parametrize("deleted", ["while_read", "before_read"])
+def test_a_waiting_evaluator_skips_a_checkpoint_deleted_before_it_is_read(
+        tiny_run, tmp_path, monkeypatch, capsys, caplog, deleted):
+    """--mode=eval --eval_wait_secs beside a training run: ckpt-2 is evaluated; ckpt-4
+    is deleted by the run's --keep_checkpoint_max (which saved ckpt-6) as the
+    evaluator reads it (RestoreV2's NotFoundError) or just before (no index): it is
+    skipped, without TensorFlow's lines about values left unread, and ckpt-6
+    evaluated; both results in one events file."""
+    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="eval", eval_wait_secs=1)
+    run, later = tmp_path / "run", tmp_path / "later"
+    events_before = set(tf.io.gfile.glob(str(run / "events.out.tfevents.*")))
+    later.mkdir()
+    for name in os.listdir(run):  # not written yet
+        if name.startswith("ckpt-4."):
+            os.rename(run / name, later / name)
+    load_into, loaded = checkpoints.load_into, []
+
+    def training_goes_on(model, path, **kwargs):
+        loaded.append(os.path.basename(path))
+        if loaded == ["ckpt-2"]:  # ckpt-4 is saved while ckpt-2 is evaluated
+            for name in os.listdir(later):
+                os.rename(later / name, run / name)
+        if loaded == ["ckpt-2", "ckpt-4"] and deleted == "before_read":
+            _rotate(run, "ckpt-4", "ckpt-6", every_file=True)
+        return load_into(model, path, **kwargs)
+
+    monkeypatch.setattr(checkpoints, "load_into", training_goes_on)
+    if deleted == "while_read":
+        _rotated_while_read(monkeypatch, run, "ckpt-4", "ckpt-6")
+    result = experiment.run(cfg)
+    assert loaded == ["ckpt-2", "ckpt-4", "ckpt-6"]
+    assert result["global_step"] == 6 and result["eval/num_examples"] == 360
+    assert [os.path.exists(run / f"result_{step}.json") for step in (2, 4, 6)] == [
+        True, False, True]
+    captured = capsys.readouterr()
+    assert str(run / "ckpt-4") in captured.out
+    assert _UNRESTORED_LINE not in captured.err + caplog.text
+    new_events = set(tf.io.gfile.glob(str(run / "events.out.tfevents.*"))) - events_before
+    assert len(new_events) == 1
+    steps = {event.step for event in tf.compat.v1.train.summary_iterator(new_events.pop())
+             for value in event.summary.value if value.tag.startswith("eval/")}
+    assert steps == {2, 6}
+
+
+def test_the_newest_checkpoint_deleted_while_it_is_read_gives_way_to_the_next(
+        tiny_run, tmp_path, monkeypatch, capsys, caplog):
+    """A mode reading a live run's newest checkpoint (`checkpoints.load_latest`: a
+    one-shot --mode=eval here) whose rotation deletes it mid-read loads the one that
+    replaced it: no failure, no fallback to an older one."""
+    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="eval")
+    _rotated_while_read(monkeypatch, tmp_path / "run", "ckpt-4", "ckpt-6")
+    result = experiment.run(cfg)
+    assert result["global_step"] == 6
+    assert _UNRESTORED_LINE not in capsys.readouterr().err + caplog.text

@@ -20,8 +20,8 @@ The package names no flag: a checkpoint that does not fit raises
 the path.
 """
 from simclr_tf.checkpoints.files import (
-    STATE_FILE, UNLOADABLE_DIR, candidates, latest, missing_data_bytes, non_finite_variables,
-    object_variable_shapes, read_state, step_of, unreadable_reason)
+    STATE_FILE, UNLOADABLE_DIR, candidates, deleted, latest, missing_data_bytes,
+    non_finite_variables, object_variable_shapes, read_state, step_of, unreadable_reason)
 from simclr_tf.checkpoints.loading import (
     CHECKPOINT, EXPORT, RELEASED, CheckpointMismatchError, NoLoadableCheckpointError, Weights,
     initialize_from, load_into, load_latest, open_encoder, recorded_run_config, resolve,
@@ -34,7 +34,7 @@ __all__ = [
     "CheckpointMismatchError", "CheckpointState", "CheckpointWriteError",
     "NoLoadableCheckpointError",
     "NonFiniteWeightsError", "UnrecoverableCheckpointsError", "Weights", "candidates",
-    "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
+    "deleted", "initialize_from", "latest", "load_into", "load_latest", "missing_data_bytes",
     "non_finite_variables", "object_variable_shapes", "open_encoder", "read_state",
     "recorded_run_config", "resolve", "resolve_checkpoint_path", "restore_model", "step_of",
     "unreadable_reason",

@@ -1,8 +1,9 @@
 """Checkpoint files: what a directory of checkpoints holds and whether each reads.
 
 Pure reading, never writing: the state file (`read_state`), the checkpoints on disk
-(`candidates`), whether one is complete (`unreadable_reason`, `missing_data_bytes`),
-the newest complete one (`latest`), and the step in a prefix (`step_of`).
+(`candidates`), whether one is complete (`unreadable_reason`, `missing_data_bytes`)
+or gone (`deleted`), the newest complete one (`latest`), and the step in a prefix
+(`step_of`).
 """
 import os
 import re
@@ -85,6 +86,13 @@ def unreadable_reason(prefix):
     return None
 
 
+def deleted(prefix):
+    """Whether the checkpoint at `prefix` has lost its index or every data file (a
+    training run deletes all but its newest --keep_checkpoint_max)."""
+    return not (tf.io.gfile.exists(prefix + ".index")
+                and tf.io.gfile.glob(prefix + ".data-*"))
+
+
 def missing_data_bytes(reader, shards):
     """How many bytes the data `shards` lack for the tensors `reader` (a
     `tf.train.load_checkpoint`) lists (<= 0: none).
@@ -142,6 +150,9 @@ def latest(model_dir):
         reason = unreadable_reason(prefix)
         if reason is None:
             return prefix
+        if deleted(prefix):  # e.g. since it was listed, by a training run's rotation
+            logging.info("Checkpoint %s is gone; using an older one.", prefix)
+            continue
         logging.warning("Checkpoint %s cannot be read (%s); using an older one.",
                         prefix, reason)
     return None

@@ -5,6 +5,8 @@ run), `load_latest`, `restore_model`, `initialize_from`, `open_encoder`,
 `recorded_run_config` (the flags.json of the run that wrote them).
 """
 import dataclasses
+import gc
+import logging as logging_module
 import os
 from typing import Optional
 
@@ -12,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import export, official, records, rules
-from simclr_tf.checkpoints.files import _first_line, candidates, latest, \
+from simclr_tf.checkpoints.files import _first_line, candidates, deleted, latest, \
     object_variable_shapes, step_of, unreadable_reason
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
 
@@ -190,7 +192,9 @@ def resolve_checkpoint_path(path):
 
 def load_latest(model, model_dir):
     """Restores every variable of `model` from model_dir's newest checkpoint that
-    loads, falling back to older ones with a warning; returns its prefix.
+    loads, falling back to older ones with a warning; returns its prefix. One that a
+    training run deletes while it is read (its --keep_checkpoint_max rotation, a
+    newer one saved) is no failure: the directory is listed again.
 
     Raises:
         NoLoadableCheckpointError: model_dir has no checkpoint, or none of them loads
@@ -198,9 +202,13 @@ def load_latest(model, model_dir):
         CheckpointMismatchError: the newest readable one is of another model (the
             older ones of the run do not fit either).
     """
-    paths, _ = candidates(model_dir) if model_dir else ([], None)
-    failures = []
-    for prefix in paths:
+    failures, tried = [], set()
+    while True:
+        paths = [p for p in (candidates(model_dir)[0] if model_dir else []) if p not in tried]
+        if not paths:
+            raise NoLoadableCheckpointError(model_dir, failures)
+        prefix = paths[0]
+        tried.add(prefix)
         reason = unreadable_reason(prefix)
         if reason is None:
             try:
@@ -209,11 +217,14 @@ def load_latest(model, model_dir):
             except CheckpointMismatchError:
                 raise  # another architecture: older checkpoints of the run do not fit either
             except _LOAD_ERRORS as error:
+                if deleted(prefix):
+                    logging.info("Checkpoint %s was deleted while it was read; looking "
+                                 "for the newest again.", prefix)
+                    continue
                 reason = _first_line(error)
         failures.append(f"{prefix}: {reason}")
         logging.warning("Checkpoint %s does not load (%s); trying the previous one.",
                         prefix, reason)
-    raise NoLoadableCheckpointError(model_dir, failures)
 
 
 # Damaged files surface as OpErrors, or IndexError ('Read less bytes'); a checkpoint
@@ -231,11 +242,45 @@ def restore_model(model, prefix):
     # `read` (not `restore`): the checkpoint's own save counter is not required, so a
     # SavedModel's variables/ (an export) restores too.
     try:
-        status = tf.train.Checkpoint(model=model).read(prefix)
+        status = _read_quietly(model, prefix)
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:  # unmatched variables, other shapes
         raise _does_not_fit(prefix, error) from None
     status.expect_partial()  # the optimizer's slots stay unread
+
+
+class _UnrestoredValues(logging_module.Filter):
+    """Drops the lines TensorFlow logs for each value a restore did not reach."""
+
+    LINES = ("Detecting that an object or model or tf.train.Checkpoint is being deleted",
+             "Value in checkpoint could not be found in the restored object",
+             "An attribute in the restored object could not be found")
+
+    def filter(self, record):
+        return not record.getMessage().startswith(self.LINES)
+
+
+def _read_quietly(model, prefix):
+    """`tf.train.Checkpoint(model=model).read(prefix)`; a read that fails part-way
+    (a file deleted under it by a training run's rotation) raises its OpError without
+    the 70-odd warning lines TensorFlow logs when its restore objects are freed, one
+    per value left unread (the optimizer's)."""
+    unrestored = _UnrestoredValues()
+    tf.get_logger().addFilter(unrestored)
+    try:
+        checkpoint = tf.train.Checkpoint(model=model)
+        try:
+            return checkpoint.read(prefix)
+        except tf.errors.OpError as error:
+            failure = error.with_traceback(None)
+            failure.__context__ = failure.__cause__ = None
+        # The checkpoint and the error's frames held the restore objects (in cycles):
+        # freed here, they log while the filter is on.
+        del checkpoint
+        gc.collect()
+        raise failure
+    finally:
+        tf.get_logger().removeFilter(unrestored)
 
 
 def _does_not_fit(prefix, error):
