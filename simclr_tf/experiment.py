@@ -57,13 +57,27 @@ def _run(config, mode, strategy):
     with _lock(config, writes) as lock:
         # Asked before each write into model_dir (a run that lost its lock stops).
         context["write_guard"] = lock.check if lock is not None else None
+        record, latest = None, None
         if writes:
-            records.start_run_record(config)
+            # Continuing checkpoints, the flags go in with the first new one (the
+            # training mode writes them then: `train.train`): flags.json describes
+            # the checkpoints there, whether or not this run saves one.
+            latest = checkpoints.latest(config.model_dir) if mode.trains else None
+            record = records.start_run_record(config, continues=latest is not None)
+        context["flags_record"] = record
         results = {}
         for part in mode.functions():
             results.update(part(config, strategy, context))
             if results.get("interrupted"):
-                return results
+                break
+        if (record is not None and not record.written
+                and checkpoints.latest(config.model_dir) != latest):
+            # A training mode of another module that saved without writing them.
+            if lock is not None:
+                lock.check()
+            record.write()
+        if results.get("interrupted"):
+            return results
         if config.final_linear_probe and mode.trains:
             results.update(linear_probe.final_linear_probe(config, strategy, context))
         results.update(skipped_images_record(source))

@@ -28,9 +28,13 @@ only:
   outside `EXTENSION_FLAGS` when model_dir holds checkpoints, unless
   --allow_changed_flags. `start_run_record` appends each run's changes to
   `flags_history.json` (a JSON list, oldest first, of {"time", "mode", "changed":
-  {flag: {"recorded", "given"}}, "allow_changed_flags"}) before flags.json takes the
-  new values: flags.json says what wrote the newest checkpoints, the history what
-  wrote the earlier ones.
+  {flag: {"recorded", "given"}}, "allow_changed_flags"}; "given" is the value the
+  run applied) before flags.json takes the new values: flags.json says what wrote
+  the newest checkpoints, the history what wrote the earlier ones. So a run that
+  continues model_dir's checkpoints writes both with its first checkpoint
+  (`FlagsRecord`): one that fails or stops before it (a NaN at step 6 of an
+  extension with --learning_rate=1e30) leaves them as they were, and the next
+  command is compared with, and reads, the flags of the checkpoints there.
 
 A result is never deleted, and never replaced by a smaller one. A run that ends
 writes its result as the previous result with its own values over it (one atomic
@@ -301,17 +305,67 @@ def read_config(path):
     return Config.from_dict({k: v for k, v in values.items() if k in known})
 
 
-def start_run_record(config):
-    """The run's flags in model_dir, written once preflight has passed and the lock is
-    held. The mode's previous result stays (`write_result` merges into it). A
-    training run's flags.json that records other flags is named in a warning (the
-    checkpoints were written by those)."""
+def start_run_record(config, *, continues=False):
+    """The run's flags in model_dir, once preflight has passed and the lock is held.
+    The mode's previous result stays (`write_result` merges into it). A training
+    run's flags.json that records other flags is named in a warning (the checkpoints
+    were written by those).
+
+    Args:
+        config: the run's Config.
+        continues: a training run continues checkpoints in model_dir: its flags
+            (flags.json, and its changes in flags_history.json) are not written now
+            but with its first checkpoint, by the `FlagsRecord` returned.
+
+    Returns:
+        None (written now), or with `continues` the `FlagsRecord` to write.
+
+    Raises:
+        ConfigError: (--model_dir) flags_history.json cannot be read or holds a value
+            of the wrong type: nothing was trained yet (the history is kept).
+    """
     flags_path = record_path(config.model_dir, FLAGS, config.mode)
-    if modes.get(config.mode).trains:
-        changes = flag_changes(config.model_dir, config)
-        if changes:
-            _append_history(config, changes)
-    write_json(flags_path, config.to_dict())
+    if not modes.get(config.mode).trains:
+        write_json(flags_path, config.to_dict())
+        return None
+    changes = flag_changes(config.model_dir, config)
+    record = FlagsRecord(config, changes,
+                         _read_history(config.model_dir) if changes else None)
+    if changes:
+        logging.warning(
+            "model_dir's flags.json records other flags; continuing with the new ones "
+            "(%s), recorded in %s%s.", "; ".join(
+                f"{flag}: {old!r} -> {new!r}" for flag, old, new in changes),
+            history_path(config.model_dir),
+            " with this run's first checkpoint" if continues else "")
+    if continues:
+        return record
+    record.write()
+    return None
+
+
+class FlagsRecord:
+    """A training run's flags, to write into model_dir (`start_run_record`): its
+    changes appended to flags_history.json, then flags.json. `write()` writes them
+    once; later calls do nothing (`written` says whether it has)."""
+
+    def __init__(self, config, changes, history):
+        self.config, self.changes, self.history = config, changes, history
+        self.written = False
+
+    def write(self):
+        if self.written:
+            return
+        if self.changes:
+            write_json(history_path(self.config.model_dir), self.history + [dict(
+                time=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds"),
+                mode=self.config.mode, allow_changed_flags=self.config.allow_changed_flags,
+                changed={flag: dict(recorded=old, given=new)
+                         for flag, old, new in self.changes})])
+        write_json(record_path(self.config.model_dir, FLAGS, self.config.mode),
+                   self.config.to_dict())
+        self.written = True
 
 
 PROTOCOL_PREFIX = "protocol/"
@@ -382,19 +436,6 @@ def flag_changes(model_dir, config):
 def history_path(model_dir):
     """model_dir's `flags_history.json` (see the module docstring)."""
     return os.path.join(model_dir, HISTORY_FILE)
-
-
-def _append_history(config, changes):
-    path = history_path(config.model_dir)
-    history = _read_history(config.model_dir)
-    history.append(dict(
-        time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        mode=config.mode, allow_changed_flags=config.allow_changed_flags,
-        changed={flag: dict(recorded=old, given=new) for flag, old, new in changes}))
-    write_json(path, history)
-    logging.warning("model_dir's flags.json records other flags; continuing with the "
-                    "new ones (%s), recorded in %s.", "; ".join(
-                        f"{flag}: {old!r} -> {new!r}" for flag, old, new in changes), path)
 
 
 def _read_history(model_dir):

@@ -242,3 +242,25 @@ def test_every_record_of_flags_is_checked_for_types_when_read(tmp_path):
     records.start_run_record(cfg)
     assert records.read_json(history)[1]["changed"] == {
         "temperature": dict(recorded=0.5, given=0.2)}
+
+
+def test_continuing_checkpoints_the_flags_go_in_with_the_first_new_one(tmp_path):
+    """Issue 34, item 6: a run continuing model_dir's checkpoints with changed flags
+    writes flags.json and its history entry only when `FlagsRecord.write` is called
+    (with its first checkpoint: modes/train.py); until then both are as they were."""
+    directory = str(tmp_path)
+    records.write_json(os.path.join(directory, "flags.json"),
+                       config(model_dir=directory, mode="train").to_dict())
+    before = open(os.path.join(directory, "flags.json")).read()
+    changed = config(model_dir=directory, mode="train", learning_rate=1e30,
+                     allow_changed_flags=True)
+    record = records.start_run_record(changed, continues=True)
+    assert open(os.path.join(directory, "flags.json")).read() == before
+    assert not os.path.exists(records.history_path(directory)) and not record.written
+    record.write()
+    record.write()  # once
+    assert records.read_config(os.path.join(directory, "flags.json")) == changed
+    history = records.read_json(records.history_path(directory))
+    assert len(history) == 1 and history[0]["changed"] == {
+        "learning_rate": dict(recorded=0.5, given=1e30)}
+    assert records.start_run_record(changed) is None  # a new run: written at once

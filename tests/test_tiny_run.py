@@ -274,7 +274,8 @@ def test_changed_flags_on_a_run_are_refused_or_recorded(tiny_run, tmp_path,
                                                          skip_final_export):
     """A pretraining run is not resumed as a fine-tune: refused before anything is
     built (its export stays); with --allow_changed_flags the change is in the
-    history and flags.json has the new flags."""
+    history and flags.json has the new flags, with the first checkpoint they write
+    (issue 34, item 6)."""
     from simclr_tf import records  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import ConfigError  # pylint: disable=import-outside-toplevel
     cfg = tiny_run.copy_to(tmp_path / "run", train_mode="finetune")
@@ -284,10 +285,11 @@ def test_changed_flags_on_a_run_are_refused_or_recorded(tiny_run, tmp_path,
     assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
         "train_mode"] == "pretrain"
     experiment.run(tiny_run.config_for(cfg.model_dir, train_mode="finetune",
-                                       allow_changed_flags=True))
+                                       allow_changed_flags=True, train_steps=5))
     history = records.read_json(records.history_path(cfg.model_dir))
     assert history[-1]["changed"] == {"train_mode": dict(recorded="pretrain",
-                                                         given="finetune")}
+                                                         given="finetune"),
+                                      "train_steps": dict(recorded=4, given=5)}
     assert history[-1]["allow_changed_flags"] is True
     assert json.load(open(os.path.join(cfg.model_dir, "flags.json")))[
         "train_mode"] == "finetune"

@@ -106,7 +106,10 @@ def train(config, strategy, context):
     if chief:
         hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=parts.export_model(
             model, config, step, write_guard=guard))))
-    results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=state,
+    # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
+    # first checkpoint (`records.FlagsRecord`).
+    saving = _RecordsFlagsWhenSaving(state, context.get("flags_record"))
+    results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=saving,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, progress=progress)
     if results["interrupted"]:
@@ -120,6 +123,25 @@ def train(config, strategy, context):
         steps=(first + 1, plan.total_steps), checkpoint=state.latest)
     return dict(results, **{"train/initialized_from": initialized_from},
                 **protocols, **parts.overlap_record(context))
+
+
+class _RecordsFlagsWhenSaving:
+    """A `CheckpointState` whose saves also write the run's pending flags record
+    (`records.FlagsRecord`, once, after the first save): a run that fails or is
+    killed before its first checkpoint leaves flags.json and flags_history.json
+    describing the checkpoints there."""
+
+    def __init__(self, state, record):
+        self._state, self._record = state, record
+
+    def save(self, step):
+        prefix = self._state.save(step)
+        if self._record is not None:
+            self._record.write()
+        return prefix
+
+    def __getattr__(self, name):
+        return getattr(self._state, name)
 
 
 def step_plan(config, num_examples):
