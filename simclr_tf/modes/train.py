@@ -3,6 +3,7 @@ schedule, model (and the distillation teacher), Trainer, checkpoints, hooks
 (summaries, progress, the kNN or distillation monitor, the final export) and the
 loop."""
 import os
+import time
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
@@ -61,6 +62,8 @@ def train(config, strategy, context):
         seed=config.seed, label_subset_ids=subset_ids, labelled_ids=labelled_ids,
         start_step=step, augment_on=config.augment_on)
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
+    if chief:
+        write_session_start(writer, step)
     if step == 0 and chief:
         write_hparams(writer, config)
         write_view_summary(config, source, split, writer)
@@ -142,6 +145,25 @@ class _RecordsFlagsWhenSaving:
 
     def __getattr__(self, name):
         return getattr(self._state, name)
+
+
+def write_session_start(writer, step):
+    """Writes TensorBoard's restart marker, a `SessionLog.START` event, at the first
+    step this run logs: step + 1 of the checkpoint it resumed (0 on a fresh start,
+    whose step-0 summaries it writes again). TensorBoard's reader (its
+    `purge_orphaned_data`, on by default) then drops the events of that step and
+    later ones written before, by a run killed after its last checkpoint: the steps
+    this run trains and logs again appear once, as metrics.jsonl's lines
+    (`records.MetricsLog`). PyTorch's `SummaryWriter(purge_step=...)` writes the same
+    event. TF 2's summary API has no call for it; the writer's own op takes a whole
+    `Event` (`tf.raw_ops.ImportEvent`, what `summary_ops_v2.import_event` calls), so
+    it lands in this run's event file, before its summaries."""
+    event = tf.compat.v1.Event(
+        step=step + 1 if step else 0, wall_time=time.time(),
+        session_log=tf.compat.v1.SessionLog(status=tf.compat.v1.SessionLog.START))
+    tf.raw_ops.ImportEvent(writer=writer._resource,  # pylint: disable=protected-access
+                           event=event.SerializeToString())
+    writer.flush()
 
 
 def step_plan(config, num_examples):
