@@ -5,7 +5,6 @@ here, so that a bad flag, split, batch size or path fails with a `ConfigError` t
 names the flag and the fix, before any expensive work starts.
 """
 import contextlib
-import dataclasses
 import os
 
 import tensorflow as tf
@@ -222,8 +221,9 @@ def _check_teacher(config, source):
     """--teacher holds a model with a supervised head, readable, whose classes are
     the dataset's, and that can see --image_size images; returns its
     `teacher.TeacherInfo`. A run that resumes with the same --teacher gets the
-    weights it started with (`teacher.PIN_FILE`), not that run's newer ones. Nothing
-    is built."""
+    weights it started with (`teacher.PIN_FILE`), not that run's newer ones, and is
+    refused when they are gone or replaced (`teacher.pinned_teacher`). Nothing is
+    built."""
     try:
         info = teacher.inspect_teacher(config.teacher)
     except teacher.TeacherError as error:
@@ -234,18 +234,10 @@ def _check_teacher(config, source):
         raise ConfigError("model_dir", f"its {teacher.PIN_FILE}, the record of the teacher "
                           f"this run started with, cannot be read ({error}); restore it "
                           "from a copy, or start a new --model_dir.") from None
-    pin = teacher.pin_of(pin, config.teacher)
-    if pin and pin["weights"] != teacher.pinned_weights(info):
-        try:
-            info = teacher.inspect_teacher(pin["weights"])
-        except teacher.TeacherError as error:
-            raise ConfigError("teacher", (
-                f"this run started distilling from {pin['weights']!r} ({config.teacher!r} "
-                f"then), which no longer loads ({error}); a resumed run must learn from "
-                "the same teacher. Restore it, or start a new --model_dir.")) from None
-        info = dataclasses.replace(info, path=config.teacher, description=(
-            f"{info.description}, pinned by {teacher.PIN_FILE} (--teacher now resolves "
-            "to newer weights)"))
+    try:
+        info = teacher.pinned_teacher(pin, config.teacher, info)
+    except teacher.TeacherError as error:
+        raise ConfigError("teacher", str(error)) from None
     encoder = info.model_kwargs.get("encoder", "resnet")
     if isinstance(encoder, str) and encoder.startswith(rules.HUB_ENCODER_PREFIX):
         _require_keras_hub("teacher", f"{config.teacher!r} is a {encoder} model:")
@@ -621,6 +613,8 @@ def flag_errors(flag):
             raise ConfigError(flag, str(error)) from None
         raise ConfigError(flag, f"has no checkpoint in {error.directory!r}; train "
                           "first.") from None
+    except teacher.TeacherError as error:  # building --teacher: its message names no flag
+        raise ConfigError(flag, str(error)) from None
 
 
 def _onednn_cpu_training(strategy):

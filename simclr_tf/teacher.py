@@ -16,19 +16,23 @@ A teacher is anything `checkpoints.resolve` reads that has a supervised head:
   head's input layer from `official.inspect_official`.
 """
 import dataclasses
+import hashlib
 import os
 from typing import Optional
 
 import tensorflow as tf
+from absl import logging
 
 from simclr_tf import checkpoints, official, records
 from simclr_tf.models import SimCLRModel
 from simclr_tf.models.outputs import LOGITS
 
 RELEASED_IMAGE_SIZE = 224  # the authors' released models were trained at 224 px
-# model_dir's record of the teacher a distillation run started with: the weights
-# --teacher resolved to then (a run directory resolves to its newest checkpoint, which
-# changes while that run trains on), so that a resumed run learns from the same ones.
+# model_dir's record of the teacher a distillation run started with: where the weights
+# --teacher resolved to then lie (a run directory resolves to its newest checkpoint,
+# which changes while that run trains on) and their digest (`weights_digest`: the
+# files there may be replaced by other weights), so that a resumed run learns from the
+# same ones.
 PIN_FILE = "teacher.json"
 
 
@@ -49,6 +53,7 @@ class TeacherInfo:
         num_classes: the classes its supervised head scores.
         image_size: the image size it was trained at (None: unknown).
         description: one phrase for the run's lines ('checkpoint /run/ckpt-60').
+        digest: `weights_digest` of its weights when inspected.
     """
     path: str
     weights: checkpoints.Weights
@@ -56,6 +61,25 @@ class TeacherInfo:
     num_classes: int
     image_size: Optional[int]
     description: str
+    digest: Optional[str] = None
+
+
+def weights_digest(weights):
+    """'sha256:<hex>' of the index file of `weights` (a `checkpoints.Weights`: a
+    checkpoint of ours, an export's variables or a release's). The index lists every
+    tensor with its dtype, shape, place and the CRC32C of its bytes, so other weights
+    give another digest; reading it costs a few kB, not the weights.
+
+    Raises:
+        TeacherError: the index cannot be read.
+    """
+    path = weights.prefix + ".index"
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    except (OSError, tf.errors.OpError) as error:
+        raise TeacherError(f"{path!r} cannot be read ({error}); pass an intact "
+                           "checkpoint, run directory or SavedModel.") from None
 
 
 def supervised_head_classes(prefix):
@@ -101,7 +125,7 @@ def inspect_teacher(path):
                            f"{recorded.train_mode}); pass the run that wrote it.")
     kind = "export" if weights.kind == checkpoints.EXPORT else "checkpoint"
     return TeacherInfo(path, weights, kwargs, num_classes, recorded.image_size,
-                       f"{kind} {weights.prefix}")
+                       f"{kind} {weights.prefix}", weights_digest(weights))
 
 
 def _released(path, weights):
@@ -120,7 +144,8 @@ def _released(path, weights):
                            + " As a teacher it must be told: fine-tune it into a run of "
                            "ours with --ft_proj_selector=N and distil from that run.")
     return TeacherInfo(path, weights, kwargs, int(kwargs["num_classes"]),
-                       RELEASED_IMAGE_SIZE, f"released model {path}")
+                       RELEASED_IMAGE_SIZE, f"released model {path}",
+                       weights_digest(weights))
 
 
 def pinned_weights(info):
@@ -142,17 +167,67 @@ def read_pin(model_dir):
 
 
 def pin_of(pin, teacher_flag):
-    """`pin` (`read_pin`) when it records this --teacher, else None: a run given
-    another --teacher (a changed flag, allowed) is not held to the old weights."""
-    return pin if pin is not None and pin.get("teacher") == teacher_flag else None
+    """`pin` (`read_pin`) when it records this --teacher's weights in full (with
+    their digest), else None: write the pin (`write_pin`). A run given another
+    --teacher (a changed flag, allowed) is not held to the old weights; a pin written
+    before pins had digests gets one."""
+    if pin is None or pin.get("teacher") != teacher_flag or not pin.get("digest"):
+        return None
+    return pin
+
+
+def pinned_teacher(pin, teacher_flag, info):
+    """The teacher a run learns from: `info` (what --teacher resolves to now), or,
+    when model_dir's `pin` (`read_pin`) records this --teacher, the pinned weights,
+    which must be the same weights as when the run started.
+
+    A pin without a digest (written by an older version) is taken at its word, with
+    a warning: the weights now at its path are the teacher, and the run records their
+    digest (`pin_of`, `write_pin`).
+
+    Raises:
+        TeacherError: the pinned weights no longer load, or their path now holds other
+            weights (the teacher's run redone, a release replaced).
+    """
+    if pin is None or pin.get("teacher") != teacher_flag:
+        return info
+    pinned = pin["weights"]
+    if pinned != pinned_weights(info):
+        try:
+            info = inspect_teacher(pinned)
+        except TeacherError as error:
+            raise TeacherError(
+                f"this run started distilling from {pinned!r} ({teacher_flag!r} then), "
+                f"which no longer loads ({error}); a resumed run must learn from the same "
+                "teacher. Restore it, or start a new --model_dir.") from None
+        info = dataclasses.replace(info, path=teacher_flag, description=(
+            f"{info.description}, pinned by {PIN_FILE} (--teacher now resolves to newer "
+            "weights)"))
+    if not pin.get("digest"):
+        logging.warning("%s (written by an older version) names the teacher's weights "
+                        "by their path only: the weights at %s now are taken as the ones "
+                        "this run started with, and their digest is recorded.", PIN_FILE,
+                        pinned)
+        return info
+    if pin["digest"] != info.digest:
+        raise TeacherError(
+            f"this run started distilling from the weights at {pinned!r} ({teacher_flag!r} "
+            f"then), and that path now holds other weights (digest {info.digest[:19]}..., "
+            f"pinned {pin['digest'][:19]}...): the teacher was retrained or replaced there "
+            "since. A resumed run must learn from the same teacher: restore those "
+            "weights, or start a new --model_dir (or, to go on learning from the new ones, "
+            f"delete its {PIN_FILE}).")
+    return info
 
 
 def write_pin(model_dir, teacher_flag, info, write_guard=None):
-    """Records the teacher's weights in model_dir (`PIN_FILE`)."""
+    """Records the teacher's weights in model_dir (`PIN_FILE`): where they lie and
+    their digest."""
     if write_guard is not None:
         write_guard()
     records.write_json(os.path.join(model_dir, PIN_FILE),
                        dict(teacher=teacher_flag, weights=pinned_weights(info),
+                            digest=info.digest or weights_digest(info.weights),
                             description=info.description, num_classes=info.num_classes))
 
 
@@ -175,7 +250,8 @@ class Teacher:
 
 
 def build_teacher(info, strategy, *, image_size, dtype="float32"):
-    """Builds the teacher of `info` under `strategy` and loads every variable.
+    """Builds the teacher of `info` under `strategy` and loads every variable, the
+    weights `info.digest` names.
 
     Args:
         info: a `TeacherInfo` (`inspect_teacher`).
@@ -195,5 +271,11 @@ def build_teacher(info, strategy, *, image_size, dtype="float32"):
         official.load_official_weights(model, info.path, supervised_head=True)
     else:
         checkpoints.restore_model(model, info.weights.prefix)
+    # What was loaded is what was inspected (and pinned): no teacher run rewrote the
+    # files in between.
+    if info.digest is not None and weights_digest(info.weights) != info.digest:
+        raise TeacherError(f"the weights at {info.weights.prefix!r} were replaced while "
+                           "this run loaded them (another run writing there?); run the "
+                           "same command again once that run is done.")
     model.trainable = False
     return Teacher(model, info)
