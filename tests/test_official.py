@@ -15,6 +15,7 @@ import tensorflow as tf
 from helpers import official_fixtures as fx
 from helpers import official_layout
 from simclr_tf import checkpoints, official
+from simclr_tf.official import infer as official_infer
 from simclr_tf.models import ResNet, SimCLRModel, layers as model_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,10 +138,10 @@ def test_squeeze_ratios_are_recovered_from_widths():
     """SK squeeze widths are max(int(filters * ratio), 32): at 1x every group clamps
     to 32 and SimCLRv2's 0.0625 is kept; wider models reveal the ratio."""
     filters = [64, 128, 256, 512]
-    assert official._ratio_from_widths([32] * 4, filters, 32, 0.0625) == 0.0625
-    assert official._ratio_from_widths([32, 32, 64, 128], filters, 32, 0.0625) == 0.25
-    assert official._ratio_from_widths([16, 32, 64, 128], filters, 1, None) == 0.25
-    assert official._ratio_from_widths([32, 32, 64, 100], filters, 32, 0.0625) is None
+    assert official_infer._ratio_from_widths([32] * 4, filters, 32, 0.0625) == 0.0625
+    assert official_infer._ratio_from_widths([32, 32, 64, 128], filters, 32, 0.0625) == 0.25
+    assert official_infer._ratio_from_widths([16, 32, 64, 128], filters, 1, None) == 0.25
+    assert official_infer._ratio_from_widths([32, 32, 64, 100], filters, 32, 0.0625) is None
 
 
 # Measured 18-25 s (88 s beside another test) and 8-11 s: the large tier.

@@ -7,7 +7,7 @@ import os
 
 import tensorflow as tf
 
-from simclr_tf import official_roles
+from simclr_tf.official import roles as official_roles
 
 class _Names:
     """Keras-style unique layer names: 'conv2d', 'conv2d_1', ... per base name."""

@@ -1,135 +1,24 @@
-"""Import of the authors' released SimCLR v1/v2 TF2 models into `SimCLRModel`.
-
-The authors release SavedModels whose `variables/` part is an object-based TF2
-checkpoint. Its keys are object-graph paths with numeric indices, but the checkpoint's
-`_CHECKPOINTABLE_OBJECT_GRAPH` entry gives every variable its full name in the authors'
-Keras model (`resnet/block_group2/bottleneck_block_3/conv2d_fixed_padding_12/
-conv2d_12/kernel`). Those names are a scope tree; this module reads the tree by
-structure: which block group, which block of the group, which role in the block. The
-numeric suffixes Keras appends to repeated layer names are only used to order siblings
-of one kind (Keras numbers layers in creation order); they are never matched against
-expected values, so models whose counters differ (other depths, SE, other head sizes)
-map the same way.
-
-Everything in the checkpoint must find a place in our model and every weight of our
-model (BN moving statistics included) must be filled, with equal shapes; anything else
-raises `ValueError` naming the variables. The architecture (depth, width, selective
-kernels, squeeze-excitation, stem, projection head, classes) is inferred from the
-names and shapes, so no flag has to be guessed.
-
-Example:
->>> model = load_official("/models/r50_1x_sk0/saved_model")
->>> outputs = model(images, training=False)        # RGB floats in [0, 1]
->>> h, logits = outputs["final_avg_pool"], outputs["logits_sup"]
-"""
+"""Inferring a released model's architecture (depth, width, selective kernels, SE,
+stem, projection head, classes, which head output the supervised head reads) from
+its variables' names and shapes, and its SavedModel graph."""
 import dataclasses
 import logging
 import os
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
+from tensorflow.core.protobuf import saved_model_pb2
 
 from simclr_tf import rules, variants
 from simclr_tf.models.resnet import GROUP_WIDTHS, scaled_width
-from simclr_tf.models.simclr import SimCLRModel
-from simclr_tf.official_roles import official_roles, our_roles
+from simclr_tf.official.names import read_official_names
+from simclr_tf.official.roles import official_roles
 from simclr_tf.variants import SK_RATIO
 
 logger = logging.getLogger(__name__)
 
-OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # The SK squeeze width is max(filters * sk_ratio, SK_MIN_DIM) in the authors' code.
 SK_MIN_DIM = 32
-
-
-# ----------------------------------------------------------------------------------
-# Locating and reading the checkpoint
-
-
-def checkpoint_prefix(path):
-    """The checkpoint prefix of a released SavedModel.
-
-    Args:
-        path: a SavedModel directory (holding `variables/variables.index`), its
-            `variables/` directory, or a checkpoint prefix (`.../variables/variables`).
-
-    Returns:
-        The prefix to pass to `tf.train.load_checkpoint`.
-
-    Raises:
-        FileNotFoundError: if no checkpoint is found at or under `path`.
-    """
-    path = os.fspath(path)
-    candidates = [os.path.join(path, "variables", "variables"),
-                  os.path.join(path, "variables"), path]
-    for prefix in candidates:
-        if tf.io.gfile.exists(prefix + ".index"):
-            return prefix
-    raise FileNotFoundError(
-        f"No released SimCLR model at {path!r}: expected a SavedModel directory holding "
-        "'variables/variables.index' (the authors' saved_model/ folder), its "
-        "'variables/' folder, or a checkpoint prefix with a '.index' file next to it.")
-
-
-def _object_graph(reader, prefix):
-    if not reader.has_tensor(OBJECT_GRAPH_KEY):
-        raise ValueError(
-            f"{prefix!r} is a name-based (TF1) checkpoint without an object graph; only "
-            "the authors' TF2 SavedModels (object-based checkpoints) can be imported.")
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
-    return graph
-
-
-def read_official_names(path):
-    """Full variable names of a released model and their checkpoint keys.
-
-    Args:
-        path: see `checkpoint_prefix`.
-
-    Returns:
-        `(prefix, {full_name: checkpoint_key})`.
-
-    Raises:
-        FileNotFoundError: no checkpoint at `path`.
-        ValueError: no object graph, or two variables share a full name.
-    """
-    prefix = checkpoint_prefix(path)
-    reader = tf.train.load_checkpoint(prefix)
-    names = {}
-    for node in _object_graph(reader, prefix).nodes:
-        for attribute in node.attributes:
-            if attribute.name != "VARIABLE_VALUE":
-                continue
-            if attribute.full_name in names:
-                raise ValueError(
-                    f"Two variables of {prefix!r} share the name {attribute.full_name!r}; "
-                    "their roles cannot be told apart.")
-            names[attribute.full_name] = attribute.checkpoint_key
-    return prefix, names
-
-
-def is_official_savedmodel(path):
-    """Whether `path` holds a model in the authors' released TF2 layout.
-
-    True for a SavedModel directory, its `variables/` folder or a checkpoint prefix
-    whose variables carry the authors' names (`resnet/block_group1/...`). Our own
-    training checkpoints answer False. Never raises.
-
-    Args:
-        path: a path given by the user (e.g. `--checkpoint`).
-    """
-    try:
-        _, names = read_official_names(path)
-    # IndexError: TensorFlow's 'Read less bytes than requested' from a truncated file.
-    except (FileNotFoundError, ValueError, IndexError, tf.errors.OpError):
-        return False
-    return any(name.startswith("resnet/block_group") for name in names)
-
-
-# ----------------------------------------------------------------------------------
-# Architecture inference
 
 
 def _ratio_from_widths(observed, filters, floor, preferred):
@@ -417,106 +306,3 @@ def _selector_in_function(function, variables, supervised, head_kernels):
             continue  # the layers before it are older still
         pending.extend(source(tensor) for tensor in nodes[name].input)
     return latest + 1
-
-
-# ----------------------------------------------------------------------------------
-# Loading
-
-
-def load_official_weights(model, path, supervised_head=True):
-    """Copies every variable of a released model into a built `SimCLRModel`.
-
-    Strict both ways: each checkpoint variable must land on one of our variables with
-    the same shape, and each of our variables (BN moving statistics included) must be
-    filled. The only exception is the supervised head when `supervised_head=False`:
-    then neither the checkpoint's nor the model's head is touched (fine-tuning on
-    another label set).
-
-    Args:
-        model: a built `SimCLRModel` whose architecture matches the checkpoint
-            (`inspect_official(path).config` gives it).
-        path: the released SavedModel directory (see `checkpoint_prefix`).
-        supervised_head: also load the supervised (logits) head.
-
-    Returns:
-        The number of variables assigned.
-
-    Raises:
-        FileNotFoundError: no checkpoint at `path`.
-        ValueError: naming every variable that is missing, left over or mis-shaped.
-    """
-    prefix, names = read_official_names(path)
-    official, _ = official_roles(names)
-    ours = our_roles(model)
-    if not supervised_head:
-        official = {k: v for k, v in official.items() if k[0] != "supervised"}
-        ours = {k: v for k, v in ours.items() if k[0] != "supervised"}
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = reader.get_variable_to_shape_map()
-    missing = sorted(ours[k].path for k in set(ours) - set(official))
-    unused = sorted(official[k] for k in set(official) - set(ours))
-    mismatched = [
-        f"{official[k]} {tuple(shapes[names[official[k]]])} -> {ours[k].path} "
-        f"{tuple(ours[k].shape)}"
-        for k in sorted(set(ours) & set(official), key=str)
-        if tuple(shapes[names[official[k]]]) != tuple(ours[k].shape)]
-    if missing or unused or mismatched:
-        raise ValueError(
-            f"The released model at {prefix!r} does not fit this SimCLRModel "
-            f"({model.get_config()}); build it from inspect_official(path).config.\n"
-            f"  our variables with no counterpart ({len(missing)}): {missing[:10]}\n"
-            f"  checkpoint variables left over ({len(unused)}): {unused[:10]}\n"
-            f"  shape mismatches ({len(mismatched)}): {mismatched[:10]}")
-    for key, variable in ours.items():
-        value = reader.get_tensor(names[official[key]])
-        variable.assign(value.astype(variable.dtype))
-    skipped = len(names) - len(official)
-    expected_skipped = 0 if supervised_head else sum(
-        1 for full in names if full.startswith("head_supervised/"))
-    if skipped != expected_skipped:  # count check: nothing else may stay behind
-        raise ValueError(f"{skipped} checkpoint variables were not loaded, expected "
-                         f"{expected_skipped}.")
-    logger.info("Loaded %d of %d variables from %s%s.", len(ours), len(names), prefix,
-                "" if supervised_head else " (supervised head skipped)")
-    return len(ours)
-
-
-def load_official(path, **overrides):
-    """Builds our `SimCLRModel` for a released model and loads all its variables.
-
-    Args:
-        path: a released SavedModel directory, its `variables/` folder or the
-            checkpoint prefix.
-        **overrides: `SimCLRModel` arguments replacing the inferred ones. Typical:
-            `ft_proj_selector` (which head layer feeds the supervised head; read
-            from the input width or the SavedModel's graph, and required when
-            neither tells: see `OfficialModelInfo.ft_proj_selector_source`),
-            `supervised_head_stop_gradient`, `batch_norm_decay`,
-            `global_bn`, `dtype`, `name`. `num_classes` different from the
-            checkpoint's (None drops the head) gives a fresh supervised head that is
-            not loaded. Architecture arguments (depth, width...) that contradict the
-            checkpoint raise ValueError.
-
-    Returns:
-        A built `SimCLRModel` with every variable of the checkpoint.
-
-    Raises:
-        FileNotFoundError: no checkpoint at `path`.
-        ValueError: anything in the checkpoint our model cannot hold, or a
-            supervised head to load whose input layer nothing tells (pass
-            `ft_proj_selector`).
-    """
-    info = inspect_official(path)
-    config = dict(info.config)
-    load_head = config["num_classes"] is not None and (
-        "num_classes" not in overrides or overrides["num_classes"] == config["num_classes"])
-    if load_head and not info.ft_proj_selector_inferred and \
-            "ft_proj_selector" not in overrides:
-        raise ValueError(selector_unknown_message(path, config) +
-                         " Pass ft_proj_selector=..., or num_classes=None to "
-                         "leave the supervised head out.")
-    config.update(overrides)
-    model = SimCLRModel(**config)
-    model.build((None, None, None, 3))
-    load_official_weights(model, info.prefix, supervised_head=load_head)
-    return model

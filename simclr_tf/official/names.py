@@ -1,0 +1,90 @@
+"""Reading a released model: its checkpoint prefix and the full names of its variables
+(the object graph), and whether a path holds one."""
+import os
+
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+
+def checkpoint_prefix(path):
+    """The checkpoint prefix of a released SavedModel.
+
+    Args:
+        path: a SavedModel directory (holding `variables/variables.index`), its
+            `variables/` directory, or a checkpoint prefix (`.../variables/variables`).
+
+    Returns:
+        The prefix to pass to `tf.train.load_checkpoint`.
+
+    Raises:
+        FileNotFoundError: if no checkpoint is found at or under `path`.
+    """
+    path = os.fspath(path)
+    candidates = [os.path.join(path, "variables", "variables"),
+                  os.path.join(path, "variables"), path]
+    for prefix in candidates:
+        if tf.io.gfile.exists(prefix + ".index"):
+            return prefix
+    raise FileNotFoundError(
+        f"No released SimCLR model at {path!r}: expected a SavedModel directory holding "
+        "'variables/variables.index' (the authors' saved_model/ folder), its "
+        "'variables/' folder, or a checkpoint prefix with a '.index' file next to it.")
+
+
+def _object_graph(reader, prefix):
+    if not reader.has_tensor(OBJECT_GRAPH_KEY):
+        raise ValueError(
+            f"{prefix!r} is a name-based (TF1) checkpoint without an object graph; only "
+            "the authors' TF2 SavedModels (object-based checkpoints) can be imported.")
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+    return graph
+
+
+def read_official_names(path):
+    """Full variable names of a released model and their checkpoint keys.
+
+    Args:
+        path: see `checkpoint_prefix`.
+
+    Returns:
+        `(prefix, {full_name: checkpoint_key})`.
+
+    Raises:
+        FileNotFoundError: no checkpoint at `path`.
+        ValueError: no object graph, or two variables share a full name.
+    """
+    prefix = checkpoint_prefix(path)
+    reader = tf.train.load_checkpoint(prefix)
+    names = {}
+    for node in _object_graph(reader, prefix).nodes:
+        for attribute in node.attributes:
+            if attribute.name != "VARIABLE_VALUE":
+                continue
+            if attribute.full_name in names:
+                raise ValueError(
+                    f"Two variables of {prefix!r} share the name {attribute.full_name!r}; "
+                    "their roles cannot be told apart.")
+            names[attribute.full_name] = attribute.checkpoint_key
+    return prefix, names
+
+
+def is_official_savedmodel(path):
+    """Whether `path` holds a model in the authors' released TF2 layout.
+
+    True for a SavedModel directory, its `variables/` folder or a checkpoint prefix
+    whose variables carry the authors' names (`resnet/block_group1/...`). Our own
+    training checkpoints answer False. Never raises.
+
+    Args:
+        path: a path given by the user (e.g. `--checkpoint`).
+    """
+    try:
+        _, names = read_official_names(path)
+    # IndexError: TensorFlow's 'Read less bytes than requested' from a truncated file.
+    except (FileNotFoundError, ValueError, IndexError, tf.errors.OpError):
+        return False
+    return any(name.startswith("resnet/block_group") for name in names)
