@@ -30,6 +30,7 @@ from absl import app, flags, logging
 
 from simclr_tf import inherit, quiet
 from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
+from simclr_tf.errors import disk_full
 
 FLAGS = flags.FLAGS
 
@@ -166,6 +167,13 @@ def main(argv):
               "already written are kept: run the same command again to resume.",
               file=sys.stderr)
         sys.exit(interrupted_exit_status(signal.SIGINT))
+    except Exception as error:  # pylint: disable=broad-except
+        # A full disk under any writer (a record, embeddings, a table, TensorBoard):
+        # its file and the space left, not a traceback.
+        full = disk_full(error)
+        if full is None:
+            raise
+        _error(full, status=1)
     if results.get("interrupted"):
         # Stopped by SIGTERM or SIGINT after saving a checkpoint: not finished.
         sys.exit(interrupted_exit_status(results["signal"]))
