@@ -12,7 +12,8 @@ import json
 import typing
 from typing import Optional
 
-from simclr_tf import architecture, modes, rules, validation, variants
+from simclr_tf import architecture, rules, validation, variants
+from simclr_tf.tables import modes
 # Re-exported: callers import these from here.
 from simclr_tf.architecture import (  # noqa: F401
     ARCHITECTURE_FLAGS, VARIANT_FLAGS, architecture_mismatches, check_variant_flags)

@@ -36,7 +36,8 @@ import dataclasses
 import json
 import os
 
-from simclr_tf import architecture, modes
+from simclr_tf import architecture
+from simclr_tf.tables import modes
 from simclr_tf.errors import ConfigError
 
 FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)

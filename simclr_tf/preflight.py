@@ -10,7 +10,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import architecture, checkpoints, modes, official, records, rules, teacher
+from simclr_tf import architecture, checkpoints, official, records, rules, teacher
+from simclr_tf.tables import modes
 from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry, subsets
 from simclr_tf.evaluation import overlap

@@ -59,7 +59,7 @@ import uuid
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import modes
+from simclr_tf.tables import modes
 from simclr_tf.config import Config, ConfigError, RecordError
 
 # A mode that trains (`modes.Mode.trains`) keeps flags.json / result.json (what

@@ -4,7 +4,8 @@ each value, then the rules between flags. Checks that need the dataset or the st
 import json
 import math
 
-from simclr_tf import architecture, modes, rules, variants
+from simclr_tf import architecture, rules, variants
+from simclr_tf.tables import modes
 from simclr_tf.architecture import VARIANT_FLAGS, check_variant_flags
 from simclr_tf.errors import ConfigError
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, modes
+from simclr_tf import checkpoints, experiment
+from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import parts
 
@@ -96,7 +97,8 @@ def test_the_tables_the_flags_ask_import_no_tensorflow():
     import sys  # pylint: disable=import-outside-toplevel
     code = ("import sys\n"
             "import simclr_tf.config, simclr_tf.validation, simclr_tf.architecture, "
-            "simclr_tf.modes, simclr_tf.rules, simclr_tf.variants, simclr_tf.errors\n"
+            "simclr_tf.modes, simclr_tf.tables.modes, simclr_tf.rules, simclr_tf.variants, "
+            "simclr_tf.errors\n"
             "heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

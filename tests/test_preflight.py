@@ -56,7 +56,7 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
 
 
 def test_every_mode_of_the_table_is_a_flag_choice_and_its_functions_import():
-    from simclr_tf import modes  # pylint: disable=import-outside-toplevel
+    from simclr_tf.tables import modes  # pylint: disable=import-outside-toplevel
     assert set(modes.MODES) == set(Config.field_choices("mode"))
     for mode in modes.MODES.values():
         assert all(callable(part) for part in mode.functions()), mode.name
