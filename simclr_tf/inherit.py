@@ -19,7 +19,7 @@ Which run is read (`recorded_run`):
 
 What is read (`inherited_flags`): from model_dir's own record, every flag but the
 run's identity and the machine (`NEVER_READ`); from another run, its model and its
-data (`MODEL_AND_DATA`) for training, and for reader modes also how it was trained
+data (`model_and_data()`) for training, and for reader modes also how it was trained
 (its supervised head). Of two flags that decide the same thing (`Config.flag_pairs`:
 --train_steps overrides --train_epochs, --variant sets --resnet_depth, ...), the one
 given wins over the one the record holds: `--train_epochs=2` on a run recorded with
@@ -49,10 +49,16 @@ NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_fl
               "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
-MODEL_AND_DATA = architecture.ARCHITECTURE_FLAGS + ("encoder_config",) + DATA_FLAGS
 # What a reader of another run's weights needs besides: the heads the run trained.
 HEADS = ("train_mode", "lineareval_while_pretraining", "ft_proj_selector",
          "batch_norm_decay", "global_bn")
+
+
+def model_and_data():
+    """What another run's weights need: the flags that decide the model's variables,
+    of the encoder table as it is now (an encoder registered later with flags of its
+    own included), and the data the run was trained on."""
+    return architecture.architecture_flag_names() + ("encoder_config",) + DATA_FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +77,7 @@ class Inherited:
         differing = {name: value for name, value in self.values.items()
                      if value != getattr(defaults, name)}
         shown = [f"--{name}={_shown(value)}" for name, value in differing.items()
-                 if name in MODEL_AND_DATA + HEADS]
+                 if name in model_and_data() + HEADS]
         others = len(self.values) - len(shown)
         line = " ".join(shown + ([f"(and {others} other flag{'s' * (others != 1)})"]
                                  if others else [])) or "the defaults"
@@ -163,7 +169,7 @@ def inherited_flags(mode, own):
     model and data (and for a reader mode the heads) from another run's."""
     if own:
         return None  # every flag but NEVER_READ
-    return MODEL_AND_DATA + (() if modes.get(mode).trains else HEADS)
+    return model_and_data() + (() if modes.get(mode).trains else HEADS)
 
 
 def inherit(config):
