@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 from simclr_tf.checkpoints import CheckpointWriteError, NonFiniteWeightsError, step_of
-from simclr_tf.train import non_finite_logs
+from simclr_tf.finite import non_finite_logs
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""

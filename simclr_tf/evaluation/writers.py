@@ -1,7 +1,7 @@
 """Embeddings to files: ids, names, labels, h (and z) as .npz or Parquet, and a
 TensorBoard projector view with an image sprite.
 
-Every file is written whole or not at all (`records.atomic_write`: a temporary file
+Every file is written whole or not at all (`files.atomic_write`: a temporary file
 beside it, renamed over it): a full disk or a kill mid-write leaves the previous
 file as it was.
 """
@@ -11,7 +11,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import records
+from simclr_tf import files
 from simclr_tf.evaluation.features import H, Z
 
 def write_embeddings(path, features, *, names=None):
@@ -47,14 +47,14 @@ def write_embeddings(path, features, *, names=None):
             id=pa.array(columns["ids"]), name=pa.array([str(n) for n in names]),
             label=pa.array(columns["labels"]),
             **{k: vectors(columns[k]) for k in ("h", "z") if k in columns}))
-        records.atomic_write(path, lambda scratch: pq.write_table(table, scratch))
+        files.atomic_write(path, lambda scratch: pq.write_table(table, scratch))
     else:
         def write_npz(scratch):
             # Through a file object: np.savez adds no '.npz' to a path without it.
             with open(scratch, "wb") as f:
                 np.savez(f, names=names.astype(str), **columns)
 
-        records.atomic_write(path, write_npz)
+        files.atomic_write(path, write_npz)
     return path
 
 
@@ -71,7 +71,7 @@ def write_projector(log_dir, embeddings, labels, names, images=None):
     from tensorboard.plugins import projector  # pylint: disable=import-outside-toplevel
     from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
     tf.io.gfile.makedirs(log_dir)
-    records.atomic_write(os.path.join(log_dir, "metadata.tsv"), "name\tlabel\n" + "".join(
+    files.atomic_write(os.path.join(log_dir, "metadata.tsv"), "name\tlabel\n" + "".join(
         f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n"
         for name, label in zip(names, labels)))
     variable = tf.Variable(np.asarray(embeddings, np.float32), name="embedding")
@@ -82,12 +82,12 @@ def write_projector(log_dir, embeddings, labels, names, images=None):
     view.metadata_path = "metadata.tsv"
     if images is not None and len(images):
         sprite = sprite_image(images)
-        records.atomic_write(os.path.join(log_dir, "sprite.png"),
+        files.atomic_write(os.path.join(log_dir, "sprite.png"),
                              tf.io.encode_png(sprite).numpy())
         view.sprite.image_path = "sprite.png"
         view.sprite.single_image_dim.extend([int(images.shape[2]), int(images.shape[1])])
     # What projector.visualize_embeddings writes, but atomically.
-    records.atomic_write(os.path.join(log_dir, "projector_config.pbtxt"),
+    files.atomic_write(os.path.join(log_dir, "projector_config.pbtxt"),
                          text_format.MessageToString(config))
     return log_dir
 
