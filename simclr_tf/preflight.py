@@ -10,7 +10,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import architecture, checkpoints, official, records, rules, teacher
+from simclr_tf import architecture, checkpoints, official, records, rules, run_dirs, teacher
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError, architecture_mismatches
@@ -508,7 +508,7 @@ def _trained_split(config, mode):
         return None
     if recorded is None or recorded.dataset != config.dataset:
         return None
-    return recorded.train_split, os.path.dirname(weights.prefix)
+    return recorded.train_split, run_dirs.run_of(weights.prefix)
 
 
 def _check_checkpoint_readable(prefix, flag="checkpoint"):
