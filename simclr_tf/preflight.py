@@ -10,7 +10,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import architecture, checkpoints, official, records, rules, run_dirs, teacher
+from simclr_tf import architecture, checkpoints, errors, official, records, rules, \
+    run_dirs, teacher
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError, architecture_mismatches
@@ -302,15 +303,20 @@ def _check_model_dir(model_dir, reader=False):
         if parent in ("", existing):
             break
         existing = parent
+    # One name per process: the workers of a multi-worker run probe together.
+    probe_file = os.path.join(existing, f".write_test_{os.getpid()}")
     try:
         if tf.io.gfile.exists(existing) and not tf.io.gfile.isdir(existing):
             raise NotADirectoryError(f"{existing!r} is a file")
-        # One name per process: the workers of a multi-worker run probe together.
-        probe_file = os.path.join(existing, f".write_test_{os.getpid()}")
         with tf.io.gfile.GFile(probe_file, "w") as f:
             f.write("ok")
         tf.io.gfile.remove(probe_file)
     except (OSError, tf.errors.OpError) as error:
+        if tf.io.gfile.exists(probe_file):  # created, then its write failed
+            tf.io.gfile.remove(probe_file)
+        full = errors.disk_full(error, model_dir, "Nothing was written.")
+        if full is not None:  # not a permission problem: the device is full
+            raise full from None
         advice = "choose another directory."
         if reader:
             advice = (f"to read a run you cannot write (another user's), pass "

@@ -3,7 +3,8 @@ TensorBoard projector view with an image sprite.
 
 Every file is written whole or not at all (`files.atomic_write`: a temporary file
 beside it, renamed over it): a full disk or a kill mid-write leaves the previous
-file as it was.
+file as it was. A full disk is an `errors.DiskFullError` naming the file and the
+space left there (run.py: an error, exit 1).
 """
 import math
 import os
@@ -11,8 +12,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import files
+from simclr_tf import errors, files
 from simclr_tf.evaluation.features import H, Z
+
+_KEPT = "The file there before, if any, is unchanged."
+
 
 def write_embeddings(path, features, *, names=None):
     """Writes ids, names, labels, h (and z) to `.npz` or `.parquet` (by suffix).
@@ -27,6 +31,9 @@ def write_embeddings(path, features, *, names=None):
 
     Returns:
         The path.
+
+    Raises:
+        errors.DiskFullError: no space left for it (the previous file is kept).
     """
     columns = dict(ids=features["ids"], labels=features["labels"], h=features[H])
     if Z in features:
@@ -47,14 +54,16 @@ def write_embeddings(path, features, *, names=None):
             id=pa.array(columns["ids"]), name=pa.array([str(n) for n in names]),
             label=pa.array(columns["labels"]),
             **{k: vectors(columns[k]) for k in ("h", "z") if k in columns}))
-        files.atomic_write(path, lambda scratch: pq.write_table(table, scratch))
+        def write(scratch):
+            pq.write_table(table, scratch)
     else:
-        def write_npz(scratch):
+        def write(scratch):
             # Through a file object: np.savez adds no '.npz' to a path without it.
             with open(scratch, "wb") as f:
                 np.savez(f, names=names.astype(str), **columns)
 
-        files.atomic_write(path, write_npz)
+    with errors.full_disk_reported(path, _KEPT):
+        files.atomic_write(path, write)
     return path
 
 
@@ -67,28 +76,47 @@ def write_projector(log_dir, embeddings, labels, names, images=None):
         labels: int [n] (metadata column).
         names: str [n] (metadata column).
         images: optional uint8 or [0, 1] float [n, S, S, 3] thumbnails for the sprite.
+
+    Raises:
+        errors.DiskFullError: no space left for one of its files (each file there
+            before is kept whole).
     """
     from tensorboard.plugins import projector  # pylint: disable=import-outside-toplevel
     from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
     tf.io.gfile.makedirs(log_dir)
-    files.atomic_write(os.path.join(log_dir, "metadata.tsv"), "name\tlabel\n" + "".join(
+
+    kept = ("The projector's files there are each whole, but may mix the previous view "
+            "and this one until it is written again.")
+
+    def write(name, content):
+        path = os.path.join(log_dir, name)
+        with errors.full_disk_reported(path, kept):
+            files.atomic_write(path, content)
+
+    write("metadata.tsv", "name\tlabel\n" + "".join(
         f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n"
         for name, label in zip(names, labels)))
     variable = tf.Variable(np.asarray(embeddings, np.float32), name="embedding")
-    tf.train.Checkpoint(embedding=variable).save(os.path.join(log_dir, "embedding.ckpt"))
+    prefix = os.path.join(log_dir, "embedding.ckpt")
+    try:
+        with errors.full_disk_reported(prefix, kept):
+            tf.train.Checkpoint(embedding=variable).save(prefix)
+    except errors.DiskFullError:
+        # TensorFlow writes into '<prefix>-<n>_temp/' first and leaves it on failure.
+        for scratch in tf.io.gfile.glob(prefix + "-*_temp"):
+            tf.io.gfile.rmtree(scratch)
+        raise
     config = projector.ProjectorConfig()
     view = config.embeddings.add()
     view.tensor_name = "embedding/.ATTRIBUTES/VARIABLE_VALUE"
     view.metadata_path = "metadata.tsv"
     if images is not None and len(images):
         sprite = sprite_image(images)
-        files.atomic_write(os.path.join(log_dir, "sprite.png"),
-                             tf.io.encode_png(sprite).numpy())
+        write("sprite.png", tf.io.encode_png(sprite).numpy())
         view.sprite.image_path = "sprite.png"
         view.sprite.single_image_dim.extend([int(images.shape[2]), int(images.shape[1])])
     # What projector.visualize_embeddings writes, but atomically.
-    files.atomic_write(os.path.join(log_dir, "projector_config.pbtxt"),
-                         text_format.MessageToString(config))
+    write("projector_config.pbtxt", text_format.MessageToString(config))
     return log_dir
 
 
