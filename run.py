@@ -145,7 +145,7 @@ def main(argv):
     # Imported late so that --help and flag errors never wait for TensorFlow.
     with quiet.tensorflow_start_up_filtered(), _sigterm_held_back():
         from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
-        from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.loop import InputError, NonFiniteLossError  # pylint: disable=import-outside-toplevel
         from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
         from simclr_tf.run_lock import LockLostError  # pylint: disable=import-outside-toplevel
         from simclr_tf.cluster import ClusterError, WaitInterrupted  # pylint: disable=import-outside-toplevel
@@ -153,7 +153,7 @@ def main(argv):
         results = experiment.run(config)
     except ConfigError as error:
         _error(inherit.explained(error, inherited))
-    except (NonFiniteLossError, experiment.ExportError, CheckpointWriteError,
+    except (NonFiniteLossError, InputError, experiment.ExportError, CheckpointWriteError,
             LockLostError, ClusterError) as error:
         _error(error, status=1)
     except WaitInterrupted as error:

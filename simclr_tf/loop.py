@@ -10,21 +10,42 @@
       every hook's `end` (export, last kNN result, ...)
 
 A SIGTERM (preemption on cloud VMs, Kubernetes, Slurm) or a SIGINT (Ctrl-C) saves a
-checkpoint at the current step and returns `interrupted=True` and the `signal` (run.py
+checkpoint at the current step, logs the interval it interrupted (the hooks that
+record, `Hook.at_interrupt`) and returns `interrupted=True` and the `signal` (run.py
 then exits with 128 + its number, 143 or 130, as a shell reports a process killed by
-it, so schedulers retry); a non-finite loss, or weights that are not finite when a checkpoint is due,
+it, so schedulers retry). It does so also while a compiled call waits for input that
+does not come (a folder on a hung mount): Python runs a signal handler only between
+bytecodes, never inside that call, so a watcher thread (woken by the signal through
+`signal.set_wakeup_fd`) cancels a call still running `STOP_GRACE_SECS` after the
+signal and longer than `STALL_FACTOR` times the longest call so far. Where the
+iterator's read cannot be cancelled (the default strategy's plain tf.data iterator)
+and the call is still blocked `CANCEL_WAIT_SECS` later, the watcher saves and logs
+itself, releases model_dir's lock and ends the process with 128 + the signal's
+number (the exit status run.py gives): nothing else can end that call.
+A non-finite loss, or weights that are not finite when a checkpoint is due,
 raise `NonFiniteLossError` naming the last good checkpoint, and nothing after it is
-saved; a checkpoint write that finds no space raises `CheckpointWriteError` naming it.
+saved; a checkpoint write that finds no space raises `CheckpointWriteError` naming it;
+an input pipeline that fails (files gone, an epoch without images) `InputError`.
 Segments only decide how many steps one call runs: the same steps run in more or
 fewer calls, so cadences never change training numerics.
 """
+import contextlib
+import os
+import re
 import signal
+import socket
+import sys
 import threading
 import time
 
 import keras
 import numpy as np
+import tensorflow as tf
+# The eager runtime's cancellation of a running function call (what tf.data and
+# tf.distribute use to stop blocked ops); no public API offers it.
+from tensorflow.python.eager import cancellation
 
+from simclr_tf import run_lock
 from simclr_tf.checkpoints import CheckpointWriteError, NonFiniteWeightsError, step_of
 from simclr_tf.finite import non_finite_logs
 
@@ -32,15 +53,25 @@ class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""
 
 
+class InputError(RuntimeError):
+    """The training input failed (files gone or unreadable, an epoch without any
+    image): the steps since the last checkpoint are lost, the checkpoints kept."""
+
+
 class Hook:
     """A listener of the loop.
 
     `after_steps(step, logs)` runs after each step that is a multiple of `every`, and
-    after the last one (never when `every` is 0); `end(step, logs)` once after the
-    loop ends normally (not after a SIGTERM) and returns entries for the results.
+    after the last one (never when `every` is 0); when `at_interrupt`, also at the
+    step where a SIGTERM or SIGINT stopped training (after its checkpoint), with the
+    interval it cut short, so that what records the intervals (summaries,
+    metrics.jsonl, progress lines) has the step of that checkpoint too; `end(step,
+    logs)` once after the loop ends normally (not after a signal) and returns
+    entries for the results.
     """
 
     every = 0
+    at_interrupt = False
 
     def after_steps(self, step, logs):
         pass
@@ -51,12 +82,15 @@ class Hook:
 
 class Every(Hook):
     """Calls `fn(step, logs)` every `every` steps and after the last one; `end` returns
-    the last dict `fn` returned (e.g. the last kNN result)."""
+    the last dict `fn` returned (e.g. the last kNN result). `at_interrupt`: also at a
+    stop signal's step (see `Hook`); False for what is slow (an evaluation), since a
+    preempted run has seconds to exit."""
 
-    def __init__(self, every, fn):
+    def __init__(self, every, fn, *, at_interrupt=True):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an int >= 1. Received: every={every!r}")
         self.every = every
+        self.at_interrupt = bool(at_interrupt)
         self._fn = fn
         self._last = {}
 
@@ -82,36 +116,133 @@ class AtEnd(Hook):
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class _Terminated(Exception):
-    """Raised after a compiled call once a stop signal arrived."""
+# How long a compiled call may run on after a stop signal before it is taken as blocked
+# on its input and cancelled: at least STOP_GRACE_SECS after the signal, and
+# STALL_FACTOR times the longest call so far (the first, which traces, aside) since
+# the call began. A call cancelled
+# while it computes could have applied part of an update; one that waits that long
+# past its usual time waits for its batch, before any update of that step.
+STOP_GRACE_SECS = 5.0
+STALL_FACTOR = 2.0
+# How long the watcher waits for a cancelled call to return before it stops the run
+# itself (a read that cannot be cancelled).
+CANCEL_WAIT_SECS = 2.0
 
 
 class _StopOnSignals:
-    """While active, a SIGTERM or SIGINT makes `check()` raise `_Terminated`, so the
-    loop stops between two steps (a second one while the checkpoint is written changes
-    nothing: the write finishes). Without this, Ctrl-C would raise KeyboardInterrupt
-    in the middle of a step and lose everything since the last checkpoint. The
-    previous handlers are restored after. Only the main thread can install
-    handlers; elsewhere this does nothing."""
+    """While active, a SIGTERM or SIGINT sets `requested`, so the loop stops between
+    two calls (a second one while the checkpoint is written changes nothing: the write
+    finishes). Without this, Ctrl-C would raise KeyboardInterrupt in the middle of a
+    step and lose everything since the last checkpoint.
 
-    def __init__(self):
+    Python runs the handler only between bytecodes of the main thread, so a signal
+    that comes while a compiled call blocks (on input that never comes) would wait
+    for it forever. The signal also wakes a watcher thread (`signal.set_wakeup_fd`),
+    which cancels the call in flight (`calling`) once it has run past the grace
+    (`STOP_GRACE_SECS`, `STALL_FACTOR`); the loop then stops at the step reached.
+    A call still running `CANCEL_WAIT_SECS` after that has a read that cannot be
+    cancelled: the watcher then calls `on_stuck(signum)` (the loop's stop, then the
+    end of the process). The previous handlers and wakeup fd are restored after.
+    Only the main thread can install handlers; elsewhere this only times the calls.
+    `stopping` serialises the stop between the main thread and the watcher; the
+    first to stop keeps its result in `result`."""
+
+    def __init__(self, on_stuck=None):
         self.received = None  # the first signal's number
+        self.cancelled = False  # a call was cancelled: its input was blocked
+        self.stopping = threading.Lock()
+        self.result = None
+        self.segment = None  # the `Means` of the calls of the segment in flight
+        self._on_stuck = on_stuck
+        self._grace = STOP_GRACE_SECS
+        self._factor = STALL_FACTOR
+        self._cancellation = cancellation.CancellationManager()
+        self._call_started = None  # time.monotonic() of the call in flight
+        self._calls = 0
+        self._longest_call = 0.0  # of the calls after the first (which traces)
         self._previous = {}
+        self._previous_fd = None
+        self._sockets = ()
+        self._closed = threading.Event()
+        self._watcher = None
 
     def _handle(self, signum, frame):  # pylint: disable=unused-argument
         if self.received is None:
             self.received = signum
 
-    def check(self):
-        if self.received is not None:
-            raise _Terminated()
+    @property
+    def requested(self):
+        return self.received is not None
+
+    @contextlib.contextmanager
+    def calling(self):
+        """Around one compiled call: timed, and cancelled by the watcher when it
+        blocks after a stop signal (then `cancelled` is True and the call raises
+        `tf.errors.CancelledError`)."""
+        self._call_started = time.monotonic()
+        self._calls += 1
+        try:
+            with cancellation.CancellationManagerContext(self._cancellation):
+                yield
+        except tf.errors.CancelledError:
+            if not self._cancellation.is_cancelled:
+                raise
+            self.cancelled = True
+        finally:
+            elapsed = time.monotonic() - self._call_started
+            self._call_started = None
+            if not self.cancelled and self._calls > 1:
+                self._longest_call = max(self._longest_call, elapsed)
+
+    def _watch(self, reader):
+        numbers = {int(s) for s in STOP_SIGNALS}
+        signalled = None
+        while not self._closed.is_set():
+            try:
+                woken = reader.recv(64)
+            except socket.timeout:
+                woken = b""
+            except OSError:
+                return
+            if signalled is None and numbers & set(woken):
+                signalled = time.monotonic()
+                self.received = self.received or next(n for n in woken if n in numbers)
+            started = self._call_started
+            if signalled is None or started is None:
+                continue
+            now = time.monotonic()
+            if (now - signalled >= self._grace
+                    and now - started >= self._factor * self._longest_call):
+                self._cancellation.start_cancel()
+                deadline = now + CANCEL_WAIT_SECS
+                while self._call_started is started and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self._call_started is started and self._on_stuck is not None:
+                    self.cancelled = True
+                    self._on_stuck(self.received)
+                return
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        reader.settimeout(0.2)
+        self._sockets = (reader, writer)
+        self._previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._watcher = threading.Thread(target=self._watch, args=(reader,), daemon=True,
+                                         name="simclr-stop-signal-watcher")
+        self._watcher.start()
         return self
 
     def __exit__(self, *exc_info):
+        if self._watcher is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+            self._closed.set()
+            self._watcher.join()
+            for end in self._sockets:
+                end.close()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         return False
@@ -142,6 +273,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
 
     Raises:
         NonFiniteLossError: naming the step and the last good checkpoint.
+        InputError: the input pipeline failed; names the last checkpoint.
     """
     step, logs = trainer.step, {}
     start = time.perf_counter()
@@ -150,30 +282,53 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     # summaries are interval means); the results get the last checkpoint interval's.
     intervals = {id(hook): Means() for hook in hooks if hook.every}
     since_checkpoint = Means()
-    with _StopOnSignals() as stop:
-        while step < total_steps:
+
+    def stop_stuck(signum):
+        # The watcher thread, while the main thread's call blocks for good.
+        status = 128 + int(signum)
+        try:
+            _stop_on_signal(trainer, iterator, checkpoints, stop, hooks, intervals)
+        except Exception as error:  # pylint: disable=broad-except
+            print(f"run.py: error: {signal.Signals(signum).name} received while the "
+                  f"training input was blocked, and stopping failed: {error}",
+                  file=sys.stderr)
+            status = 1
+        run_lock.release_held()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _exit_process(status)
+
+    with _StopOnSignals(on_stuck=stop_stuck) as stop:
+        while step < total_steps and not stop.requested:
             segment = min([total_steps - step] + [every - step % every for every in cadences])
             try:
-                segment_logs = run_steps(trainer, iterator, segment,
-                                         after_call=stop.check, progress=progress)
+                segment_logs, covered = _run_calls(trainer, iterator, segment, stop=stop,
+                                                   progress=progress)
             except NonFiniteLossError as error:
                 # Nothing after the last good checkpoint is saved: the weights of the
                 # failing step are not finite.
                 raise NonFiniteLossError(
                     f"{error} Last good checkpoint (kept, not overwritten): "
                     f"{checkpoints.latest or 'none yet'}.") from None
-            except _Terminated:
-                return _save_on_signal(trainer.step, checkpoints, stop.received)
+            except InputError as error:
+                raise InputError(
+                    f"{error} The checkpoints saved so far are kept (the last: "
+                    f"{checkpoints.latest or 'none yet'}): once the input reads again, "
+                    "run the same command to resume from it.") from None
             step = trainer.step
-            last = step == total_steps
             for means in [since_checkpoint, *intervals.values()]:
-                means.add(segment_logs, segment)
+                means.add(segment_logs, covered)
+            if stop.requested:
+                break
+            last = step == total_steps
             if step % checkpoint_steps == 0 or last:
-                _save(checkpoints, step)
+                _save(checkpoints, step, trainer.options)
                 logs = since_checkpoint.pop()
             for hook in hooks:
                 if hook.every and (step % hook.every == 0 or last):
                     hook.after_steps(step, intervals[id(hook)].pop())
+        if stop.requested:
+            return _stop_on_signal(trainer, iterator, checkpoints, stop, hooks, intervals)
     results = dict(global_step=step, train_seconds=time.perf_counter() - start, logs=logs,
                    interrupted=False)
     for hook in hooks:
@@ -181,15 +336,28 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     return results
 
 
-def _save(checkpoints, step):
+def _temperature_flag(options):
+    """(flag, value) of the temperature the running train mode divides logits by
+    (pretrain: NT-Xent's, distill: both softmaxes'), None for fine-tuning."""
+    mode = getattr(options, "train_mode", "pretrain")
+    if mode == "pretrain":
+        return "--temperature", options.temperature
+    if mode == "distill":
+        return "--distill_temperature", options.distill_temperature
+    return None
+
+
+def _save(checkpoints, step, options):
     """Saves; weights that are not finite are never saved (NonFiniteLossError naming
     the last good checkpoint); a full disk is a CheckpointWriteError saying what to do."""
     try:
         return checkpoints.save(step)
     except NonFiniteWeightsError as error:
+        flag = _temperature_flag(options)
         raise NonFiniteLossError(
-            f"{error} Likely a learning rate or weight decay too large for float32, or "
-            "a temperature too low. Last good checkpoint (kept, not overwritten): "
+            f"{error} Likely a learning rate or weight decay too large for float32"
+            + (f", or a temperature too low ({flag[0]}={flag[1]:g})" if flag else "")
+            + ". Last good checkpoint (kept, not overwritten): "
             f"{checkpoints.latest or 'none yet'}.") from None
     except CheckpointWriteError as error:
         raise CheckpointWriteError(
@@ -198,12 +366,55 @@ def _save(checkpoints, step):
             "that checkpoint.") from None
 
 
-def _save_on_signal(step, checkpoints, signum):
+def _stop_on_signal(trainer, iterator, checkpoints, stop, hooks, intervals):
+    """After a stop signal: a checkpoint at the step reached (unless there is one),
+    the interrupted interval to the hooks that record intervals (`at_interrupt`),
+    then the loop's result. Once, whichever thread comes first (`stop.stopping`)."""
+    with stop.stopping:
+        if stop.result is None:
+            stop.result = _stop_once(trainer, iterator, checkpoints, stop, hooks,
+                                     intervals)
+        return stop.result
+
+
+def _stop_once(trainer, iterator, checkpoints, stop, hooks, intervals):
+    step, signum = trainer.step, stop.received
     latest = checkpoints.latest
-    path = latest if latest and step_of(latest) == step else _save(checkpoints, step)
+    path = (latest if latest and step_of(latest) == step
+            else _save(checkpoints, step, trainer.options))
+    segment = stop.segment  # from the watcher: the calls of the segment it cut short
+    if segment is not None and segment.steps:
+        for means in intervals.values():
+            means.add(segment.means(), segment.steps)
+    for hook in hooks:
+        if hook.every and hook.at_interrupt and intervals[id(hook)].steps:
+            hook.after_steps(step, intervals[id(hook)].pop())
+    blocked = ""
+    if stop.cancelled:
+        # Its reads may never return: destroying the iterator would wait for them.
+        _park(iterator)
+        blocked = (" The training input was blocked (no batch came): the step waiting "
+                   "for it was cancelled; check that the training data is readable.")
     print(f"{signal.Signals(signum).name} received: saved a checkpoint at step {step} "
-          f"({path}) and stopped; run the same command again to resume.", flush=True)
+          f"({path}) and stopped; run the same command again to resume.{blocked}",
+          flush=True)
     return dict(global_step=step, interrupted=True, signal=int(signum))
+
+
+def _exit_process(status):
+    """Ends the process at once (a thread of it blocks in a call that cannot end)."""
+    os._exit(status)  # pylint: disable=protected-access
+
+
+def _park(obj):
+    """Keeps `obj` referenced until the process exits, by a daemon thread that never
+    ends (a module global would be released, and `obj` destroyed, at exit)."""
+
+    def hold(obj, forever):  # pylint: disable=unused-argument
+        forever.wait()
+
+    threading.Thread(target=hold, args=(obj, threading.Event()), daemon=True,
+                     name="simclr-blocked-input").start()
 
 
 # Logs that are a state, not a per-step quantity: intervals report the last value.
@@ -226,11 +437,21 @@ class Means:
                 self._sums[name] = self._sums.get(name, 0.0) + float(value) * steps
         self._steps += steps
 
-    def pop(self):
-        """The means (and last values) so far, then starts a new interval."""
+    @property
+    def steps(self):
+        """The steps added since the last `pop`."""
+        return self._steps
+
+    def means(self):
+        """The means (and last values) so far."""
         result = {name: np.float32(total / max(self._steps, 1))
                   for name, total in self._sums.items()}
         result.update(self._last)
+        return result
+
+    def pop(self):
+        """The means (and last values) so far, then starts a new interval."""
+        result = self.means()
         self._sums, self._last, self._steps = {}, {}, 0
         return result
 
@@ -244,26 +465,47 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
         trainer: a `simclr_tf.train.Trainer` (`steps_per_loop` steps per call).
         iterator: an iterator over a distributed dataset.
         num_steps: how many steps to run now (not the global target).
-        after_call: optional callable run after each compiled call (e.g. to stop on
-            SIGTERM by raising).
+        after_call: optional callable run after each compiled call.
         progress: a `TrainingProgress` of the whole run to update after each call,
             or None.
 
     Raises:
         NonFiniteLossError: when the loss or the gradient norm is NaN or infinite.
+        InputError: when the input pipeline fails.
     """
+    return _run_calls(trainer, iterator, num_steps, after_call=after_call,
+                      progress=progress)[0]
+
+
+def _run_calls(trainer, iterator, num_steps, *, stop=None, after_call=None, progress=None):
+    """`run_steps`, stopping early (before a call, or when its call was cancelled)
+    once `stop` (a `_StopOnSignals`) has a stop request; returns (the means of the
+    logs, the steps they cover). A cancelled call of several steps returns no logs:
+    the steps it completed count in `trainer.step`, not in the means."""
     if not isinstance(num_steps, int) or num_steps < 0:
         raise ValueError(f"num_steps must be an int >= 0. Received: num_steps={num_steps!r}")
     done, means, examples, seconds, waited = 0, Means(), 0.0, 0.0, 0.0
+    loss_scaling = isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
+    if stop is not None:
+        stop.segment = means  # what a stop from the watcher thread logs
     while done < num_steps:
+        if stop is not None and stop.requested:
+            break
         calls = min(trainer.steps_per_loop, num_steps - done)
         start = time.perf_counter()
-        logs = trainer.train_steps(iterator, calls)
+        try:
+            with stop.calling() if stop is not None else contextlib.nullcontext():
+                logs = trainer.train_steps(iterator, calls)
+        except _INPUT_FAILURES as error:
+            if "IteratorGetNext" not in error.message:
+                raise
+            raise InputError(f"The training input failed at step {trainer.step + 1}: "
+                             f"{_input_failure(error.message)}.") from None
+        if stop is not None and stop.cancelled:
+            break
         elapsed = time.perf_counter() - start
         done += calls
-        check_finite(logs, trainer.step, temperature=trainer.options.temperature,
-                     loss_scaling=isinstance(trainer.optimizer,
-                                             keras.optimizers.LossScaleOptimizer))
+        check_finite(logs, trainer.step, options=trainer.options, loss_scaling=loss_scaling)
         # Images per second (a pretraining example is one image, two views).
         examples += float(logs["num_examples"]) * calls
         seconds += elapsed
@@ -278,26 +520,68 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
             progress.update(trainer.step, logs)
         if after_call is not None:
             after_call()
+    if stop is not None:
+        stop.segment = None
     result = means.pop()
     if done:
         result["examples_per_sec"] = np.float32(examples / max(seconds, 1e-9))
         if "data_wait" in result:
             # The share of the segment's time its steps waited for input.
             result["input_share"] = np.float32(min(waited / max(seconds, 1e-9), 1.0))
-    return result
+    return result, done
 
 
-def check_finite(logs, step, *, temperature, loss_scaling):
-    """Raises NonFiniteLossError when the loss or the gradient norm is not finite."""
+# The errors of an input pipeline that fails (a file gone or unreadable, a source's
+# own error raised in it, the data ending), told from the step's own by the op that
+# raised them: the iterator's read. A peer lost mid-run (distribute.PEER_FAILURES) and
+# a cancelled call are not among them.
+_INPUT_FAILURES = (tf.errors.InvalidArgumentError, tf.errors.UnknownError,
+                   tf.errors.NotFoundError, tf.errors.DataLossError,
+                   tf.errors.PermissionDeniedError, tf.errors.FailedPreconditionError,
+                   tf.errors.OutOfRangeError)
+
+
+def _input_failure(message):
+    """What TensorFlow's message of a failed input pipeline says went wrong: the
+    Python error raised in it (e.g. a source's 'yielded no image'), else its first
+    line, without the graph, node and iterator preamble."""
+    lines = [line.strip() for line in message.splitlines()]
+    raised = [line for line in lines
+              if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    if raised:
+        return raised[-1].split(": ", 1)[1].rstrip(".")
+    preamble = ("Graph execution error", "Detected at node", "<stack traces", "[[")
+    text = next((line for line in lines if line and not line.startswith(preamble)),
+                message.strip())
+    text = re.sub(r"^.*Iterator::[\w:]+: ", "", text)
+    return re.sub(r"\s*\[\[.*$|\s*\[Op:.*$", "", text).rstrip(".")
+
+
+def check_finite(logs, step, *, options, loss_scaling):
+    """Raises NonFiniteLossError when the loss or the gradient norm is not finite,
+    naming the likely causes of the running train mode (`options`: its
+    `train.StepOptions`): the learning rate unless this step's is 0 (the start of
+    the warmup: no update had moved the weights yet), the temperature its loss
+    divides by (pretrain: --temperature, distill: --distill_temperature; fine-tuning
+    has none), the precision."""
     what = non_finite_logs(logs)
     if what is None:
         return
+    rate = float(logs["learning_rate"])
+    causes = []
+    if rate > 0:
+        causes.append(f"a learning rate too high (this step's rate: {rate:g}; lower "
+                      "--learning_rate or lengthen --warmup_epochs)")
+    flag = _temperature_flag(options)
+    if flag is not None:
+        causes.append(f"a temperature too low ({flag[0]}={flag[1]:g})")
+    causes.append("float16 overflow (try --mixed_precision=bfloat16 or float32)"
+                  if loss_scaling else "mixed precision (try float32)")
+    likely = ", ".join(causes[:-1]) + (", or " if len(causes) > 2 else " or ") + causes[-1] \
+        if len(causes) > 1 else causes[0]
+    not_rate = (" (not the learning rate: this step's is 0, and no update had moved "
+                "the weights yet)" if rate == 0 else "")
     raise NonFiniteLossError(
-        f"The training {what} at step {step}; stopping. Likely causes: "
-        f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
-        "lower --learning_rate or lengthen --warmup_epochs), a temperature too "
-        f"low (temperature={temperature:g}), or "
-        + ("float16 overflow (try --mixed_precision=bfloat16 or float32)"
-           if loss_scaling else "mixed precision (try float32)")
-        + ". The weights after this step are not finite: do not save them; "
+        f"The training {what} at step {step}; stopping. Likely causes: {likely}"
+        f"{not_rate}. The weights after this step are not finite: do not save them; "
         "resume from the last checkpoint.")

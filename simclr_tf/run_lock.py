@@ -43,6 +43,10 @@ class LockLostError(RuntimeError):
     removed): it writes nothing more there."""
 
 
+# The locks this process holds (`release_held`).
+_HELD = set()
+
+
 class ModelDirLock:
     """Holds model_dir's lock; use `acquire`, then `release` (or `with`). A run asks
     `check()` before each write into model_dir (checkpoints, the export, its result):
@@ -56,6 +60,7 @@ class ModelDirLock:
         self._thread = threading.Thread(target=self._beat, daemon=True,
                                         name="simclr-lock-heartbeat")
         self._thread.start()
+        _HELD.add(self)
 
     def _beat(self):
         while not self._stop.wait(HEARTBEAT_SECS):
@@ -85,6 +90,7 @@ class ModelDirLock:
 
     def release(self):
         """Stops the heartbeat and removes the lock if it is still this run's."""
+        _HELD.discard(self)
         self._stop.set()
         self._thread.join(timeout=5)
         holder = read(self.path)
@@ -100,6 +106,14 @@ class ModelDirLock:
     def __exit__(self, *exc_info):
         self.release()
         return False
+
+
+def release_held():
+    """Releases every lock this process holds: for a process that must end without
+    unwinding (`simclr_tf.loop`: a stop signal while the input blocks), so that the
+    next run, on any host, need not wait for its lock to go stale."""
+    for lock in list(_HELD):
+        lock.release()
 
 
 def acquire(model_dir, mode, *, force=False):

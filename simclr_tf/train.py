@@ -190,12 +190,20 @@ class Trainer:
     # ----- steps (each runs in a replica context) ---------------------------------
 
     def train_step(self, batch):
-        """One optimisation step for `train_mode`; returns this replica's metrics."""
-        if self.options.train_mode == "pretrain":
-            return self.pretrain_step(batch)
-        if self.options.train_mode == "distill":
-            return self.distill_step(batch)
-        return self.finetune_step(batch)
+        """One optimisation step for `train_mode`; returns this replica's metrics.
+
+        Every op of the step waits for the batch, also those with no data input (the
+        optimizer's step counter, the learning rate, seed state): otherwise they run
+        while the read of the batch blocks, and a checkpoint saved then (a stop signal
+        while the input hangs, `simclr_tf.loop`) would count a step whose weights it
+        does not hold. (Inside the replica function: `merge_call`s inherit these
+        dependencies from the replica threads of a MirroredStrategy.)"""
+        with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+            if self.options.train_mode == "pretrain":
+                return self.pretrain_step(batch)
+            if self.options.train_mode == "distill":
+                return self.distill_step(batch)
+            return self.finetune_step(batch)
 
     def pretrain_step(self, batch):
         """NT-Xent on both views + supervised loss on labelled ones + weight decay.

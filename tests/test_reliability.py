@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,6 +104,132 @@ def test_a_stop_signal_saves_a_checkpoint_at_the_current_step_and_exits(tmp_path
     assert 0 < step < 400
     assert tf.train.latest_checkpoint(str(model_dir)).endswith(f"ckpt-{step}")
     assert not (model_dir / "saved_model").exists()  # stopped, not finished
+    # The interval it cut short is logged at the checkpoint's step (issue 34 item 11).
+    assert _metrics_steps(model_dir)[-1] == step
+    assert step in _summary_steps(model_dir)
+
+
+def _metrics_steps(model_dir):
+    """The steps of model_dir/metrics.jsonl's training lines, in order."""
+    lines = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().split("\n")
+             if line.strip()]
+    return [line["step"] for line in lines if any(k.startswith("train/") for k in line)]
+
+
+def _summary_steps(model_dir):
+    """The steps of the train/ scalars in model_dir's TensorBoard event files."""
+    steps = set()
+    for path in model_dir.glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            if any(value.tag.startswith("train/") for value in event.summary.value):
+                steps.add(event.step)
+    return steps
+
+
+def _image_folder(root, count=64, size=16):
+    """`count` random PNGs of `size` px in two class folders."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    rng = np.random.RandomState(0)
+    for i in range(count):
+        directory = root / f"c{i % 2}"
+        directory.mkdir(parents=True, exist_ok=True)
+        Image.fromarray((rng.rand(size, size, 3) * 255).astype(np.uint8)).save(
+            directory / f"{i}.png")
+    return root
+
+
+class _RunPy:
+    """run.py training the tiny model on an image folder, in a subprocess whose
+    output is read as it comes (HOME in tmp_path: the folder scan's cache)."""
+
+    def __init__(self, tmp_path, folder, **flags):
+        self.model_dir = tmp_path / "run"
+        flags = dict(TINY, dataset=f"folder:{folder}", eval_split="train",
+                     train_steps=1000, checkpoint_steps=4, mode="train",
+                     model_dir=self.model_dir, **flags)
+        command = [sys.executable, os.path.join(REPO, "run.py")]
+        command += [f"--{k}={v}" for k, v in flags.items()]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=REPO, env=dict(_env(), HOME=str(tmp_path)))
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self):
+        return "".join(self.lines)
+
+    def wait_for_checkpoint(self, step, timeout=180):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.process.poll() is None:
+            if (self.model_dir / f"ckpt-{step}.index").exists():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"no ckpt-{step}: " + self.output[-3000:])
+
+    def wait(self, timeout):
+        """The exit status, and the seconds it took; kills it after `timeout`."""
+        started = time.monotonic()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(5)
+        return self.process.returncode, time.monotonic() - started
+
+
+@pytest.mark.large  # 14-23 s
+def test_an_image_folder_that_vanishes_mid_training_is_an_error_naming_it(tmp_path):
+    """rm -rf of the folder while training (issue 34 item 4): not a hang (empty
+    epochs repeated forever) but run.py's error naming the folder and the split,
+    exit 1, the checkpoints kept."""
+    folder = _image_folder(tmp_path / "images")
+    run_py = _RunPy(tmp_path, folder)
+    run_py.wait_for_checkpoint(4)
+    shutil.rmtree(folder)
+    status, seconds = run_py.wait(120)
+    output = run_py.output
+    assert status == 1, output[-3000:]
+    assert seconds < 60
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("run.py: error: The training input failed at step "), last
+    assert f"Image folder {str(folder)!r}, split 'train': an epoch yielded no image" in last
+    assert "restore the folder" in last
+    assert "run the same command to resume" in last
+    latest = tf.train.latest_checkpoint(str(run_py.model_dir))
+    assert latest and tf.train.load_checkpoint(latest).get_variable_to_shape_map()
+
+
+@pytest.mark.large  # 28-36 s
+def test_sigterm_while_the_input_blocks_saves_and_exits_143(tmp_path):
+    """Every image replaced by a FIFO (a read that never returns, as on a hung
+    mount): the step waits for its batch in a call that Python cannot interrupt;
+    SIGTERM still saves the step reached, logs it, releases the lock and exits 143."""
+    folder = _image_folder(tmp_path / "images")
+    run_py = _RunPy(tmp_path, folder)
+    run_py.wait_for_checkpoint(4)
+    for path in folder.glob("*/*.png"):
+        path.unlink()
+        os.mkfifo(path)
+    time.sleep(8)  # the prefetched batches are used up: the input blocks
+    assert run_py.process.poll() is None, run_py.output[-3000:]
+    run_py.process.send_signal(signal.SIGTERM)
+    status, seconds = run_py.wait(90)
+    output = run_py.output
+    assert status == 143, output[-3000:]
+    assert seconds < 30  # a scheduler's grace before its SIGKILL is often 30 s
+    assert "training input was blocked" in output
+    step = int(output.split("SIGTERM received: saved a checkpoint at step ")[1].split()[0])
+    assert tf.train.latest_checkpoint(str(run_py.model_dir)).endswith(f"ckpt-{step}")
+    assert _metrics_steps(run_py.model_dir)[-1] == step
+    assert step in _summary_steps(run_py.model_dir)
+    assert not (run_py.model_dir / ".simclr_lock").exists()
 
 
 class _TinyModel(tf.Module):

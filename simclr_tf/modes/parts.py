@@ -304,4 +304,4 @@ def evaluation_hook(every, evaluators, model, *, writer, say=say_line, metrics_l
                               metrics_log=metrics_log, checkpoint=saved,
                               model_dir=model_dir)
 
-    return loop.Every(every, run)
+    return loop.Every(every, run, at_interrupt=False)  # slow: not while preempted
