@@ -12,10 +12,12 @@ import json
 import typing
 from typing import Optional
 
-from simclr_tf import architecture, modes, rules, validation, variants
+from simclr_tf import rules, validation, variants
+from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.tables import modes
 # Re-exported: callers import these from here.
 from simclr_tf.architecture import (  # noqa: F401
-    ARCHITECTURE_FLAGS, VARIANT_FLAGS, architecture_mismatches, check_variant_flags)
+    VARIANT_FLAGS, architecture_mismatches, check_variant_flags)
 from simclr_tf.errors import ConfigError  # noqa: F401
 
 AUTHORS_FLAGS = (
@@ -387,14 +389,14 @@ class Config:
 
     def model_kwargs(self, num_classes=None):
         """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run: the
-        encoder's options are the flags its row of `architecture.ENCODERS` names.
+        encoder's options are the flags its row of `tables.encoders.ENCODERS` names.
 
         Args:
             num_classes: classes of the supervised head, or None for none.
         """
         has_head = num_classes is not None and (
             self.train_mode in rules.ONE_VIEW_MODES or self.lineareval_while_pretraining)
-        spec = architecture.encoder_spec(self.encoder)
+        spec = encoder_table.encoder_spec(self.encoder)
         options = {option: self.encoder_option(flag)
                    for flag, option in (spec.flags.items() if spec else ())}
         return dict(

@@ -2,7 +2,7 @@
 
 `run(config)`: seeds, strategy, `preflight` (every check before a model exists, no
 side effects), model_dir and its flags record, then the functions of the mode's row
-in `simclr_tf.modes.MODES` (one module each), then optionally the final linear probe,
+in `simclr_tf.tables.modes.MODES` (one module each of `simclr_tf.modes`), then optionally the final linear probe,
 and the result record (both written by `simclr_tf.records`: flags.json, result.json).
 The modes assemble their parts (`simclr_tf.modes.parts`: the model, the Trainer);
 checkpoints (`simclr_tf.checkpoints`), the loop (`simclr_tf.loop`) and the evaluators
@@ -14,7 +14,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, distribute, modes, preflight, records
+from simclr_tf import checkpoints, distribute, preflight, records
+from simclr_tf.tables import modes
 from simclr_tf import run_lock
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import linear_probe, parts, train

@@ -19,7 +19,7 @@ Which run is read (`recorded_run`):
 
 What is read (`inherited_flags`): from model_dir's own record, every flag but the
 run's identity and the machine (`NEVER_READ`); from another run, its model and its
-data (`MODEL_AND_DATA`) for training, and for reader modes also how it was trained
+data (`model_and_data()`) for training, and for reader modes also how it was trained
 (its supervised head). Of two flags that decide the same thing (`Config.flag_pairs`:
 --train_steps overrides --train_epochs, --variant sets --resnet_depth, ...), the one
 given wins over the one the record holds: `--train_epochs=2` on a run recorded with
@@ -29,17 +29,17 @@ reads none of the flags it sets.
 A record's values are checked against the flags' types (`Config.check_record`):
 `"use_blur": "false"` is an error naming the file and the key, not true.
 
-Pure Python (no TensorFlow), so that flag errors stay fast; a record on a remote
-file system (`gs://`) is read with TensorFlow's file API.
+Pure Python (no TensorFlow), so that flag errors stay fast; the run a path belongs
+to and its record are found by `simclr_tf.run_dirs` (a record on a remote file system,
+`gs://`, is read with TensorFlow's file API), the reader `open_encoder` opens it by.
 """
 import dataclasses
-import json
 import os
 
-from simclr_tf import architecture, modes
+from simclr_tf import architecture, run_dirs
+from simclr_tf.tables import modes
 from simclr_tf.errors import ConfigError
 
-FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
 # Never read from a record: which run and mode this is, the machine it runs on, and the
 # permissions a command gives for itself alone (an evaluation on training examples is
 # allowed by the command that asks for it, not by the run it reads).
@@ -48,10 +48,16 @@ NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_fl
               "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
-MODEL_AND_DATA = architecture.ARCHITECTURE_FLAGS + ("encoder_config",) + DATA_FLAGS
 # What a reader of another run's weights needs besides: the heads the run trained.
 HEADS = ("train_mode", "lineareval_while_pretraining", "ft_proj_selector",
          "batch_norm_decay", "global_bn")
+
+
+def model_and_data():
+    """What another run's weights need: the flags that decide the model's variables,
+    of the encoder table as it is now (an encoder registered later with flags of its
+    own included), and the data the run was trained on."""
+    return architecture.architecture_flag_names() + ("encoder_config",) + DATA_FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +76,7 @@ class Inherited:
         differing = {name: value for name, value in self.values.items()
                      if value != getattr(defaults, name)}
         shown = [f"--{name}={_shown(value)}" for name, value in differing.items()
-                 if name in MODEL_AND_DATA + HEADS]
+                 if name in model_and_data() + HEADS]
         others = len(self.values) - len(shown)
         line = " ".join(shown + ([f"(and {others} other flag{'s' * (others != 1)})"]
                                  if others else [])) or "the defaults"
@@ -80,33 +86,6 @@ class Inherited:
 
 def _shown(value):
     return str(value).lower() if isinstance(value, bool) else value
-
-
-def _is_remote(path):
-    return "://" in path
-
-
-def _exists(path):
-    if _is_remote(path):
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        return tf.io.gfile.exists(path)
-    return os.path.exists(path)
-
-
-def _isdir(path):
-    if _is_remote(path):
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        return tf.io.gfile.isdir(path)
-    return os.path.isdir(path)
-
-
-def _read(path):
-    if _is_remote(path):
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def overruled(pairs, given, readable):
@@ -122,37 +101,19 @@ def overruled(pairs, given, readable):
     return found
 
 
-def run_of_checkpoint(path):
-    """The run directory of a --checkpoint value (ours), or None.
-
-    A run directory; a checkpoint prefix in one (`run/ckpt-100`); an export
-    (`run/saved_model/<step>`, or its `variables/variables` prefix).
-    """
-    path = os.fspath(path).rstrip("/")
-    if path.endswith(os.path.join("variables", "variables")):
-        path = os.path.dirname(os.path.dirname(path))  # the export's directory
-    if _isdir(path):
-        parent = os.path.dirname(path)
-        if os.path.basename(parent) == "saved_model":
-            return os.path.dirname(parent)
-        return path
-    return os.path.dirname(path) or "."
-
-
 def recorded_run(config):
     """`(flags.json path, own)` of the run `config` reads, or None: model_dir's
     record (own=True), or --checkpoint's run's, or distilling without
     --checkpoint --teacher's (own=False)."""
     if config.model_dir:
-        path = os.path.join(config.model_dir, FLAGS_FILE)
-        if _exists(path):
+        path = os.path.join(config.model_dir, run_dirs.FLAGS_FILE)
+        if run_dirs.exists(path):
             return path, True
     # The student's weights' run; only without them, distilling, the teacher's.
     other = config.checkpoint or (config.teacher if config.train_mode == "distill" else None)
     if other:
-        run_dir = run_of_checkpoint(other)
-        path = os.path.join(run_dir, FLAGS_FILE) if run_dir else None
-        if path and _exists(path):
+        path = run_dirs.flags_file(other)
+        if path:
             return path, False
     return None
 
@@ -162,7 +123,7 @@ def inherited_flags(mode, own):
     model and data (and for a reader mode the heads) from another run's."""
     if own:
         return None  # every flag but NEVER_READ
-    return MODEL_AND_DATA + (() if modes.get(mode).trains else HEADS)
+    return model_and_data() + (() if modes.get(mode).trains else HEADS)
 
 
 def inherit(config):
@@ -183,7 +144,7 @@ def inherit(config):
         return config, None
     path, own = found
     try:
-        recorded = _read(path)
+        recorded = run_dirs.read_flags(path)
     except (OSError, ValueError) as error:
         raise ValueError(f"{path!r} cannot be read ({error}); repair or remove it, or "
                          "pass every flag of the run.") from None

@@ -28,7 +28,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from simclr_tf import train
+from simclr_tf import finite, train
 
 
 class NonFiniteTrainingError(FloatingPointError):
@@ -208,13 +208,13 @@ class _FiniteGuard(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         # The logs are running means over the epoch: one non-finite step makes them so.
-        what = train.non_finite_logs(logs) if logs and "loss" in logs else None
+        what = finite.non_finite_logs(logs) if logs and "loss" in logs else None
         if what is not None:
             self._stop(f"the training {what} by step {self._step()}")
 
     def on_epoch_end(self, epoch, logs=None):
         model = self._simclr
-        bad = train.non_finite_variables(model.network.weights + model.optimizer.variables)
+        bad = finite.non_finite_variables(model.network.weights + model.optimizer.variables)
         if bad:
             self._stop(f"after step {self._step()} (epoch {epoch + 1}), {len(bad)} weight "
                        f"or optimizer tensors hold NaN or infinite values (e.g. "

@@ -47,7 +47,7 @@ from tensorflow.python.eager import cancellation
 
 from simclr_tf import run_lock
 from simclr_tf.checkpoints import CheckpointWriteError, NonFiniteWeightsError, step_of
-from simclr_tf.train import non_finite_logs
+from simclr_tf.finite import non_finite_logs
 
 class NonFiniteLossError(FloatingPointError):
     """Training produced a NaN or infinite loss."""

@@ -10,12 +10,14 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import architecture, checkpoints, errors, modes, official, records, rules, \
-    teacher
-from simclr_tf.config import ARCHITECTURE_FLAGS, ConfigError, architecture_mismatches
+from simclr_tf import architecture, checkpoints, errors, official, records, rules, \
+    run_dirs, teacher
+from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.tables import modes
+from simclr_tf.config import ConfigError, architecture_mismatches
 from simclr_tf.data import folders, registry, subsets
 from simclr_tf.evaluation import overlap
-from simclr_tf.models import encoders, hub
+from simclr_tf.models import hub
 
 
 def load_source(config):
@@ -108,19 +110,19 @@ def check(config, strategy, source):
 
 
 def _check_encoder(config):
-    """--encoder names an encoder of the table (`models.encoders.ENCODERS`, the one
+    """--encoder names an encoder of the table (`tables.encoders.ENCODERS`, the one
     list of names) or a keras-hub backbone (keras-hub imports), and a patch-based one
-    divides the image size (`architecture.EncoderSpec.patch_size`). Nothing is made:
+    divides the image size (`tables.encoders.EncoderSpec.patch_size`). Nothing is made:
     making the encoder would draw seeds from the global RNG and change the run's
     initialisation."""
     name = config.encoder
     if name.startswith(rules.HUB_ENCODER_PREFIX):
         _require_keras_hub("encoder", name)
         return  # hub.build names a bad spec before any weights exist
-    if name not in encoders.ENCODERS:
-        raise ConfigError("encoder", f"must be one of {', '.join(encoders.ENCODERS)} or "
+    if name not in encoder_table.ENCODERS:
+        raise ConfigError("encoder", f"must be one of {', '.join(encoder_table.ENCODERS)} or "
                           f"{rules.HUB_ENCODER_PREFIX}<backbone>; got {name!r}.")
-    spec = architecture.encoder_spec(name)
+    spec = encoder_table.encoder_spec(name)
     patch = spec.patch_size if spec else None
     if patch and config.image_size % patch:
         size = config.image_size
@@ -162,7 +164,7 @@ def _check_training(config, strategy, source):
         raise ConfigError.from_rule("grad_cache_chunk", f"{error} (--train_batch_size="
                                     f"{config.train_batch_size} over {replicas} replicas)"
                                     ) from None
-    spec = architecture.encoder_spec(config.encoder)
+    spec = encoder_table.encoder_spec(config.encoder)
     if (config.train_mode in rules.ONE_VIEW_MODES and per_replica % 2 and spec is not None
             and spec.odd_batch_onednn_crash(config.model_kwargs()["encoder_options"])
             and _onednn_cpu_training(strategy)):
@@ -242,7 +244,7 @@ def _check_teacher(config, source):
     encoder = info.model_kwargs.get("encoder", "resnet")
     if isinstance(encoder, str) and encoder.startswith(rules.HUB_ENCODER_PREFIX):
         _require_keras_hub("teacher", f"{config.teacher!r} is a {encoder} model:")
-    spec = architecture.encoder_spec(encoder) if isinstance(encoder, str) else None
+    spec = encoder_table.encoder_spec(encoder) if isinstance(encoder, str) else None
     if spec is not None and spec.patch_size and info.image_size not in (
             None, config.image_size):
         raise ConfigError("teacher", f"{config.teacher!r} is a {encoder} model trained at "
@@ -512,7 +514,7 @@ def _trained_split(config, mode):
         return None
     if recorded is None or recorded.dataset != config.dataset:
         return None
-    return recorded.train_split, os.path.dirname(weights.prefix)
+    return recorded.train_split, run_dirs.run_of(weights.prefix)
 
 
 def _check_checkpoint_readable(prefix, flag="checkpoint"):
@@ -602,7 +604,7 @@ def flag_errors(flag):
     try:
         yield
     except checkpoints.CheckpointMismatchError as error:
-        flags = " ".join(f"--{name}" for name in ARCHITECTURE_FLAGS)
+        flags = " ".join(f"--{name}" for name in architecture.architecture_flag_names())
         raise ConfigError(flag, f"{error.prefix!r} does not fit the model the flags "
                           f"describe ({error.reason}). Pass the flags of the run that "
                           f"wrote it ({flags}); for its supervised head also a --dataset "

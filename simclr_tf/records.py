@@ -5,8 +5,8 @@ keras-hub's `from_preset(dir)` reads `config.json`), so it is written and read h
 only:
 
 - `record_path(model_dir, kind, mode)`: where a mode's flags and results go.
-- `write_json` / `atomic_write`: a killed process never leaves half a file (temporary
-  file, then rename); every atomic file write of the package calls `atomic_write`.
+- `write_json`: a killed process never leaves half a record (`files.atomic_write`:
+  temporary file, then rename).
 - `read_config(path)`: the Config a run recorded, read by one tolerant rule (below),
   so that preflight, `checkpoints.open_encoder` and the scripts agree on which old
   run directories open.
@@ -46,20 +46,19 @@ readable. `global_step` is that of the newest run that ended; an entry that run 
 not measure keeps the value of the run that did (e.g. the final probe of an earlier
 `--final_linear_probe` run).
 
-This module needs only TensorFlow's file API and `config` (pure Python), so the data
-and evaluation layers use its `atomic_write` too.
+This module needs only TensorFlow's file API, `config` and the mode table.
 """
 import dataclasses
 import datetime
 import json
 import os
 import time
-import uuid
 
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import modes
+from simclr_tf.files import atomic_write
+from simclr_tf.tables import modes
 from simclr_tf.config import Config, ConfigError, RecordError
 
 # A mode that trains (`modes.Mode.trains`) keeps flags.json / result.json (what
@@ -186,32 +185,6 @@ def record_path(model_dir, kind, mode, *, step=None):
     trains = mode in modes.MODES and modes.MODES[mode].trains
     name = f"{kind}.json" if trains else f"{kind}.{mode}.json"
     return os.path.join(model_dir, name)
-
-
-def atomic_write(path, content):
-    """Writes `path` so that a reader sees the old file or the whole new one, never a
-    part: into a temporary file beside it, then renamed over it. A failed write
-    leaves the old file and no temporary one.
-
-    Args:
-        path: the file (local or any filesystem `tf.io.gfile` knows).
-        content: str or bytes to write, or a callable that writes the file at the
-            temporary path it is given (which ends like `path`, so
-            `lambda scratch: np.savez(scratch, **arrays)` adds no second '.npz').
-    """
-    root, extension = os.path.splitext(path)
-    temporary = f"{root}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}{extension}"
-    try:
-        if callable(content):
-            content(temporary)
-        else:
-            with tf.io.gfile.GFile(temporary, "w" if isinstance(content, str) else "wb") as f:
-                f.write(content)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.remove(temporary)
-        raise
 
 
 def write_json(path, values):

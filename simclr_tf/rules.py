@@ -15,7 +15,7 @@ TRAIN_MODES = ("pretrain", "finetune", "distill")
 ONE_VIEW_MODES = ("finetune", "distill")
 OPTIMIZERS = ("lars", "momentum", "adam", "adamw")
 # --encoder: the prefix of a keras-hub backbone (the other names are the keys of
-# simclr_tf.models.encoders.ENCODERS, checked in simclr_tf.preflight).
+# simclr_tf.tables.encoders.ENCODERS, checked in simclr_tf.preflight).
 HUB_ENCODER_PREFIX = "hub:"
 PROJ_HEAD_MODES = ("none", "linear", "nonlinear")
 # -1 trains everything; 0 freezes the stem; k in 1..3 also block groups 1..k; 4 the

@@ -30,7 +30,7 @@ import uuid
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import records
+from simclr_tf import files
 from simclr_tf.config import ConfigError
 
 LOCK_FILE = ".simclr_lock"
@@ -71,7 +71,7 @@ class ModelDirLock:
                 return
             self.record["heartbeat"] = time.time()
             try:
-                records.atomic_write(self.path, json.dumps(self.record))
+                files.atomic_write(self.path, json.dumps(self.record))
             except (OSError, tf.errors.OpError) as error:
                 logging.warning("Could not refresh the lock %s: %s", self.path, error)
 

@@ -8,8 +8,9 @@ logits in inference mode.
 
 A teacher is anything `checkpoints.resolve` reads that has a supervised head:
 - our run directory or checkpoint prefix: the architecture from its run's
-  flags.json (`checkpoints.recorded_run_config`), the classes from the shape of
-  the head's kernel in the checkpoint;
+  flags.json (`checkpoints.recorded_run_config`, which finds the run by
+  `run_dirs`, as inherit and open_encoder do), the classes from the shape of the
+  head's kernel in the checkpoint;
 - one of our SavedModel exports (`run/saved_model/<step>`): its variables, with the
   flags.json of the run it lies in;
 - an authors' released model with a supervised head: the architecture and the

@@ -13,7 +13,6 @@ Batches (see docs/design.md):
 Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
 import dataclasses
-import math
 from typing import Callable, Optional
 
 import keras
@@ -490,25 +489,6 @@ def _op_determinism_enabled():
     from tensorflow.python.framework import config as framework_config  # pylint: disable=import-outside-toplevel
     getter = getattr(framework_config, "is_op_determinism_enabled", None)
     return True if getter is None else bool(getter())
-
-
-def non_finite_logs(logs):
-    """What is wrong with a step's logs, e.g. 'loss is nan' or 'gradient norm is inf
-    (loss 2.3)'; None when the loss and the gradient norm are finite (the weights
-    after a step with either non-finite are not: nothing may save them)."""
-    loss = float(logs["loss"])
-    grad_norm = float(logs.get("grad_norm", 0.0))
-    if math.isfinite(loss) and math.isfinite(grad_norm):
-        return None
-    return (f"loss is {loss}" if not math.isfinite(loss)
-            else f"gradient norm is {grad_norm} (loss {loss:g})")
-
-
-def non_finite_variables(variables):
-    """Names of the floating-point variables holding NaN or infinite values."""
-    return [v.path if hasattr(v, "path") else v.name for v in variables
-            if tf.as_dtype(v.dtype).is_floating
-            and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))]
 
 
 def global_grad_norm(grads):

@@ -4,7 +4,9 @@ each value, then the rules between flags. Checks that need the dataset or the st
 import json
 import math
 
-from simclr_tf import architecture, modes, rules, variants
+from simclr_tf import rules, variants
+from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.tables import modes
 from simclr_tf.architecture import VARIANT_FLAGS, check_variant_flags
 from simclr_tf.errors import ConfigError
 
@@ -142,14 +144,14 @@ def _check_distillation(config, mode):
 
 def _check_encoder(config):
     """--encoder is named, the flags exclusive to other encoders are not given, and
-    its rules hold (all from `architecture.ENCODERS`: no branch on names here)."""
+    its rules hold (all from `tables.encoders.ENCODERS`: no branch on names here)."""
     name = config.encoder
     if not name or name == rules.HUB_ENCODER_PREFIX:
         raise ConfigError("encoder", f"is empty: name an encoder, e.g. resnet, vit_s16 "
                           f"or {rules.HUB_ENCODER_PREFIX}ResNetBackbone; got {name!r}.")
-    spec = architecture.encoder_spec(name)
+    spec = encoder_table.encoder_spec(name)
     defaults = type(config)()
-    for flag, owners in architecture.exclusive_owners().items():
+    for flag, owners in encoder_table.exclusive_owners().items():
         if (spec is None or flag not in spec.exclusive_flags) \
                 and getattr(config, flag) != getattr(defaults, flag):
             raise ConfigError(flag, f"applies to --encoder={' / '.join(owners)} only; "

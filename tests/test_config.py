@@ -174,7 +174,7 @@ def test_json_round_trip_and_resolved_values():
 
 
 def test_encoder_reaches_the_model_kwargs():
-    # Each encoder receives exactly the flags its row of architecture.ENCODERS names.
+    # Each encoder receives exactly the flags its row of tables.encoders.ENCODERS names.
     resnet = Config(image_size=32, width_multiplier=2.0, vit_pool="mean").model_kwargs()
     assert resnet["encoder"] == "resnet" and resnet["encoder_options"] == dict(
         depth=50, width_multiplier=2, sk_ratio=0.0, se_ratio=0.0, stem="cifar")

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from simclr_tf import checkpoints, experiment
 from simclr_tf.modes import parts
-from simclr_tf.models import encoders, hub, vit
+from simclr_tf.models import hub, vit
+from simclr_tf.tables import encoders as encoder_table
 from helpers.run_fixtures import config
 
 # A ViT small enough for a test, under a name of the table like vit_s16's (4 blocks:
@@ -30,8 +31,9 @@ def _encoder_weights(cfg):
 
 @pytest.fixture
 def vit_tiny(monkeypatch):
-    monkeypatch.setitem(encoders.ENCODERS, "vit_tiny", lambda options, dtype: vit.ViT(
-        **TINY_VIT, pool=options.get("vit_pool", "token"), dtype=dtype, name="vit"))
+    monkeypatch.setitem(encoder_table.ENCODERS, "vit_tiny", encoder_table.EncoderSpec(
+        flags={}, builder=lambda options, dtype: vit.ViT(
+            **TINY_VIT, pool=options.get("vit_pool", "token"), dtype=dtype, name="vit")))
 
 
 # keras-hub's ResNet wants 64 filters in its first stack (and its stem to match).

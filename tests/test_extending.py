@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, modes
+from simclr_tf import checkpoints, experiment
+from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import parts
 
@@ -55,12 +56,10 @@ def test_a_mode_needing_a_checkpoint_fails_before_any_model_is_built(
 @pytest.fixture
 def toy_encoder_and_dataset(monkeypatch):
     """tiny_conv and stripes registered for this test only."""
-    from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
     from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
-    from simclr_tf.models import encoders  # pylint: disable=import-outside-toplevel
+    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
     from helpers import toy_dataset, toy_encoder  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(encoders, "ENCODERS", dict(encoders.ENCODERS))
-    monkeypatch.setattr(architecture, "ENCODERS", dict(architecture.ENCODERS))
+    monkeypatch.setattr(encoder_table, "ENCODERS", dict(encoder_table.ENCODERS))
     monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))  # pylint: disable=protected-access
     toy_encoder.register()
     toy_dataset.register()
@@ -96,10 +95,45 @@ def test_the_tables_the_flags_ask_import_no_tensorflow():
     import sys  # pylint: disable=import-outside-toplevel
     code = ("import sys\n"
             "import simclr_tf.config, simclr_tf.validation, simclr_tf.architecture, "
-            "simclr_tf.modes, simclr_tf.rules, simclr_tf.variants, simclr_tf.errors\n"
+            "simclr_tf.modes, simclr_tf.tables.modes, simclr_tf.tables.encoders, simclr_tf.rules, simclr_tf.variants, "
+            "simclr_tf.errors\n"
             "heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, cwd=os.path.dirname(os.path.dirname(
                                 os.path.abspath(__file__))))
     assert result.returncode == 0, result.stderr
+
+
+def test_an_encoder_registered_later_has_its_variable_flags_inherited_and_checked(
+        tmp_path, monkeypatch):
+    """The flags that decide a model's variables are a function of the encoder table
+    as it is, not a list made at import: an encoder registered later, whose variables
+    --vit_pool decides, has --vit_pool read from the run its --checkpoint names and
+    checked against that checkpoint's record."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    from simclr_tf import inherit, preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
+    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(encoder_table, "ENCODERS", dict(encoder_table.ENCODERS))
+    assert "vit_pool" not in inherit.model_and_data()  # decides no variables yet
+    encoder_table.register_encoder("pooled_conv", encoder_table.EncoderSpec(
+        flags=dict(vit_pool="pool"), variable_flags=("vit_pool",),
+        builder="helpers.toy_encoder:build"))
+    run_dir = tmp_path / "run"
+    os.makedirs(run_dir)
+    with open(run_dir / "flags.json", "w") as f:
+        json.dump(Config(encoder="pooled_conv", vit_pool="mean").to_dict(), f)
+    # Inherited: a fine-tune of that run that gives neither flag reads both.
+    given = dict(mode="train", train_mode="finetune", checkpoint=str(run_dir),
+                 model_dir=str(tmp_path / "finetune"))
+    config, inherited = inherit.inherit(Config(**given).with_given(set(given)))
+    assert (config.encoder, config.vit_pool) == ("pooled_conv", "mean")
+    assert inherited.values["vit_pool"] == "mean"
+    # Checked: a --vit_pool other than the record's does not fit its checkpoint.
+    prefix = str(run_dir / "ckpt-4")
+    weights = checkpoints.Weights(prefix, checkpoints.CHECKPOINT, prefix, 4)
+    preflight._check_recorded_architecture(config, weights, "checkpoint")  # pylint: disable=protected-access
+    with pytest.raises(ConfigError, match=r"another architecture .*pass --vit_pool=mean"):
+        preflight._check_recorded_architecture(  # pylint: disable=protected-access
+            dataclasses.replace(config, vit_pool="token"), weights, "checkpoint")

@@ -348,14 +348,17 @@ def test_model_takes_encoder_options_only_and_old_configs_still_load():
     assert vit_model.get_config()["encoder_options"] == dict(vit_pool="mean")
 
 
-def test_the_flags_encoder_table_names_the_models_encoders():
-    from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
-    from simclr_tf.models import encoders  # pylint: disable=import-outside-toplevel
-    assert set(architecture.ENCODERS) == set(encoders.ENCODERS)
+def test_every_row_of_the_encoder_table_names_a_builder_that_imports():
+    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    import importlib  # pylint: disable=import-outside-toplevel
+    for name, spec in encoder_table.ENCODERS.items():
+        module, _, function = spec.builder.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), name
 
 
 def test_the_encoder_table_states_the_vit_patch_sizes():
-    from simclr_tf import architecture  # pylint: disable=import-outside-toplevel
     from simclr_tf.models import vit  # pylint: disable=import-outside-toplevel
+    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    assert set(vit.PRESETS) <= set(encoder_table.ENCODERS)
     for name, preset in vit.PRESETS.items():
-        assert architecture.ENCODERS[name].patch_size == preset["patch_size"], name
+        assert encoder_table.ENCODERS[name].patch_size == preset["patch_size"], name

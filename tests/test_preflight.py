@@ -56,7 +56,7 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
 
 
 def test_every_mode_of_the_table_is_a_flag_choice_and_its_functions_import():
-    from simclr_tf import modes  # pylint: disable=import-outside-toplevel
+    from simclr_tf.tables import modes  # pylint: disable=import-outside-toplevel
     assert set(modes.MODES) == set(Config.field_choices("mode"))
     for mode in modes.MODES.values():
         assert all(callable(part) for part in mode.functions()), mode.name
@@ -245,13 +245,12 @@ def test_the_encoder_is_checked_before_any_weights(overrides, flag, message, tmp
 
 def test_an_encoder_added_to_the_table_is_known_to_the_flags(tmp_path, monkeypatch):
     """One call: a registered builder and its spec make a valid --encoder."""
-    from simclr_tf import architecture
-    from simclr_tf.models import encoders, vit
-    monkeypatch.setattr(encoders, "ENCODERS", dict(encoders.ENCODERS))
-    monkeypatch.setattr(architecture, "ENCODERS", dict(architecture.ENCODERS))
-    encoders.register_encoder("vit_t8", lambda options, dtype: vit.ViT(
-        patch_size=8, hidden_dim=16, depth=1, num_heads=1, mlp_dim=16, dtype=dtype),
-        architecture.EncoderSpec(flags={}, patch_size=8))
+    from simclr_tf.models import vit
+    from simclr_tf.tables import encoders as encoder_table
+    monkeypatch.setattr(encoder_table, "ENCODERS", dict(encoder_table.ENCODERS))
+    encoder_table.register_encoder("vit_t8", encoder_table.EncoderSpec(
+        flags={}, patch_size=8, builder=lambda options, dtype: vit.ViT(
+            patch_size=8, hidden_dim=16, depth=1, num_heads=1, mlp_dim=16, dtype=dtype)))
     _check(config(model_dir=str(tmp_path / "ok"), encoder="vit_t8", image_size=16))
     with pytest.raises(ConfigError, match="patch size 8"):
         _check(config(model_dir=str(tmp_path / "bad"), encoder="vit_t8", image_size=20))

@@ -1,10 +1,10 @@
-"""simclr_tf.records: the run directory's flags and results, and the one atomic write."""
+"""simclr_tf.records: the run directory's flags and results; simclr_tf.files: the one atomic write."""
 import json
 import os
 
 import pytest
 
-from simclr_tf import records
+from simclr_tf import files, records
 from simclr_tf.config import Config, ConfigError
 from helpers.run_fixtures import TINY, config, write_run
 
@@ -36,7 +36,7 @@ def test_write_json_round_trips_in_the_records_format(tmp_path):
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
     path = str(tmp_path / "cache.npz")
-    records.atomic_write(path, b"old")
+    files.atomic_write(path, b"old")
 
     def half_then_fail(scratch):
         assert scratch.endswith(".npz") and os.path.dirname(scratch) == str(tmp_path)
@@ -45,10 +45,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        records.atomic_write(path, half_then_fail)
+        files.atomic_write(path, half_then_fail)
     assert open(path, "rb").read() == b"old"
     assert os.listdir(tmp_path) == ["cache.npz"]
-    records.atomic_write(path, "new")  # str: text mode
+    files.atomic_write(path, "new")  # str: text mode
     assert open(path).read() == "new"
 
 

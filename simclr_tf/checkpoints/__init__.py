@@ -21,13 +21,14 @@ the path.
 """
 from simclr_tf.checkpoints.files import (
     STATE_FILE, UNLOADABLE_DIR, candidates, deleted, latest, missing_data_bytes,
-    non_finite_variables, object_variable_shapes, read_state, step_of, unreadable_reason)
+    object_variable_shapes, read_state, step_of, unreadable_reason)
 from simclr_tf.checkpoints.loading import (
     CHECKPOINT, EXPORT, RELEASED, CheckpointMismatchError, NoLoadableCheckpointError, Weights,
     initialize_from, load_into, load_latest, open_encoder, recorded_run_config, resolve,
     resolve_checkpoint_path, restore_model)
 from simclr_tf.checkpoints.state import CheckpointState, CheckpointWriteError, \
     NonFiniteWeightsError, UnrecoverableCheckpointsError
+from simclr_tf.finite import non_finite_variables
 
 __all__ = [
     "CHECKPOINT", "EXPORT", "RELEASED", "STATE_FILE", "UNLOADABLE_DIR",

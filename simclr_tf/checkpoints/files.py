@@ -12,8 +12,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import train
-
 STATE_FILE = "checkpoint"  # TensorFlow's state file: the recorded checkpoints
 UNLOADABLE_DIR = "unloadable"  # where checkpoints that do not load are set aside
 _BASE = "ckpt"
@@ -171,13 +169,6 @@ def _unreadable_tensor(prefix):
 
 def _first_line(error):
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-
-
-# Names of the floating-point variables holding NaN or infinite values (the engine's
-# rule: `SimCLR.fit` applies it too).
-non_finite_variables = train.non_finite_variables
-
-
 
 
 def step_of(prefix, default=None):

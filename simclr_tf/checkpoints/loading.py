@@ -13,7 +13,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import export, official, records, rules
+from simclr_tf import export, official, records, rules, run_dirs
 from simclr_tf.checkpoints.files import _first_line, candidates, deleted, latest, \
     object_variable_shapes, step_of, unreadable_reason
 CHECKPOINT, EXPORT, RELEASED = "checkpoint", "export", "released"
@@ -337,20 +337,19 @@ def recorded_run_config(weights):
     `records.read_config`'s rule (unknown keys ignored, missing ones today's
     default), the rule `checkpoints.open_encoder` reads it by.
 
-    A checkpoint's run directory holds it; an export `run/saved_model/<step>/
-    variables/variables` is two levels below its run directory.
+    The run is the one `weights.prefix` belongs to (`run_dirs.run_of`: a checkpoint's
+    run directory; an export `run/saved_model/<step>/variables/variables` lies in
+    its run directory's saved_model/), as `inherit` and `open_encoder` find it.
     """
-    directory = os.path.dirname(weights.prefix)
-    if weights.kind == EXPORT:
-        directory = os.path.dirname(os.path.dirname(os.path.dirname(directory)))
-    path = records.record_path(directory, records.FLAGS, "train")
+    path = None
     try:
-        if not tf.io.gfile.exists(path):
+        path = run_dirs.flags_file(weights.prefix)
+        if path is None:
             return None
         return records.read_config(path)
     except (ValueError, TypeError, OSError, tf.errors.OpError) as error:
         logging.warning("Cannot read %s (%s); the architecture of %s is checked when "
-                        "it loads.", path, error, weights.prefix)
+                        "it loads.", path or "the record of its run", error, weights.prefix)
         return None
 
 
@@ -370,9 +369,11 @@ def open_encoder(path, *, strategy=None):
     description)`.
 
     Args:
-        path: our run directory or checkpoint prefix (the architecture comes from the
-            run's flags.json), one of our SavedModel exports
-            (`run/saved_model/<step>`), or an authors' released model.
+        path: our run directory or checkpoint prefix, or the variables' prefix of
+            one of our exports (the architecture comes from the flags.json of the
+            run it belongs to, `run_dirs.flags_file`: every path `inherit` reads a
+            run of opens), one of our SavedModel exports (`run/saved_model/<step>`),
+            or an authors' released model.
         strategy: build our models under this strategy's scope (default strategy
             when None). SavedModel exports run on the default device.
 
@@ -388,9 +389,8 @@ def open_encoder(path, *, strategy=None):
     if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
         encoder = _SavedModelEncoder(path)
         return encoder, encoder.image_size, f"SavedModel {path}"
-    run_dir = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-    flags_file = records.record_path(run_dir, records.FLAGS, "train")
-    if not tf.io.gfile.exists(flags_file):
+    flags_file = run_dirs.flags_file(path)
+    if flags_file is None:
         raise FileNotFoundError(
             f"No encoder at {path!r}: expected a run directory or checkpoint prefix with "
             "flags.json beside it, a SavedModel export, or an authors' released model.")

@@ -7,9 +7,9 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf.checkpoints.files import _BASE, STATE_FILE, UNLOADABLE_DIR, _first_line, \
-    _groups, _unreadable_tensor, candidates, latest, non_finite_variables, read_state, \
-    step_of, unreadable_reason
+    _groups, _unreadable_tensor, candidates, latest, read_state, step_of, unreadable_reason
 from simclr_tf.checkpoints import plan
+from simclr_tf.finite import non_finite_variables
 from simclr_tf.checkpoints.loading import _LOAD_ERRORS, NoLoadableCheckpointError, \
     restore_model
 

@@ -22,7 +22,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import records, rules
+from simclr_tf import rules
+from simclr_tf.files import atomic_write
 from simclr_tf.data import image_formats
 
 
@@ -188,7 +189,7 @@ def scan_image_files(folder: str, files: Sequence[str], *, full: bool = False,
                    "files": entries}
         try:
             os.makedirs(cache_dir, exist_ok=True)
-            records.atomic_write(cache_file, json.dumps(payload))
+            atomic_write(cache_file, json.dumps(payload))
         except (OSError, tf.errors.OpError) as error:
             logging.warning("Could not cache the image scan in %s: %s", cache_file, error)
     return results

@@ -24,7 +24,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import distribute, records
+from simclr_tf import distribute, files
 from simclr_tf.data import augment
 from simclr_tf.models import outputs
 
@@ -304,7 +304,7 @@ def cached_features(path, key, compute):
     if path:
         tf.io.gfile.makedirs(os.path.dirname(path))
         # A killed write never leaves a bad cache.
-        records.atomic_write(path, lambda scratch: np.savez(scratch, _key=np.asarray(key),
+        files.atomic_write(path, lambda scratch: np.savez(scratch, _key=np.asarray(key),
                                                             **features))
     return features, False
 

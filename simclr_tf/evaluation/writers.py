@@ -1,7 +1,7 @@
 """Embeddings to files: ids, names, labels, h (and z) as .npz or Parquet, and a
 TensorBoard projector view with an image sprite.
 
-Every file is written whole or not at all (`records.atomic_write`: a temporary file
+Every file is written whole or not at all (`files.atomic_write`: a temporary file
 beside it, renamed over it): a full disk or a kill mid-write leaves the previous
 file as it was. A full disk is an `errors.DiskFullError` naming the file and the
 space left there (run.py: an error, exit 1).
@@ -12,7 +12,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import errors, records
+from simclr_tf import errors, files
 from simclr_tf.evaluation.features import H, Z
 
 _KEPT = "The file there before, if any, is unchanged."
@@ -63,7 +63,7 @@ def write_embeddings(path, features, *, names=None):
                 np.savez(f, names=names.astype(str), **columns)
 
     with errors.full_disk_reported(path, _KEPT):
-        records.atomic_write(path, write)
+        files.atomic_write(path, write)
     return path
 
 
@@ -91,7 +91,7 @@ def write_projector(log_dir, embeddings, labels, names, images=None):
     def write(name, content):
         path = os.path.join(log_dir, name)
         with errors.full_disk_reported(path, kept):
-            records.atomic_write(path, content)
+            files.atomic_write(path, content)
 
     write("metadata.tsv", "name\tlabel\n" + "".join(
         f"{str(name).replace(chr(9), ' ')}\t{int(label)}\n"

@@ -17,15 +17,20 @@ An encoder is a `keras.layers.Layer` that
   none for ResNet). Variables with ndim <= 1 (norms, biases) are excluded by
   structure anyway (`simclr_tf.optimizers`).
 
-`build_encoder(name, **options)` makes one from the table below; `SimCLRModel`
-calls it for `encoder='resnet'` etc. and also takes an encoder layer directly.
+`build_encoder(name, **options)` makes one by its row of the encoder table
+(`simclr_tf.tables.encoders`, whose rows name the builders below); `SimCLRModel` calls
+it for `encoder='resnet'` etc. and also takes an encoder layer directly.
 """
-from simclr_tf import architecture, rules
+from simclr_tf import rules
 from simclr_tf.models import vit
 from simclr_tf.models.resnet import ResNet
+from simclr_tf.tables import encoders as encoder_table
 
 
-def _resnet(options, dtype):
+# The builders `builder(options, dtype) -> layer` that the rows of the encoder table
+# (`simclr_tf.tables.encoders.ENCODERS`, TF-free: which flags each reads, its rules)
+# name as 'simclr_tf.models.encoders:<function>'.
+def resnet(options, dtype):
     return ResNet(**options, dtype=dtype, name="resnet")
 
 
@@ -38,31 +43,15 @@ def _vit(preset):
     return build
 
 
-# name -> builder(options, dtype). The flags' view of each (which flags it reads, its
-# rules) is its row of `simclr_tf.architecture.ENCODERS`, TF-free.
-ENCODERS = {
-    "resnet": _resnet,
-    **{preset: _vit(preset) for preset in vit.PRESETS},  # vit_s16, vit_b16
-}
-
-# What `SimCLRModel` gives every builder besides the encoder's own options: the
-# batch-norm settings it shares with the projection head.
-MODEL_OPTIONS = ("batch_norm_decay", "global_bn")
-
-
-def register_encoder(name, builder, spec=None):
-    """Adds an encoder: `builder(options: dict, dtype) -> encoder layer` under `name`,
-    and the flags' view of it (`architecture.EncoderSpec`: the flags it reads, its
-    rules; default: it reads none), so that `--encoder=name` validates and runs."""
-    ENCODERS[name] = builder
-    architecture.register_encoder_spec(name, spec or architecture.EncoderSpec(flags={}))
+vit_s16 = _vit("vit_s16")
+vit_b16 = _vit("vit_b16")
 
 
 def build_encoder(name, dtype=None, *, batch_norm_decay=0.9, global_bn=True, **options):
-    """The encoder called `name` (see `ENCODERS`).
+    """The encoder called `name` (see `simclr_tf.tables.encoders.ENCODERS`).
 
     Args:
-        name: a key of `ENCODERS`, or 'hub:<preset directory, preset name or
+        name: a key of the encoder table, or 'hub:<preset directory, preset name or
             backbone class>' (`simclr_tf.models.hub`, keras-hub installed).
         dtype: the dtype policy of the model.
         batch_norm_decay, global_bn: the model's batch-norm settings (an encoder
@@ -73,7 +62,7 @@ def build_encoder(name, dtype=None, *, batch_norm_decay=0.9, global_bn=True, **o
     Raises:
         ValueError: an unknown name, or an option the encoder does not take.
     """
-    spec = architecture.encoder_spec(name)
+    spec = encoder_table.encoder_spec(name)
     if spec is not None and spec.flags:
         unknown = sorted(set(options) - set(spec.flags.values()))
         if unknown:
@@ -81,13 +70,13 @@ def build_encoder(name, dtype=None, *, batch_norm_decay=0.9, global_bn=True, **o
                 f"encoder_options of {name!r} take {', '.join(sorted(spec.flags.values()))}. "
                 f"Received: {', '.join(f'{key}={options[key]!r}' for key in unknown)}")
     options = dict(options, batch_norm_decay=batch_norm_decay, global_bn=global_bn)
-    if name.startswith(rules.HUB_ENCODER_PREFIX) and name not in ENCODERS:
+    if name.startswith(rules.HUB_ENCODER_PREFIX) and name not in encoder_table.ENCODERS:
         from simclr_tf.models import hub  # pylint: disable=import-outside-toplevel
         return hub.build(name[len(rules.HUB_ENCODER_PREFIX):], options, dtype)
-    if name not in ENCODERS:
-        raise ValueError(f"encoder must be one of {sorted(ENCODERS)}. Received: "
-                         f"encoder={name!r}")
-    return ENCODERS[name](options, dtype)
+    if name not in encoder_table.ENCODERS:
+        raise ValueError(f"encoder must be one of {sorted(encoder_table.ENCODERS)}. "
+                         f"Received: encoder={name!r}")
+    return spec.build(options, dtype)
 
 
 def frozen_layers(encoder, fine_tune_after_block):

@@ -20,7 +20,7 @@ class SimCLRModel(keras.Model):
     the model computes in float64).
 
     Args:
-        encoder: a name of `simclr_tf.models.encoders.ENCODERS` ('resnet', the
+        encoder: a name of `simclr_tf.tables.encoders.ENCODERS` ('resnet', the
             default; 'vit_s16', 'vit_b16'; 'hub:<...>' with keras-hub) built with
             `encoder_options`, or an encoder layer (see `simclr_tf.models.encoders`
             for what one provides), e.g. `ViT(**vit.PRESETS['vit_s16'], pool='mean')`.

@@ -1,11 +1,11 @@
 """A toy encoder, added as docs/design.md says an encoder is added: one module holding
-its layer, its builder and the flags' view of it (which flags it reads, which decide
-its variables). `--encoder=tiny_conv` is one strided convolution and a mean pool; it
+its layer, its builder and its row of the encoder table (which flags it reads, which
+decide its variables, its builder named as 'module:function'). `--encoder=tiny_conv` is one strided convolution and a mean pool; it
 reads --width_multiplier (8 x multiplier filters)."""
 import keras
 
-from simclr_tf import architecture
-from simclr_tf.models import encoders, outputs
+from simclr_tf.models import outputs
+from simclr_tf.tables import encoders as encoder_table
 
 NAME = "tiny_conv"
 
@@ -38,8 +38,9 @@ class TinyConv(keras.layers.Layer):
         return dict(super().get_config(), filters=self.filters)
 
 
-SPEC = architecture.EncoderSpec(flags=dict(width_multiplier="width"),
-                                variable_flags=("width_multiplier",))
+SPEC = encoder_table.EncoderSpec(flags=dict(width_multiplier="width"),
+                                 variable_flags=("width_multiplier",),
+                                 builder=f"{__name__}:build")
 
 
 def build(options, dtype):
@@ -47,4 +48,4 @@ def build(options, dtype):
 
 
 def register():
-    encoders.register_encoder(NAME, build, SPEC)
+    encoder_table.register_encoder(NAME, SPEC)

@@ -3,7 +3,8 @@
 latest checkpoint."""
 import numpy as np
 
-from simclr_tf import checkpoints, modes
+from simclr_tf import checkpoints
+from simclr_tf.tables import modes
 from simclr_tf.modes import parts
 
 MODE = modes.Mode(
