@@ -119,9 +119,8 @@ def _config_and_record(flag_values, report):
     config = Config.from_dict(values).with_given(given)
     try:
         config, inherited = inherit.inherit(config)
-    except ValueError as error:
-        raise ConfigError("model_dir" if config.model_dir else "checkpoint",
-                          str(error)) from None
+    except ValueError as error:  # the record read: model_dir's, or another run's
+        raise ConfigError(inherit.record_flag(config), str(error)) from None
     if inherited is not None and inherited.values and report is not None:
         report(f"Flags read from {inherited.path} (flags given here win): "
                f"{inherited.summary(Config())}")

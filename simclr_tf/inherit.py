@@ -118,6 +118,16 @@ def recorded_run(config):
     return None
 
 
+def record_flag(config):
+    """The flag whose run's record `inherit` reads for `config` (what an error about
+    that record names): 'model_dir' for its own, else 'checkpoint' or, distilling
+    without --checkpoint, 'teacher'; 'model_dir' when there is none."""
+    found = recorded_run(config)
+    if found is None or found[1]:
+        return "model_dir"
+    return "checkpoint" if config.checkpoint else "teacher"
+
+
 def inherited_flags(mode, own):
     """The flags read from a record: all but `NEVER_READ` from model_dir's own, the
     model and data (and for a reader mode the heads) from another run's."""

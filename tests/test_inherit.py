@@ -245,8 +245,12 @@ def test_a_value_of_the_wrong_type_in_the_record_is_a_model_dir_error(tmp_path, 
         record = json.load(open(os.path.join(run_dir, "flags.json")))
         record["mode"] = value
         json.dump(record, open(os.path.join(run_dir, "flags.json"), "w"))
+    # With a new --model_dir beside it, the record read is still --checkpoint's.
+    new_dir = f"--model_dir={tmp_path / 'new'}"
     for argv, flag in (([f"--model_dir={run_dir}", "--mode=eval"], "model_dir"),
-                       ([f"--checkpoint={run_dir}", "--mode=eval"], "checkpoint")):
+                       ([f"--checkpoint={run_dir}", "--mode=eval"], "checkpoint"),
+                       ([f"--checkpoint={run_dir}", new_dir, "--train_mode=finetune"],
+                        "checkpoint")):
         with pytest.raises(ConfigError) as raised:
             _config(argv)
         assert raised.value.flag == flag
