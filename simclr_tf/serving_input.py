@@ -82,9 +82,13 @@ def decode_batch(image_bytes, preprocess, shape, max_pixels):
                                                                out_type=tf.int64))))
         first = tf.concat([gaps[:, 0], tf.size(indices, out_type=tf.int64)[None]], 0)[0]
         encoded = tf.gather(image_bytes, first)
-        assertion = tf.debugging.Assert(complete, [
-            f"{IMAGE_BYTES_INPUT}: could not decode image", first, "of",
-            tf.strings.length(encoded), "bytes:", _problem(encoded, max_pixels)])
+        # The raw op: tf.debugging.Assert would guard it with a cond of its own,
+        # whose Merge inside this branch makes Grappler warn on every request
+        # ("Skipping loop optimization for Merge node with control input").
+        assertion = tf.raw_ops.Assert(condition=complete, summarize=8, data=[
+            tf.constant(f"{IMAGE_BYTES_INPUT}: could not decode image"), first,
+            tf.constant("of"), tf.strings.length(encoded), tf.constant("bytes:"),
+            _problem(encoded, max_pixels)])
         with tf.control_dependencies([assertion]):
             return tf.identity(complete)
 
