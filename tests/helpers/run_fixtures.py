@@ -35,7 +35,7 @@ def write_run(directory, *, flags_json=True, **overrides):
 
 def run_stopped_after_first_segment(monkeypatch, cfg):
     """Runs `cfg` with `experiment.run` and stops it after the loop's first segment
-    (`loop.run_steps`' first call, which ends at the first checkpoint when the log
+    (`loop._run_calls`' first call, which ends at the first checkpoint when the log
     interval does not come earlier), as an interruption would."""
     import pytest  # pylint: disable=import-outside-toplevel
     from simclr_tf import experiment, loop  # pylint: disable=import-outside-toplevel
@@ -43,7 +43,7 @@ def run_stopped_after_first_segment(monkeypatch, cfg):
     class Stopped(Exception):
         pass
 
-    original_run, calls = loop.run_steps, []
+    original_run, calls = loop._run_calls, []  # pylint: disable=protected-access
 
     def run_then_stop(*args, **kwargs):
         if calls:
@@ -52,7 +52,7 @@ def run_stopped_after_first_segment(monkeypatch, cfg):
         return original_run(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(loop, "run_steps", run_then_stop)
+        patch.setattr(loop, "_run_calls", run_then_stop)
         with pytest.raises(Stopped):
             experiment.run(cfg)
 
