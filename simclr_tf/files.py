@@ -11,11 +11,14 @@ import uuid
 
 import tensorflow as tf
 
+from simclr_tf import errors
+
 
 def atomic_write(path, content):
     """Writes `path` so that a reader sees the old file or the whole new one, never a
     part: into a temporary file beside it, then renamed over it. A failed write
-    leaves the old file and no temporary one.
+    leaves the old file and no temporary one; a full disk is an
+    `errors.DiskFullError` naming `path` (not the temporary file) and the space left.
 
     Args:
         path: the file (local or any filesystem `tf.io.gfile` knows).
@@ -32,7 +35,12 @@ def atomic_write(path, content):
             with tf.io.gfile.GFile(temporary, "w" if isinstance(content, str) else "wb") as f:
                 f.write(content)
         tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException:
+    except BaseException as error:
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.remove(temporary)
-        raise
+        full = errors.disk_full(error, path, f"{path} is as it was before (written "
+                                "whole or not at all).") if isinstance(error, Exception) \
+            else None
+        if full is None:
+            raise
+        raise full from None

@@ -150,3 +150,28 @@ def test_a_full_model_dir_is_named_at_preflight_and_its_probe_removed(tiny_run, 
                        "space left on the device .* Nothing was written"):
         experiment.run(cfg)
     assert sorted(os.listdir(cfg.model_dir)) == listed
+
+
+def test_an_atomic_write_on_a_full_disk_names_the_file_and_keeps_it(tmp_path):
+    """Every record goes through files.atomic_write: a full disk there is a
+    DiskFullError naming the record (not its temporary file) and the space left,
+    with the old record intact and no temporary file left behind."""
+    from simclr_tf import files
+
+    record = tmp_path / "result.json"
+    record.write_text('{"old": 1}')
+
+    def no_space(scratch):
+        with open(scratch, "w") as f:
+            f.write("{")
+        raise OSError(errno.ENOSPC, "No space left on device", scratch)
+
+    with pytest.raises(errors.DiskFullError) as raised:
+        files.atomic_write(str(record), no_space)
+    assert raised.value.path == str(record)
+    assert str(record) in str(raised.value) and " free there now" in str(raised.value)
+    assert record.read_text() == '{"old": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+    with pytest.raises(ValueError, match="not a disk"):  # other errors pass unchanged
+        files.atomic_write(str(record), lambda scratch: (_ for _ in ()).throw(
+            ValueError("not a disk")))
