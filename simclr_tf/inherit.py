@@ -36,7 +36,7 @@ import dataclasses
 import json
 import os
 
-from simclr_tf import architecture, modes
+from simclr_tf import architecture, modes, objectives
 from simclr_tf.errors import ConfigError
 
 FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
@@ -148,7 +148,8 @@ def recorded_run(config):
         if _exists(path):
             return path, True
     # The student's weights' run; only without them, distilling, the teacher's.
-    other = config.checkpoint or (config.teacher if config.train_mode == "distill" else None)
+    other = config.checkpoint or (
+        config.teacher if objectives.get(config.train_mode).needs_teacher else None)
     if other:
         run_dir = run_of_checkpoint(other)
         path = os.path.join(run_dir, FLAGS_FILE) if run_dir else None

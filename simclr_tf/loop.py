@@ -261,7 +261,7 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
         logs = trainer.train_steps(iterator, calls)
         elapsed = time.perf_counter() - start
         done += calls
-        check_finite(logs, trainer.step, temperature=trainer.options.temperature,
+        check_finite(logs, trainer.step, causes=trainer.objective.non_finite_causes(),
                      loss_scaling=isinstance(trainer.optimizer,
                                              keras.optimizers.LossScaleOptimizer))
         # Images per second (a pretraining example is one image, two views).
@@ -287,16 +287,21 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
     return result
 
 
-def check_finite(logs, step, *, temperature, loss_scaling):
-    """Raises NonFiniteLossError when the loss or the gradient norm is not finite."""
+def check_finite(logs, step, *, causes=(), loss_scaling):
+    """Raises NonFiniteLossError when the loss or the gradient norm is not finite.
+
+    Args:
+        causes: the objective's own likely causes, e.g. ('a temperature too low
+            (temperature=0.1)',): `Objective.non_finite_causes`.
+    """
     what = non_finite_logs(logs)
     if what is None:
         return
     raise NonFiniteLossError(
         f"The training {what} at step {step}; stopping. Likely causes: "
         f"a learning rate too high (this step's rate: {float(logs['learning_rate']):g}; "
-        "lower --learning_rate or lengthen --warmup_epochs), a temperature too "
-        f"low (temperature={temperature:g}), or "
+        "lower --learning_rate or lengthen --warmup_epochs), "
+        + "".join(f"{cause}, " for cause in causes) + "or "
         + ("float16 overflow (try --mixed_precision=bfloat16 or float32)"
            if loss_scaling else "mixed precision (try float32)")
         + ". The weights after this step are not finite: do not save them; "
