@@ -102,7 +102,7 @@ def _run_py(*flags):
     return result.stdout
 
 
-@pytest.mark.large
+@pytest.mark.extra_large  # four run.py processes, ~75 s on 2 cores
 def test_an_objective_in_one_file_trains_resumes_bit_exact_and_evaluates(tmp_path):
     """The toy file, loaded by --objective_module: --train_mode=toy_smoothed with its own
     --toy_smoothing trains from run.py's command line to a checkpoint holding its
@@ -124,8 +124,9 @@ def test_an_objective_in_one_file_trains_resumes_bit_exact_and_evaluates(tmp_pat
     for name in os.listdir(resumed):
         if name.startswith("ckpt-4"):
             os.remove(resumed / name)
-    tf.train.update_checkpoint_state(str(resumed), str(resumed / "ckpt-2"),
-                                     all_model_checkpoint_paths=[str(resumed / "ckpt-2")])
+    tf.compat.v1.train.update_checkpoint_state(
+        str(resumed), str(resumed / "ckpt-2"),
+        all_model_checkpoint_paths=[str(resumed / "ckpt-2")])
     out = _run_py(*common, f"--model_dir={resumed}")
     assert "Resumed from" in out and "ckpt-2" in out
     with open(straight / "flags.json") as f:
