@@ -29,10 +29,31 @@ def _is_number(value):
 
 
 def check_temperature(temperature):
-    """The NT-Xent temperature: a finite number > 0."""
+    """The NT-Xent temperature: > 0, its inverse a finite float32
+    (`check_softmax_temperature`)."""
+    check_softmax_temperature("temperature", temperature, "e.g. 0.1 (ImageNet) or 0.5 "
+                              "(CIFAR-10)")
+
+
+def check_softmax_temperature(name, temperature, examples, *, largest_inverse=None,
+                              why=None):
+    """A temperature tau that divides logits (they are multiplied by 1 / tau, in
+    float32): a finite number > 0 whose inverse is at most `largest_inverse`
+    (default: the largest float32). Below that the inverse is inf in float32 and the
+    first step's loss NaN (e.g. --distill_temperature=1e-40: 1 / tau = 1e40).
+    `examples`: the usual values; `why`: what overflows (default: the inverse)."""
     if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError("temperature must be > 0, e.g. 0.1 (ImageNet) or 0.5 "
-                         f"(CIFAR-10). Received: temperature={temperature!r}")
+        raise ValueError(f"{name} must be > 0, {examples}. Received: {name}={temperature!r}")
+    largest = FLOAT32_MAX if largest_inverse is None else largest_inverse
+    inverse = 1.0 / temperature
+    try:  # struct rounds to float32 as TensorFlow does and raises where that overflows
+        finite = math.isfinite(struct.unpack("f", struct.pack("f", inverse))[0])
+    except OverflowError:
+        finite = False
+    if not finite or inverse > largest:
+        why = why or f"logits are multiplied by 1 / {name}, which overflows float32 below it"
+        raise ValueError(f"{name} must be at least {1.0 / largest:.4g}: {why}; "
+                         f"{examples}. Received: {name}={temperature!r}")
 
 
 def check_weight_decay(weight_decay):
@@ -250,11 +271,10 @@ def check_label_fraction(label_fraction):
 
 
 def check_distill_temperature(temperature):
-    """The distillation temperature tau of both softmaxes: a finite number > 0."""
-    if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError("distill_temperature must be > 0, e.g. 1.0 (the authors' "
-                         "colab) or 0.1. Received: "
-                         f"distill_temperature={temperature!r}")
+    """The distillation temperature tau of both softmaxes: > 0, its inverse a finite
+    float32 (`check_softmax_temperature`)."""
+    check_softmax_temperature("distill_temperature", temperature,
+                              "e.g. 1.0 (the authors' colab) or 0.1")
 
 
 def check_distill_alpha(alpha):
@@ -271,11 +291,17 @@ def check_knn_k(k):
         raise ValueError(f"k must be a positive int, e.g. 200. Received: k={k!r}")
 
 
-def check_knn_temperature(temperature):
-    """The kNN vote temperature: a finite number > 0."""
-    if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
-        raise ValueError("temperature must be > 0, e.g. 0.07. "
-                         f"Received: temperature={temperature!r}")
+def check_knn_temperature(temperature, k=1):
+    """The kNN vote temperature: > 0, and small enough an inverse that the votes
+    stay finite: a vote is exp(cosine / temperature) <= exp(1 / temperature), and a
+    class sums up to `k` of them, all in float32. Above that a vote or a sum is inf
+    (and inf times a zero one-hot entry NaN), so classes tie or score NaN and the
+    accuracy is silently wrong. With k = 200: temperature >= 0.012."""
+    largest = math.log(FLOAT32_MAX) - math.log(max(int(k), 1))
+    check_softmax_temperature(
+        "temperature", temperature, "e.g. 0.07", largest_inverse=largest,
+        why=f"a vote is exp(cosine similarity / temperature) and a class sums up to "
+        f"k={k} of them, which overflows float32 below it")
 
 
 # Colour jitter strength s scales brightness/contrast/saturation by 0.8 s and hue by

@@ -207,3 +207,50 @@ def test_dropped_files_are_found_per_input_pipeline(tmp_path):
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
     assert len(_all(source.load("train", input_context=context))) == 1  # 1 and 3
     assert list(source.skipped_files) == [str(tmp_path / "cls" / "3.png")]
+
+
+def test_an_epoch_that_reads_no_image_is_an_error_naming_the_folder_and_split(tmp_path):
+    """A folder removed (or unmounted) after the scan: every file of the pass fails
+    to read. Not an empty epoch (a training stream repeats its epochs, so empty ones
+    spun forever: issue 34 item 4) but an error naming the folder and the split."""
+    _noise_pngs(tmp_path / "data" / "cls", 3)
+    source = folders.ImageFolderSource(str(tmp_path / "data"), scan_cache_dir=None)
+    for path in (tmp_path / "data" / "cls").iterdir():
+        path.write_bytes(b"")  # unreadable, the folder still there
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        _all(source.load("train[:2]"))
+    message = str(info.value)
+    assert (f"Image folder {str(tmp_path / 'data')!r}, split 'train[:2]': an epoch "
+            "yielded no image, none of its 2 files could be read (the first, "
+            "'cls/0.png', is empty)") in message
+    # Some files that fail are dropped and named, as before: not an error.
+    _noise_pngs(tmp_path / "data" / "cls", 1)
+    assert len(_all(source.load("train"))) == 1
+
+
+def test_a_training_stream_whose_folder_vanished_fails_instead_of_spinning(tmp_path):
+    import shutil  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+    from simclr_tf.data import pipeline  # pylint: disable=import-outside-toplevel
+    _noise_pngs(tmp_path / "data" / "cls", 4)
+    source = folders.ImageFolderSource(str(tmp_path / "data"), scan_cache_dir=None)
+    stream = iter(pipeline.build_input_fn(source, "train", global_batch_size=2,
+                                          train_mode="finetune", image_size=8)(None))
+    next(stream)
+    shutil.rmtree(tmp_path / "data")
+    raised = []
+
+    def read():
+        try:
+            for _ in range(100):
+                next(stream)
+        except Exception as error:  # pylint: disable=broad-except
+            raised.append(f"{type(error).__name__}: {error}")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert raised, "the stream did not fail"
+    # The folder gone, or its files (when the read came during the removal).
+    assert raised[0].startswith("InvalidArgumentError")
+    assert "split 'train': an epoch yielded no image, none of its 4 files" in raised[0]

@@ -31,6 +31,13 @@ CASES = [
     (rules.check_label_fraction, (1.0,), (0.0,), "label_fraction"),
     (rules.check_knn_k, (200,), (0,), "k"),
     (rules.check_knn_temperature, (0.07,), (-1.0,), "temperature"),
+    # Temperatures whose inverse overflows float32 (issue 34 item 9).
+    (rules.check_temperature, (3e-39,), (1e-40,), "temperature"),
+    (rules.check_distill_temperature, (1.0,), (1e-40,), "distill_temperature"),
+    (rules.check_distill_temperature, (3e-39,), (2e-39,), "distill_temperature"),
+    # kNN votes exp(cos / t), summed over k: beyond float32 below ~1 / ln(max / k).
+    (rules.check_knn_temperature, (0.012, 200), (0.0119, 200), "temperature"),
+    (rules.check_knn_temperature, (0.0113,), (0.0112,), "temperature"),
     (rules.check_color_jitter_strength, (1.25,), (1.3,), "color_jitter_strength"),
     (rules.check_color_jitter_impl, ("simclrv1",), ("v3",), "impl"),
     (rules.check_serving_max_pixels, (0,), (-1,), "serving_max_pixels"),
@@ -85,3 +92,36 @@ def test_stems_and_their_minimum_image_size():
     assert rules.resolve_stem("imagenet", 8) == "imagenet"
     with pytest.raises(ValueError, match="--stem=cifar"):
         rules.check_image_size(16, "imagenet")  # the message names the other stem
+
+
+@pytest.mark.parametrize("flag", ["temperature", "distill_temperature", "knn_temperature"])
+def test_every_temperature_flag_refuses_an_inverse_beyond_float32(flag):
+    """--distill_temperature=1e-40 was accepted and the first step's loss was NaN: 1e40
+    is inf in float32. Every temperature flag is refused in validation instead, naming
+    itself."""
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({flag: 1e-40, "model_dir": "/tmp/unused"}).validate()
+    assert info.value.flag == flag and "overflows float32" in str(info.value)
+
+
+def test_the_float32_limit_of_a_temperature_is_its_inverse():
+    """The smallest accepted temperature: its inverse is the largest float32, within
+    rounding (what TensorFlow holds)."""
+    smallest = 1.0 / rules.FLOAT32_MAX
+    rules.check_temperature(smallest * (1 + 1e-7))
+    with pytest.raises(ValueError):
+        rules.check_temperature(smallest * (1 - 1e-7))
+
+
+def test_knn_votes_at_the_smallest_temperature_stay_finite():
+    """At the smallest knn temperature the rule allows for k, k votes of the largest
+    cosine sum to a finite float32 (and one step below, they do not)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    k = 200
+    smallest = 1.0 / (np.log(rules.FLOAT32_MAX) - np.log(k))
+    with np.errstate(over="ignore"):
+        assert np.isfinite(np.float32(k) * np.exp(np.float32(1.0 / (smallest * 1.0001))))
+        assert not np.isfinite(np.float32(k) * np.exp(np.float32(1.0 / (smallest * 0.999))))
+    rules.check_knn_temperature(smallest * 1.0001, k)
+    with pytest.raises(ValueError):
+        rules.check_knn_temperature(smallest * 0.999, k)

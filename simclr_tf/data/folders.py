@@ -271,9 +271,30 @@ class ImageFolderSource(ArraySource):
                             deterministic=True)
         # The scan catches what it knows; a file that still fails to decode (a body
         # damaged behind a valid header, or a file changed since) is dropped here and
-        # named by `_dropped`, which finds it as a gap in the positions.
-        return _named_drops(examples.ignore_errors(), len(paths),
-                            lambda start, stop: self._dropped(paths[start:stop]))
+        # named by `_dropped`, which finds it as a gap in the positions. A pass that
+        # drops every file (the folder removed or unmounted) is an error: training
+        # streams repeat their epochs, and empty epochs would repeat forever.
+
+        def report(start, stop):
+            if start == 0 and stop == len(paths):
+                self._nothing_read(split, paths, pipelines)
+            self._dropped(paths[start:stop])
+
+        return _named_drops(examples.ignore_errors(), len(paths), report)
+
+    def _nothing_read(self, split, paths, pipelines):
+        """Raises the error of a pass over `split` (this input pipeline's shard of it)
+        that read none of its files."""
+        first = os.fsdecode(paths[0])
+        problem = (scan_image_file(first)[1] or "corrupt").replace("_", " ")
+        gone = not os.path.isdir(self.path)
+        shard = f" (this input pipeline's 1/{pipelines} of it)" if pipelines > 1 else ""
+        raise ValueError(
+            f"Image folder {self.path!r}, split {split!r}{shard}: an epoch yielded no "
+            f"image, none of its {len(paths)} files could be read ("
+            + ("the folder is gone: removed or unmounted" if gone else
+               f"the first, {os.path.relpath(first, self.path)!r}, is {problem}")
+            + "); restore the folder.")
 
     def _dropped(self, paths):
         """Records files the input pipeline could not decode; raises when not skipping."""
