@@ -261,7 +261,9 @@ def run_steps(trainer, iterator, num_steps, *, after_call=None, progress=None):
         logs = trainer.train_steps(iterator, calls)
         elapsed = time.perf_counter() - start
         done += calls
-        check_finite(logs, trainer.step, causes=trainer.objective.non_finite_causes(),
+        objective = getattr(trainer, "objective", None)  # a Trainer's; a test's may lack one
+        causes = objective.non_finite_causes() if objective is not None else ()
+        check_finite(logs, trainer.step, causes=causes,
                      loss_scaling=isinstance(trainer.optimizer,
                                              keras.optimizers.LossScaleOptimizer))
         # Images per second (a pretraining example is one image, two views).
