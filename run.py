@@ -17,6 +17,7 @@ Examples:
 # fail here, naming the flag and the fix, before TensorFlow is imported.
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -28,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging
 
-from simclr_tf import inherit, quiet
+from simclr_tf import inherit, objectives, quiet
 from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
 from simclr_tf.errors import disk_full
 
@@ -50,10 +51,30 @@ class _NumberParser(flags.ArgumentParser):
         return "number"
 
 
+def load_objective_modules(argv):
+    """Runs each --objective_module file of the command line (`objectives.load_module`)
+    before the flags are defined: its train mode is then a --train_mode choice and
+    its options flags. (On the command line itself, not in a --flagfile.)"""
+    for i, arg in enumerate(argv[1:], 1):
+        if arg.startswith("--objective_module="):
+            path = arg.split("=", 1)[1]
+        elif arg == "--objective_module" and i + 1 < len(argv):
+            path = argv[i + 1]
+        else:
+            continue
+        if path:
+            try:
+                objectives.load_module(path)
+            except ValueError as error:
+                _error(str(error))
+
+
 def _define_flags():
     for field in dataclasses.fields(Config):
         name, default, help_text = field.name, field.default, field.metadata["help"]
         choices = field.metadata.get("choices")
+        if name == "train_mode":  # the table now, with the rows registered since
+            choices, help_text = tuple(objectives.TRAIN_MODES), objectives.help_text()
         kind = field.type
         if typing.get_origin(kind) is typing.Union:  # Optional[str]
             kind = [t for t in typing.get_args(kind) if t is not type(None)][0]
@@ -70,6 +91,29 @@ def _define_flags():
             flags.DEFINE_float(name, default, help_text)
         else:
             flags.DEFINE_string(name, default, help_text)
+    # A registered objective's own options: a flag each, gathered into
+    # --objective_options (`objective_options`).
+    for row in objectives.TRAIN_MODES.values():
+        for name, default in row.options:
+            if name in FLAGS:
+                continue
+            help_text = f"--train_mode={row.name}'s option {name}."
+            define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+                      float: flags.DEFINE_float}.get(type(default), flags.DEFINE_string)
+            define(name, default, help_text)
+
+
+def objective_options(flag_values, values):
+    """--objective_options with the chosen train mode's own option flags (as JSON):
+    every option of its row, given or default, so that flags.json records them."""
+    row = objectives.TRAIN_MODES.get(values["train_mode"])
+    if row is None or not row.options:
+        return values["objective_options"]
+    given = json.loads(values["objective_options"] or "{}")
+    for name, _ in row.options:
+        if flag_values[name].present or name not in given:
+            given[name] = flag_values[name].value
+    return json.dumps(given, sort_keys=True)
 
 
 # --help, by topic: each Config field names its topic (`config._field`).
@@ -111,11 +155,17 @@ def config_from_flags(flag_values=FLAGS, report=None):
 def _config_and_record(flag_values, report):
     """`config_from_flags`' Config and what it read from a record (or None)."""
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
+    try:
+        values["objective_options"] = objective_options(flag_values, values)
+    except ValueError as error:
+        raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
     if values["variant"] is not None:
         # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
         check_variant_flags(values["variant"], {
             name: values[name] for name in VARIANT_FLAGS if flag_values[name].present})
     given = [f.name for f in dataclasses.fields(Config) if flag_values[f.name].present]
+    if any(flag_values[name].present for name in objectives.all_options()):
+        given.append("objective_options")
     config = Config.from_dict(values).with_given(given)
     try:
         config, inherited = inherit.inherit(config)
@@ -228,6 +278,7 @@ def console_main():
     app.run(main, flags_parser=parse_flags)
 
 
+load_objective_modules(sys.argv)
 _define_flags()
 
 if __name__ == "__main__":

@@ -190,8 +190,8 @@ def build_config(overrides):
 
 
 def _one_view(config):
-    from simclr_tf import rules
-    return config.train_mode in rules.ONE_VIEW_MODES
+    from simclr_tf import objectives
+    return objectives.get(config.train_mode).views == 1
 
 
 def views_per_image(config):

@@ -12,7 +12,7 @@ import json
 import typing
 from typing import Optional
 
-from simclr_tf import rules, validation, variants
+from simclr_tf import objectives, rules, validation, variants
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 # Re-exported: callers import these from here.
@@ -157,11 +157,15 @@ class Config:
                          "or --data_dir holding its four IDX files).")
     cache_dataset: bool = _data(False, "Whether to cache the entire dataset in memory.")
     mode: str = _run("train", modes.help_text(), tuple(modes.MODES))
-    train_mode: str = _run("pretrain", "pretrain: the contrastive objective (and the "
-                           "online linear head on stop_gradient(h)); finetune: the "
-                           "supervised loss on labels; distill: SimCLR v2's third "
-                           "stage, a student trained on every training image to match "
-                           "the fixed --teacher's tempered softmax.", rules.TRAIN_MODES)
+    train_mode: str = _run("pretrain", objectives.help_text(), tuple(objectives.TRAIN_MODES))
+    objective_module: Optional[str] = _run(
+        None, "A Python file that registers a train mode of its own "
+        "(`simclr_tf.objectives.register`), loaded before the flags are read: its "
+        "--train_mode and its options' flags then exist (docs/design.md, 'add an "
+        "objective').")
+    objective_options: str = _run(
+        "", "The options of a registered objective's own flags, as JSON (run.py "
+        "writes it from those flags; docs/design.md, 'add an objective').")
     lineareval_while_pretraining: bool = _aug(
         True, "Whether to finetune a linear head on stop_gradient(h) while pretraining.")
     checkpoint: Optional[str] = _run(
@@ -394,8 +398,9 @@ class Config:
         Args:
             num_classes: classes of the supervised head, or None for none.
         """
+        row = objectives.get(self.train_mode)
         has_head = num_classes is not None and (
-            self.train_mode in rules.ONE_VIEW_MODES or self.lineareval_while_pretraining)
+            not row.online_head or self.lineareval_while_pretraining)
         spec = encoder_table.encoder_spec(self.encoder)
         options = {option: self.encoder_option(flag)
                    for flag, option in (spec.flags.items() if spec else ())}
@@ -404,7 +409,7 @@ class Config:
             proj_head_mode=self.proj_head_mode, num_proj_layers=self.num_proj_layers,
             proj_out_dim=self.proj_out_dim, ft_proj_selector=self.ft_proj_selector,
             num_classes=num_classes if has_head else None,
-            supervised_head_stop_gradient=self.train_mode == "pretrain",
+            supervised_head_stop_gradient=row.online_head,
             zero_init_logits_layer=self.zero_init_logits_layer,
             batch_norm_decay=self.batch_norm_decay, global_bn=self.global_bn)
 

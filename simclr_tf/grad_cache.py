@@ -30,6 +30,66 @@ With one chunk (chunk = the batch) everything, BN included, equals the plain ste
 import tensorflow as tf
 
 from simclr_tf import distribute
+from simclr_tf import rules
+
+
+def chunked_pair_gradients(views, chunk, make_views, forward, objective, variables, *,
+                           output_names, draws_views=False, state_variables=()):
+    """`cached_gradients` of a two-view batch, in chunks of `chunk` images.
+
+    Chunk i holds images [i c, (i + 1) c) with both their views, as the plain
+    step's batch holds both views of every image (BN sees pairs together).
+    With `draws_views` (augmentation on the device: `views` are the source images)
+    the views of a chunk are drawn from its source images inside each pass, so no
+    more than one chunk's views ever exist: the step holds the (uint8) source batch,
+    one chunk's activations and the cached embeddings. Both passes draw the same
+    views (stateless seeds).
+
+    Args:
+        views: the batch's `(view1, view2)`, or its sources with `draws_views`.
+        chunk: images per chunk; divides the batch.
+        make_views: `make_views(views, chunk=None|i) -> (view1, view2)` (drawn and
+            blurred; `chunk` the chunk's index, for its seeds).
+        forward: `forward(images) -> {name: tensor}` on a chunk's [2c, ...] images.
+        objective: `objective(first, second) -> (value, aux)`: `first[name]`,
+            `second[name]` the outputs of every first / second view, [n, ...].
+        variables, output_names, state_variables: as `cached_gradients`.
+
+    Returns:
+        `(aux, grads)`, as `cached_gradients`.
+    """
+    n = tf.nest.flatten(views)[0].shape[0]
+    if n is None:
+        raise ValueError("Gradient caching needs batches of a static size.")
+    rules.check_grad_cache_chunk(chunk, n)
+    num_chunks = n // chunk
+    split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
+    if not draws_views:
+        view1, view2 = (split(v) for v in make_views(views))
+
+        def chunk_images(i):
+            return tf.concat([view1[i], view2[i]], axis=0)
+    else:
+        sources = tf.nest.map_structure(split, views)
+
+        def chunk_images(i):
+            chunk_sources = tf.nest.map_structure(lambda x: x[i], sources)
+            return tf.concat(make_views(chunk_sources, chunk=i), axis=0)
+
+    def unchunk(stacked):
+        # [k, 2c, ...] -> first views [n, ...], second views [n, ...]
+        first = tf.reshape(stacked[:, :chunk], [n, *stacked.shape[2:]])
+        second = tf.reshape(stacked[:, chunk:], [n, *stacked.shape[2:]])
+        return first, second
+
+    def stacked_objective(stacked):
+        pairs = {name: unchunk(stacked[name]) for name in output_names}
+        return objective({name: pair[0] for name, pair in pairs.items()},
+                         {name: pair[1] for name, pair in pairs.items()})
+
+    return cached_gradients(lambda i: forward(chunk_images(i)), num_chunks,
+                            stacked_objective, variables, output_names=output_names,
+                            state_variables=state_variables)
 
 
 def cached_gradients(forward, num_chunks, objective, variables, *, output_names,

@@ -36,7 +36,7 @@ to and its record are found by `simclr_tf.run_dirs` (a record on a remote file s
 import dataclasses
 import os
 
-from simclr_tf import architecture, run_dirs
+from simclr_tf import architecture, objectives, run_dirs
 from simclr_tf.tables import modes
 from simclr_tf.errors import ConfigError
 
@@ -110,7 +110,8 @@ def recorded_run(config):
         if run_dirs.exists(path):
             return path, True
     # The student's weights' run; only without them, distilling, the teacher's.
-    other = config.checkpoint or (config.teacher if config.train_mode == "distill" else None)
+    other = config.checkpoint or (
+        config.teacher if objectives.get(config.train_mode).needs_teacher else None)
     if other:
         path = run_dirs.flags_file(other)
         if path:

@@ -28,7 +28,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from simclr_tf import finite, train
+from simclr_tf import finite, objectives, train
 
 
 class NonFiniteTrainingError(FloatingPointError):
@@ -67,7 +67,7 @@ class SimCLR(keras.Model):
         fields = [f.name for f in dataclasses.fields(train.StepOptions)]
         self.options = train.step_options(
             options, **{name: kwargs.pop(name) for name in fields if name in kwargs})
-        if self.options.train_mode == "distill":
+        if objectives.get(self.options.train_mode).needs_teacher:
             raise ValueError("train_mode='distill' runs in the custom loop only (run.py "
                              "--train_mode=distill, or simclr_tf.train.Trainer with a "
                              "teacher); SimCLR under fit() pretrains and fine-tunes.")
@@ -118,7 +118,7 @@ class SimCLR(keras.Model):
         with self.distribute_strategy.scope():
             self._trackers = {name: _LastValue(name=name) if name in train.LAST
                               else keras.metrics.Mean(name=name)
-                              for name in train.METRICS}
+                              for name in train.metric_names()}
 
     def fit(self, *args, **kwargs):
         _check_strategy(self.distribute_strategy)
@@ -145,7 +145,7 @@ class SimCLR(keras.Model):
     def train_step(self, data):
         """The Trainer's step on this replica; returns the global logs so far."""
         metrics = self._trainer.train_step(data)
-        unknown = sorted(set(metrics) - set(train.METRICS))
+        unknown = sorted(set(metrics) - set(train.metric_names()))
         if unknown:
             raise ValueError(f"The step returned metrics missing from train.METRICS: {unknown}")
         # The metrics of every replica's step: each replica gets the global values.
@@ -157,7 +157,7 @@ class SimCLR(keras.Model):
             for name, value in context.all_reduce(op, values).items():
                 self._trackers[name].update_state(value)
         # At trace time: the logs of this step function (train_mode, head, scaling).
-        self._logged = tuple(name for name in train.METRICS if name in metrics)
+        self._logged = tuple(name for name in train.metric_names() if name in metrics)
         return {name: self._trackers[name].result() for name in self._logged}
 
     def get_config(self):

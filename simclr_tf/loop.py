@@ -322,7 +322,7 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
                 break
             last = step == total_steps
             if step % checkpoint_steps == 0 or last:
-                _save(checkpoints, step, trainer.options)
+                _save(checkpoints, step, _causes(trainer))
                 logs = since_checkpoint.pop()
             for hook in hooks:
                 if hook.every and (step % hook.every == 0 or last):
@@ -336,27 +336,22 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
     return results
 
 
-def _temperature_flag(options):
-    """(flag, value) of the temperature the running train mode divides logits by
-    (pretrain: NT-Xent's, distill: both softmaxes'), None for fine-tuning."""
-    mode = getattr(options, "train_mode", "pretrain")
-    if mode == "pretrain":
-        return "--temperature", options.temperature
-    if mode == "distill":
-        return "--distill_temperature", options.distill_temperature
-    return None
+def _causes(trainer):
+    """The objective's own likely causes of a non-finite step (its flags, e.g. its
+    temperature); none for a trainer without an objective (the tests' stand-ins)."""
+    objective = getattr(trainer, "objective", None)
+    return tuple(objective.non_finite_causes()) if objective is not None else ()
 
 
-def _save(checkpoints, step, options):
+def _save(checkpoints, step, causes):
     """Saves; weights that are not finite are never saved (NonFiniteLossError naming
     the last good checkpoint); a full disk is a CheckpointWriteError saying what to do."""
     try:
         return checkpoints.save(step)
     except NonFiniteWeightsError as error:
-        flag = _temperature_flag(options)
         raise NonFiniteLossError(
             f"{error} Likely a learning rate or weight decay too large for float32"
-            + (f", or a temperature too low ({flag[0]}={flag[1]:g})" if flag else "")
+            + "".join(f", or {cause}" for cause in causes)
             + ". Last good checkpoint (kept, not overwritten): "
             f"{checkpoints.latest or 'none yet'}.") from None
     except CheckpointWriteError as error:
@@ -381,7 +376,7 @@ def _stop_once(trainer, iterator, checkpoints, stop, hooks, intervals):
     step, signum = trainer.step, stop.received
     latest = checkpoints.latest
     path = (latest if latest and step_of(latest) == step
-            else _save(checkpoints, step, trainer.options))
+            else _save(checkpoints, step, _causes(trainer)))
     segment = stop.segment  # from the watcher: the calls of the segment it cut short
     if segment is not None and segment.steps:
         for means in intervals.values():
@@ -505,7 +500,8 @@ def _run_calls(trainer, iterator, num_steps, *, stop=None, after_call=None, prog
             break
         elapsed = time.perf_counter() - start
         done += calls
-        check_finite(logs, trainer.step, options=trainer.options, loss_scaling=loss_scaling)
+        check_finite(logs, trainer.step, causes=_causes(trainer),
+                     loss_scaling=loss_scaling)
         # Images per second (a pretraining example is one image, two views).
         examples += float(logs["num_examples"]) * calls
         seconds += elapsed
@@ -557,24 +553,20 @@ def _input_failure(message):
     return re.sub(r"\s*\[\[.*$|\s*\[Op:.*$", "", text).rstrip(".")
 
 
-def check_finite(logs, step, *, options, loss_scaling):
+def check_finite(logs, step, *, causes=(), loss_scaling):
     """Raises NonFiniteLossError when the loss or the gradient norm is not finite,
-    naming the likely causes of the running train mode (`options`: its
-    `train.StepOptions`): the learning rate unless this step's is 0 (the start of
-    the warmup: no update had moved the weights yet), the temperature its loss
-    divides by (pretrain: --temperature, distill: --distill_temperature; fine-tuning
-    has none), the precision."""
+    naming the likely causes: the learning rate unless this step's is 0 (the start of
+    the warmup: no update had moved the weights yet), the objective's own (`causes`:
+    `Objective.non_finite_causes`, e.g. its temperature), the precision."""
     what = non_finite_logs(logs)
     if what is None:
         return
     rate = float(logs["learning_rate"])
-    causes = []
+    own, causes = causes, []
     if rate > 0:
         causes.append(f"a learning rate too high (this step's rate: {rate:g}; lower "
                       "--learning_rate or lengthen --warmup_epochs)")
-    flag = _temperature_flag(options)
-    if flag is not None:
-        causes.append(f"a temperature too low ({flag[0]}={flag[1]:g})")
+    causes.extend(own)
     causes.append("float16 overflow (try --mixed_precision=bfloat16 or float32)"
                   if loss_scaling else "mixed precision (try float32)")
     likely = ", ".join(causes[:-1]) + (", or " if len(causes) > 2 else " or ") + causes[-1] \

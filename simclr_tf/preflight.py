@@ -10,8 +10,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import architecture, checkpoints, errors, official, records, rules, \
-    run_dirs, teacher
+from simclr_tf import architecture, checkpoints, errors, objectives, official, records, \
+    rules, run_dirs, teacher
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError, architecture_mismatches
@@ -80,7 +80,7 @@ def check(config, strategy, source):
     if mode.trains:
         context["num_train_examples"] = _check_training(config, strategy, source)
         _check_more_than_one_class(config, mode, source)
-    if mode.trains and config.train_mode == "distill":
+    if mode.trains and objectives.get(config.train_mode).needs_teacher:
         context["teacher"] = _check_teacher(config, source)
         context["num_classes"] = context["teacher"].num_classes
         if config.eval_split:  # the distillation monitor's split
@@ -143,7 +143,8 @@ def _require_keras_hub(flag, subject):
 def _check_training(config, strategy, source):
     """Train split, per-replica batch and labels; returns the split's size."""
     num_examples = _check_split(source, "train_split", config.train_split)
-    if config.train_mode == "pretrain" and config.train_batch_size > num_examples:
+    objective = objectives.get(config.train_mode)
+    if objective.contrastive_batch and config.train_batch_size > num_examples:
         # The input repeats the split to fill a batch: an image would meet its own
         # copies among NT-Xent's negatives. (A fine-tune's repeats do no such harm.)
         raise ConfigError("train_batch_size", (
@@ -165,7 +166,7 @@ def _check_training(config, strategy, source):
                                     f"{config.train_batch_size} over {replicas} replicas)"
                                     ) from None
     spec = encoder_table.encoder_spec(config.encoder)
-    if (config.train_mode in rules.ONE_VIEW_MODES and per_replica % 2 and spec is not None
+    if (objective.views == 1 and per_replica % 2 and spec is not None
             and spec.odd_batch_onednn_crash(config.model_kwargs()["encoder_options"])
             and _onednn_cpu_training(strategy)):
         raise ConfigError(
@@ -173,17 +174,17 @@ def _check_training(config, strategy, source):
             "batch crashes TensorFlow 2.21's oneDNN CPU kernel for the strided 1x1 "
             "shortcut convolutions (Conv2DBackpropFilter aborts). Use an even "
             "per-replica batch, or set TF_ENABLE_ONEDNN_OPTS=0.")
-    if config.train_mode == "finetune" and not source.has_labels(config.train_split):
-        raise ConfigError("train_mode", f"finetune needs labels, but split "
+    if objective.needs_labels and not source.has_labels(config.train_split):
+        raise ConfigError("train_mode", f"{config.train_mode} needs labels, but split "
                           f"{config.train_split!r} of {source.name!r} has none; "
                           "choose a labelled --train_split or --train_mode=pretrain.")
-    if config.train_mode == "distill" and config.distill_alpha < 1.0 \
+    if objective.needs_teacher and config.distill_alpha < 1.0 \
             and not source.has_labels(config.train_split):
         raise ConfigError("distill_alpha", f"is {config.distill_alpha}, which mixes in "
                           f"labels, but split {config.train_split!r} of {source.name!r} "
                           "has none; choose a labelled --train_split, or "
                           "--distill_alpha=1 to distil without labels.")
-    if config.train_mode == "distill" and config.distill_alpha < 1.0 \
+    if objective.needs_teacher and config.distill_alpha < 1.0 \
             and subsets.authors_subset(source, config.train_split, config.label_fraction):
         raise ConfigError("label_fraction", f"{config.label_fraction} of {source.name} "
                           "is the authors' subset, a dataset of its own: distillation "
@@ -199,7 +200,7 @@ def _check_more_than_one_class(config, mode, source):
     head, which learns to answer the one class: loss 0, top-1 1.0; the kNN monitor;
     the final probe; train_then_eval's eval of the head) measures nothing. Refused,
     naming the flag of each: the run is then a plain pretraining, as written."""
-    if config.train_mode != "pretrain" or source.num_classes != 1:
+    if objectives.get(config.train_mode).labels != "none" or source.num_classes != 1:
         return
     used = [(flag, fix) for flag, fix, on in (
         ("lineareval_while_pretraining", "--lineareval_while_pretraining=false",
@@ -267,8 +268,8 @@ def _check_evaluating(config, source, mode):
     if not source.has_labels(config.eval_split):
         raise ConfigError("eval_split", f"split {config.eval_split!r} of "
                           f"{source.name!r} has no labels to evaluate against.")
-    if config.train_mode == "pretrain" and not config.lineareval_while_pretraining \
-            and mode.evaluates_head:
+    if objectives.get(config.train_mode).online_head \
+            and not config.lineareval_while_pretraining and mode.evaluates_head:
         raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
                           "run has no classifier to evaluate; turn it on or use "
                           "--final_linear_probe.")
@@ -397,7 +398,7 @@ def _check_labelled_split(source, flag, split):
 def _check_evaluation_splits(config, source, mode):
     """Splits of the kNN monitor, of the mode's protocols and of --mode=embed."""
     bank_flag = "knn_bank_split" if config.knn_bank_split else "train_split"
-    if mode.trains and config.knn_eval_split and config.train_mode == "pretrain":
+    if mode.trains and config.knn_eval_split and objectives.get(config.train_mode).knn_monitor:
         _check_labelled_split(source, "knn_eval_split", config.knn_eval_split)
         _check_labelled_split(source, bank_flag, knn_bank_split(config))
     for flag in mode.labelled_splits:
@@ -427,15 +428,15 @@ def evaluated_pairs(config, mode):
     """
     pairs = []
     if mode.trains:
-        if config.train_mode == "pretrain" and config.knn_eval_split:
+        objective = objectives.get(config.train_mode)
+        if objective.knn_monitor and config.knn_eval_split:
             pairs.append(("train_split", config.train_split, "knn_eval_split",
                           config.knn_eval_split, "the pretraining data"))
             if knn_bank_split(config) != config.train_split:
                 pairs.append(("knn_bank_split", config.knn_bank_split, "knn_eval_split",
                               config.knn_eval_split, "the kNN bank"))
-        distill_monitor = config.train_mode == "distill"
         if config.eval_split and (mode.evaluates_head or config.final_linear_probe
-                                  or distill_monitor):
+                                  or objective.monitors):
             pairs.append(("train_split", config.train_split, "eval_split",
                           config.eval_split, "the training data"))
     elif config.eval_split and (mode.evaluates_head or "eval_split" in mode.labelled_splits):

@@ -9,10 +9,11 @@ import math
 import numbers
 import struct
 
+from simclr_tf import objectives
+
+# The built-in train modes (`simclr_tf.objectives.TRAIN_MODES` is the table, with
+# any registered since; the code asks its rows).
 TRAIN_MODES = ("pretrain", "finetune", "distill")
-# The train modes whose step is the supervised head's loss on one crop-and-flip view
-# (SimCLR v2: "only random crop and horizontal flips" for fine-tuning and distillation).
-ONE_VIEW_MODES = ("finetune", "distill")
 OPTIMIZERS = ("lars", "momentum", "adam", "adamw")
 # --encoder: the prefix of a keras-hub backbone (the other names are the keys of
 # simclr_tf.tables.encoders.ENCODERS, checked in simclr_tf.preflight).
@@ -123,9 +124,10 @@ def check_grad_cache_chunk(chunk, batch_size=None):
 
 
 def check_grad_cache_mode(chunk, train_mode):
-    """Gradient caching applies to pretraining only: it exists for the contrastive
-    loss, which couples the whole batch; the supervised loss does not."""
-    if chunk and train_mode != "pretrain":
+    """Gradient caching applies to pretraining only (the train modes whose row has
+    `grad_cache`): it exists for the contrastive loss, which couples the whole batch;
+    the supervised loss does not."""
+    if chunk and not objectives.get(train_mode).grad_cache:
         raise ValueError("grad_cache_chunk applies to pretraining only (the supervised "
                          "loss needs no whole-batch coupling): drop it or pretrain. "
                          f"Received: grad_cache_chunk={chunk!r}, train_mode={train_mode!r}")

@@ -20,12 +20,9 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import distribute
-from simclr_tf import grad_cache
-from simclr_tf import losses
+from simclr_tf import objectives
 from simclr_tf import optimizers
 from simclr_tf import rules
-from simclr_tf.data import augment
-from simclr_tf.models.outputs import LOGITS, Z
 
 
 # Every metric a step can return; which ones it does depends on train_mode, the
@@ -34,6 +31,13 @@ from simclr_tf.models.outputs import LOGITS, Z
 METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "supervised_loss",
            "supervised_acc", "distill_loss", "teacher_agreement", "weight_decay",
            "grad_norm", "learning_rate", "num_examples", "data_wait")
+
+
+def metric_names():
+    """`METRICS` and those a registered train mode's step adds (its row's `metrics`)."""
+    extra = [name for row in objectives.TRAIN_MODES.values() for name in row.metrics
+             if name not in METRICS]
+    return METRICS + tuple(dict.fromkeys(extra))
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value
 # (grad_norm is already global: `global_grad_norm`, equal on every replica).
@@ -54,10 +58,12 @@ class StepOptions:
     and `simclr_tf.keras_fit.SimCLR`. Checked when made.
 
     Attributes:
-        train_mode: 'pretrain' (two views, NT-Xent plus the supervised loss on the
-            labelled examples), 'finetune' (one view, supervised loss only) or
-            'distill' (one view, the distillation loss against the Trainer's
-            teacher, plus 1 - distill_alpha times the labelled cross-entropy).
+        train_mode: a row of `simclr_tf.objectives.TRAIN_MODES`, whose objective
+            the step computes: 'pretrain' (two views, NT-Xent plus the supervised
+            loss on the labelled examples), 'finetune' (one view, supervised loss
+            only) or 'distill' (one view, the distillation loss against the
+            Trainer's teacher, plus 1 - distill_alpha times the labelled
+            cross-entropy), or a registered one.
         temperature: NT-Xent temperature.
         hidden_norm: L2-normalise projections in NT-Xent.
         blur_fn: optional callable `blur_fn(views, seed=...)` applied on device to
@@ -80,6 +86,8 @@ class StepOptions:
         distill_temperature: tau of `losses.distillation_loss` (distill only).
         distill_alpha: weight of the distillation loss; 1 - alpha weighs
             `losses.labelled_cross_entropy` (SimCLR v2, eq. 3). Distill only.
+        objective_options: a registered objective's own options (its row's
+            `options`): {name: value} or its (name, value) pairs, defaults filled in.
     """
     train_mode: str = "pretrain"
     temperature: float = 0.1
@@ -90,11 +98,17 @@ class StepOptions:
     seed: int = 0
     distill_temperature: float = 1.0
     distill_alpha: float = 1.0
+    objective_options: tuple = ()
 
     def __post_init__(self):
-        if self.train_mode not in rules.TRAIN_MODES:
-            raise ValueError(f"train_mode must be one of {rules.TRAIN_MODES}. Received: "
-                             f"train_mode={self.train_mode!r}")
+        row = objectives.get(self.train_mode)
+        given = dict(self.objective_options)
+        unknown = sorted(set(given) - {name for name, _ in row.options})
+        if unknown:
+            raise ValueError(f"objective_options of train_mode={self.train_mode!r} are "
+                             f"{[name for name, _ in row.options]}. Received: {unknown}")
+        object.__setattr__(self, "objective_options", tuple(
+            (name, given.get(name, default)) for name, default in row.options))
         rules.check_temperature(self.temperature)
         rules.check_distill_temperature(self.distill_temperature)
         rules.check_distill_alpha(self.distill_alpha)
@@ -164,11 +178,11 @@ class Trainer:
     def __init__(self, strategy, model, optimizer, options=None, *, weight_decay_loss=None,
                  steps_per_loop=1, jit_compile=False, teacher=None, **option_fields):
         self.options = step_options(options, **option_fields)
-        distilling = self.options.train_mode == "distill"
-        if distilling != (teacher is not None):
-            raise ValueError("train_mode='distill' needs a teacher, and only it takes "
-                             f"one. Received: train_mode={self.options.train_mode!r}, "
-                             f"teacher={teacher!r}")
+        row = objectives.get(self.options.train_mode)
+        if row.needs_teacher != (teacher is not None):
+            raise ValueError("A train mode that learns from a teacher (distill) needs a "
+                             "teacher, and only it takes one. Received: train_mode="
+                             f"{self.options.train_mode!r}, teacher={teacher!r}")
         self.teacher = teacher
         check_arguments(model, steps_per_loop=steps_per_loop)
         _check_optimizer(model, optimizer)
@@ -180,6 +194,9 @@ class Trainer:
         self.jit_compile = jit_compile
         with strategy.scope():
             optimizer.build(model.trainable_variables)
+            # The train mode's loss (`simclr_tf.objectives`); its `state()` is saved
+            # with the model's checkpoint.
+            self.objective = row.objective_class()(self, teacher=teacher)
         self._train_function = None
 
     @property
@@ -187,10 +204,11 @@ class Trainer:
         """The global step: optimizer updates applied so far."""
         return int(self.optimizer.iterations.numpy())
 
-    # ----- steps (each runs in a replica context) ---------------------------------
+    # ----- the step (runs in a replica context) ------------------------------------
 
     def train_step(self, batch):
-        """One optimisation step for `train_mode`; returns this replica's metrics.
+        """One optimisation step of the objective of `train_mode`; returns this
+        replica's metrics.
 
         Every op of the step waits for the batch, also those with no data input (the
         optimizer's step counter, the learning rate, seed state): otherwise they run
@@ -199,187 +217,28 @@ class Trainer:
         does not hold. (Inside the replica function: `merge_call`s inherit these
         dependencies from the replica threads of a MirroredStrategy.)"""
         with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
-            if self.options.train_mode == "pretrain":
-                return self.pretrain_step(batch)
-            if self.options.train_mode == "distill":
-                return self.distill_step(batch)
-            return self.finetune_step(batch)
+            return self.objective.train_step(batch)
 
-    def pretrain_step(self, batch):
-        """NT-Xent on both views + supervised loss on labelled ones + weight decay.
+    def optimize(self, compute_loss):
+        """Forward + weight decay under a tape, then one optimizer update.
 
         Args:
-            batch: `((view1, view2), labels)`.
+            compute_loss: `() -> (loss, metrics)`, the objective's forward and loss.
 
         Returns:
-            Dict of float32 scalars for this replica.
+            `metrics` with the step's loss, weight decay, rate (and gradient norm).
         """
-        views, labels = batch
-        num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
-        # Both views of an image carry its label (online linear evaluation).
-        labels = tf.concat([labels, labels], axis=0)
-        if self.options.grad_cache_chunk:
-            metrics = self._optimize_cached(views, labels)
-        else:
-            images = tf.concat(self._views(views), axis=0)  # [2n, H, W, 3]: BN sees both
-
-            def compute_loss():
-                outputs = self.model(images, training=True)
-                z1, z2 = tf.split(outputs[Z], 2, axis=0)
-                return self._pretrain_loss(z1, z2, outputs.get(LOGITS), labels)
-
-            metrics = self._optimize(compute_loss)
-        metrics["num_examples"] = num_examples
-        return metrics
-
-    def _views(self, views, chunk=None):
-        """(view1, view2) of a batch (or of chunk `chunk`'s part of it): drawn by
-        `view_fn` when the batch carries source images, then blurred."""
-        view1, view2 = views if self.options.view_fn is None else self.options.view_fn(views)
-        if self.options.blur_fn is None:
-            return view1, view2
-        seed = augment.view_seed(self.options.seed, self.optimizer.iterations,
-                                 distribute.replica_id(), chunk)
-        return tuple(self.options.blur_fn([view1, view2], seed=seed))
-
-    def _pretrain_loss(self, z1, z2, logits, labels):
-        """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
-        contrastive = losses.nt_xent(z1, z2, temperature=self.options.temperature,
-                                     hidden_norm=self.options.hidden_norm)
-        metrics = dict(contrast_loss=contrastive.loss,
-                       contrast_acc=losses.contrast_acc(contrastive),
-                       contrast_entropy=losses.contrast_entropy(contrastive))
-        loss = contrastive.loss
-        if logits is not None:
-            sup_loss = losses.supervised_loss(labels, logits)
-            metrics.update(supervised_loss=sup_loss, **self._label_accuracy(labels, logits))
-            loss = loss + sup_loss
-        return loss, metrics
-
-    def _optimize_cached(self, views, labels):
-        """`_optimize` by gradient caching over chunks of `grad_cache_chunk` images.
-
-        Chunk i holds images [i c, (i + 1) c) with both their views, as the plain
-        step's batch holds both views of every image (BN sees pairs together).
-        With `view_fn` (augmentation on the device) the views of a chunk are drawn
-        from its source images inside each pass, so no more than one chunk's views
-        ever exist: the step holds the (uint8) source batch, one chunk's activations
-        and the cached embeddings. Both passes draw the same views (stateless seeds).
-        """
-        n, chunk = tf.nest.flatten(views)[0].shape[0], self.options.grad_cache_chunk
-        if n is None:
-            raise ValueError("Gradient caching needs batches of a static size.")
-        rules.check_grad_cache_chunk(chunk, n)
-        num_chunks = n // chunk
-        split = lambda x: tf.reshape(x, [num_chunks, chunk, *x.shape[1:]])  # noqa: E731
-        if self.options.view_fn is None:
-            view1, view2 = (split(v) for v in self._views(views))
-
-            def chunk_images(i):
-                return tf.concat([view1[i], view2[i]], axis=0)
-        else:
-            sources = tf.nest.map_structure(split, views)
-
-            def chunk_images(i):
-                chunk_sources = tf.nest.map_structure(lambda x: x[i], sources)
-                return tf.concat(self._views(chunk_sources, chunk=i), axis=0)
-        has_head = self.model.supervised_head is not None
-        names = (Z, LOGITS) if has_head else (Z,)
-
-        def forward(i):
-            outputs = self.model(chunk_images(i), training=True)
-            return {name: outputs[name] for name in names}
-
-        def unchunk(stacked):
-            # [k, 2c, ...] -> first views [n, ...], second views [n, ...]
-            first = tf.reshape(stacked[:, :chunk], [n, *stacked.shape[2:]])
-            second = tf.reshape(stacked[:, chunk:], [n, *stacked.shape[2:]])
-            return first, second
-
-        def objective(stacked):
-            z1, z2 = unchunk(stacked[Z])
-            logits = tf.concat(unchunk(stacked[LOGITS]), 0) if has_head else None
-            loss, metrics = self._pretrain_loss(z1, z2, logits, labels)
-            loss, decay, scaled_loss = self._total_loss(loss)
-            return scaled_loss, (loss, decay, metrics)
-
-        learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
-        variables = self.model.trainable_variables
-        (loss, decay, metrics), grads = grad_cache.cached_gradients(
-            forward, num_chunks, objective, variables, output_names=names,
-            state_variables=self.model.non_trainable_variables)
-        return self._apply(grads, variables, metrics, loss, decay, learning_rate)
-
-    def finetune_step(self, batch):
-        """Supervised loss on one view + weight decay.
-
-        Args:
-            batch: `(images, labels)`.
-
-        Returns:
-            Dict of float32 scalars for this replica.
-        """
-        images, labels = batch
-
-        def compute_loss():
-            logits = self._logits(self.model(images, training=True))
-            sup_loss = losses.supervised_loss(labels, logits)
-            return sup_loss, dict(supervised_loss=sup_loss,
-                                  **self._label_accuracy(labels, logits))
-
-        metrics = self._optimize(compute_loss)
-        metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
-        return metrics
-
-    def distill_step(self, batch):
-        """SimCLR v2's distillation (eq. 3) on one view + weight decay: alpha times
-        the cross-entropy against the teacher's tempered softmax, plus 1 - alpha times
-        the cross-entropy on the labelled examples (none when alpha is 1).
-
-        The teacher sees the student's images, in inference mode (moving BN
-        statistics), outside the tape: it gets no gradient, and its weights never
-        change.
-
-        Args:
-            batch: `(images, labels)`, labels -1 for the unlabelled.
-
-        Returns:
-            Dict of float32 scalars for this replica.
-        """
-        images, labels = batch
-        teacher_logits = self.teacher(images)  # the loss stops its gradient
-        alpha = self.options.distill_alpha
-
-        def compute_loss():
-            logits = self._logits(self.model(images, training=True))
-            distill = losses.distillation_loss(teacher_logits, logits,
-                                               self.options.distill_temperature)
-            metrics = dict(distill_loss=distill,
-                           teacher_agreement=losses.agreement(teacher_logits, logits),
-                           **self._label_accuracy(labels, logits))
-            loss = alpha * distill
-            if alpha < 1.0:
-                labelled = losses.labelled_cross_entropy(labels, logits)
-                metrics["supervised_loss"] = labelled
-                loss = loss + (1.0 - alpha) * labelled
-            return loss, metrics
-
-        metrics = self._optimize(compute_loss)
-        metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
-        return metrics
-
-    def _optimize(self, compute_loss):
-        """Forward + weight decay under a tape, then one optimizer update."""
         # The rate of this update (the schedule reads the not yet incremented step).
         learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             loss, metrics = compute_loss()
-            loss, decay, scaled_loss = self._total_loss(loss)
+            loss, decay, scaled_loss = self.total_loss(loss)
         grads = tape.gradient(scaled_loss, variables)
-        return self._apply(grads, variables, metrics, loss, decay, learning_rate)
+        return self.apply(grads=grads, variables=variables, metrics=metrics, loss=loss,
+                          decay=decay, learning_rate=learning_rate)
 
-    def _total_loss(self, loss):
+    def total_loss(self, loss):
         """(loss + weight decay, the decay, the replica's scaled loss to differentiate)."""
         decay = self.weight_decay_loss()
         loss = loss + decay
@@ -388,32 +247,16 @@ class Trainer:
         replica_loss = loss / distribute.num_replicas_in_sync()
         return loss, decay, self.optimizer.scale_loss(replica_loss)
 
-    def _apply(self, grads, variables, metrics, loss, decay, learning_rate):
+    def apply(self, *, grads, variables, metrics, loss, decay, learning_rate):
+        """Applies `grads` to `variables`; returns `metrics` with the step's logs."""
         if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             # Checked after the step (`_check_finite`); an Inf gradient with a finite
             # loss would otherwise only show up as a NaN loss one step later. (Loss
             # scaling handles non-finite float16 gradients itself by skipping.)
             metrics["grad_norm"] = global_grad_norm(grads)
-        self.optimizer.apply_gradients(_with_gradients(grads, variables))
+        self.optimizer.apply_gradients(_with_gradients(grads, variables, self.model))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics
-
-    @staticmethod
-    def _logits(outputs):
-        if LOGITS not in outputs:
-            raise ValueError("The model has no supervised head: its outputs lack "
-                             f"'logits_sup'. Received keys: {sorted(outputs)}")
-        return outputs[LOGITS]
-
-    @staticmethod
-    def _label_accuracy(labels, logits):
-        # Over the labelled examples of the global batch (0 when there are none),
-        # scaled like `losses.supervised_loss` so that the mean over replicas is
-        # exact when replicas hold different numbers of labelled examples.
-        count = distribute.cross_replica_sum(tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
-        correct = losses.top_k_correct(labels, logits, 1)
-        replicas = float(distribute.num_replicas_in_sync())
-        return dict(supervised_acc=correct * replicas / tf.maximum(count, 1.0))
 
     # ----- distributed functions ---------------------------------------------------
 
@@ -503,7 +346,7 @@ def global_grad_norm(grads):
     return tf.cast(tf.linalg.global_norm(summed), tf.float32)
 
 
-def _with_gradients(grads, variables):
+def _with_gradients(grads, variables, model=None):
     """(gradient, variable) pairs without the variables that get no gradient.
 
     Fine-tuning from `ft_proj_selector` leaves the projection head's later layers out
@@ -513,8 +356,10 @@ def _with_gradients(grads, variables):
     was built on every trainable variable.
     """
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+    head = getattr(model, "projection_head", None)
+    expected = {id(v) for v in head.variables} if head is not None else set()
     unexpected = [v.path for g, v in zip(grads, variables)
-                  if g is None and "projection_head" not in v.path]
+                  if g is None and id(v) not in expected]
     if unexpected:
         logging.warning("No gradient reaches these variables (they do not train): %s",
                         ", ".join(unexpected))

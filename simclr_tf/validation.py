@@ -4,7 +4,7 @@ each value, then the rules between flags. Checks that need the dataset or the st
 import json
 import math
 
-from simclr_tf import rules, variants
+from simclr_tf import objectives, rules, variants
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 from simclr_tf.architecture import VARIANT_FLAGS, check_variant_flags
@@ -18,10 +18,18 @@ def validate(config):
     dataset or the strategy (split names, labels, replica count) run in
     `simclr_tf.preflight` before any model is built.
     """
+    if config.objective_module:  # its train mode is a choice (run.py loads it first)
+        try:
+            objectives.load_module(config.objective_module)
+        except ValueError as error:
+            raise ConfigError.from_rule("objective_module", error) from None
     for name in config.choice_fields():
         value = getattr(config, name)
         # --mode: the table now (a mode registered after import is a choice too).
-        choices = tuple(modes.MODES) if name == "mode" else config.field_choices(name)
+        # --mode, --train_mode: the tables now (a row registered after import is a
+        # choice too).
+        choices = tuple(modes.MODES) if name == "mode" else tuple(
+            objectives.TRAIN_MODES) if name == "train_mode" else config.field_choices(name)
         if value not in choices:
             raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
     for name in config.float_fields():
@@ -69,27 +77,29 @@ def validate(config):
 def _check_combinations(config):
     """Rules between flags."""
     mode = modes.get(config.mode)
+    objective = objectives.get(config.train_mode)
+    _check_objective_options(config, objective)
     if mode.trains:
-        _check_training(config)
+        _check_training(config, objective)
     if config.train_steps == 0 and config.train_epochs == 0 and mode.trains:
         raise ConfigError("train_epochs", "and --train_steps are both 0: set one of "
                           "them to say how long to train.")
     if config.checkpoint_steps == 0 and config.checkpoint_epochs == 0:
         raise ConfigError("checkpoint_epochs", "and --checkpoint_steps are both 0: set "
                           "one of them (e.g. --checkpoint_epochs=1).")
-    if config.fine_tune_after_block > -1 and config.train_mode == "pretrain":
+    if config.fine_tune_after_block > -1 and not objective.freezes:
         raise ConfigError("fine_tune_after_block", f"is {config.fine_tune_after_block}: "
                           "freezing layers while pretraining is not supported (the "
                           "authors' code raises too); drop it (-1) or use "
                           "--train_mode=finetune.")
     if config.head_learning_rate is not None:
-        _check_head_learning_rate(config)
+        _check_head_learning_rate(config, objective)
     _check_encoder(config)
-    if config.label_fraction < 1.0 and config.train_mode == "pretrain":
+    if config.label_fraction < 1.0 and objective.labels == "none":
         raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                           "(pretraining uses no labels); drop it or fine-tune.")
     if mode.trains or config.teacher:
-        _check_distillation(config, mode)
+        _check_distillation(config, mode, objective)
     if mode.needs_model_dir and config.model_dir in (None, ""):
         raise ConfigError("model_dir", "is required: the directory for checkpoints, "
                           "summaries and exports, e.g. --model_dir=/tmp/simclr_run.")
@@ -107,7 +117,7 @@ def _check_combinations(config):
     if config.mixed_precision == "float16" and (config.use_tpu or config.strategy == "tpu"):
         raise ConfigError("mixed_precision", "TPUs do not support float16; use "
                           "--mixed_precision=bfloat16.")
-    if mode.trains and config.augment_on == "device" and config.train_mode != "pretrain":
+    if mode.trains and config.augment_on == "device" and objective.views != 2:
         raise ConfigError("augment_on", "device draws the two pretraining views in the "
                           "train step; fine-tuning's crops run on the host: drop "
                           "--augment_on=device (or pretrain).")
@@ -121,10 +131,25 @@ def _check_combinations(config):
                           "variables); drop --jit_compile.")
 
 
-def _check_distillation(config, mode):
+def _check_objective_options(config, objective):
+    """--objective_options is a JSON object of the train mode's own options."""
+    if not config.objective_options:
+        return
+    try:
+        given = json.loads(config.objective_options)
+    except ValueError as error:
+        raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
+    known = [name for name, _ in objective.options]
+    if not isinstance(given, dict) or set(given) - set(known):
+        raise ConfigError("objective_options", f"must be a JSON object of the options of "
+                          f"--train_mode={config.train_mode} ({', '.join(known) or 'none'}); "
+                          f"got {config.objective_options!r}.")
+
+
+def _check_distillation(config, mode, objective):
     """--teacher names the teacher of a distillation run, and only then; the labels
     it mixes in come with --distill_alpha < 1."""
-    distilling = mode.trains and config.train_mode == "distill"
+    distilling = mode.trains and objective.needs_teacher
     if distilling and not config.teacher:
         raise ConfigError("teacher", "is required with --train_mode=distill: the "
                           "fine-tuned model to distil, e.g. --teacher=<a fine-tuning "
@@ -171,20 +196,20 @@ def _check_encoder(config):
                           f"{spec.fine_tune_reason}.")
 
 
-def _check_head_learning_rate(config):
+def _check_head_learning_rate(config, objective):
     if not config.head_learning_rate > 0:
         raise ConfigError("head_learning_rate", "must be > 0 (e.g. 0.1), or left "
                           f"unset to use --learning_rate; got {config.head_learning_rate!r}.")
-    if config.train_mode != "pretrain" or not config.lineareval_while_pretraining:
+    if not objective.online_head or not config.lineareval_while_pretraining:
         raise ConfigError("head_learning_rate", "is the rate of the online linear "
                           "head of pretraining: it needs --train_mode=pretrain and "
                           "--lineareval_while_pretraining; drop it (fine-tuning "
                           "trains everything at --learning_rate).")
 
 
-def _check_training(config):
+def _check_training(config, objective):
     """What only a training run uses: the contrastive batch, the scaled rate."""
-    if config.train_mode == "pretrain":
+    if objective.contrastive_batch:
         try:
             rules.check_contrastive_batch_size(config.train_batch_size)
         except ValueError as error:

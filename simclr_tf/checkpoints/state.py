@@ -78,13 +78,19 @@ class CheckpointState:
             variables' values are synchronised across workers while saving) but must
             not write over the chief's files, so it writes to a scratch directory,
             cleared at start, and never changes model_dir.
+        objective_state: the train objective's own state, {name: variable or
+            trackable} (`simclr_tf.objectives.base.Objective.state`: an EMA target),
+            saved and restored with the model; none for the built-in objectives.
     """
 
     def __init__(self, model_dir, model, optimizer=None, max_to_keep=5, save_dir=None,
-                 write_guard=None):
+                 write_guard=None, objective_state=None):
         items = dict(model=model)
         if optimizer is not None:
             items["optimizer"] = optimizer
+        self.objective_state = dict(objective_state or {})
+        if self.objective_state:
+            items["objective"] = tf.train.Checkpoint(**self.objective_state)
         self.model = model
         self.optimizer = optimizer
         self.model_dir = model_dir
@@ -134,6 +140,8 @@ class CheckpointState:
         variables = list(self.model.variables)
         if self.optimizer is not None:
             variables += list(self.optimizer.variables)
+        for value in self.objective_state.values():
+            variables += list(getattr(value, "variables", None) or [value])
         return variables
 
     def _restore(self, prefix):

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import rules
+from simclr_tf import objectives, rules
 from simclr_tf.data import augment, device_augment
 from simclr_tf.data import sources
 from simclr_tf.data.sources import DatasetSource
@@ -105,14 +105,15 @@ def build_input_fn(
     _positive_int("global_batch_size", global_batch_size)
     _positive_int("image_size", image_size)
     _positive_int("shuffle_buffer_size", shuffle_buffer_size)
-    if train_mode not in rules.TRAIN_MODES:
-        raise ValueError(f"`train_mode` must be one of {rules.TRAIN_MODES}. "
+    if train_mode not in objectives.TRAIN_MODES:
+        raise ValueError(f"`train_mode` must be one of {tuple(objectives.TRAIN_MODES)}. "
                          f"Received: train_mode={train_mode!r}")
+    objective = objectives.get(train_mode)
     rules.check_color_jitter_impl(impl)
     rules.check_color_jitter_strength(color_jitter_strength)
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.
-    pretraining = train_mode == "pretrain"
-    if train_mode == "finetune" and not source.has_labels(split):
+    pretraining = objective.views == 2
+    if objective.needs_labels and not source.has_labels(split):
         raise ValueError(
             f"Split {split!r} of dataset {source.name!r} has no labels: it can only be "
             "used for pretraining (train_mode='pretrain').")

@@ -3,13 +3,14 @@ exported SavedModel, the encoder to evaluate, the evaluators and their loop (and
 loop hook that runs them during training), TensorBoard scalars (JSON records:
 `simclr_tf.records`)."""
 import functools
+import json
 import os
 
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, export, loop, optimizers, preflight, records, rules, \
-    schedules, teacher
+from simclr_tf import checkpoints, export, loop, objectives, optimizers, preflight, \
+    records, schedules, teacher
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment
 from simclr_tf.evaluation import registry
@@ -29,7 +30,7 @@ def build_model(config, strategy, num_classes):
         model = SimCLRModel(**config.model_kwargs(num_classes),
                             dtype=POLICIES[config.mixed_precision])
         model.build((None, config.image_size, config.image_size, 3))
-        if config.train_mode in rules.ONE_VIEW_MODES:
+        if objectives.get(config.train_mode).freezes:
             freeze_for_finetuning(model, config.fine_tune_after_block)
     return model
 
@@ -78,12 +79,14 @@ def step_options(config):
                        hidden_norm=config.hidden_norm, blur_fn=blur_fn(config),
                        view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk,
                        seed=config.seed, distill_temperature=config.distill_temperature,
-                       distill_alpha=config.distill_alpha)
+                       distill_alpha=config.distill_alpha,
+                       objective_options=tuple(json.loads(config.objective_options or
+                                                          "{}").items()))
 
 
 def blur_fn(config):
     """The train step's batched blur (None when off); the Trainer seeds it."""
-    if config.train_mode != "pretrain" or not config.use_blur:
+    if not objectives.get(config.train_mode).blur or not config.use_blur:
         return None
     return functools.partial(augment.batch_random_blur, height=config.image_size,
                              width=config.image_size)

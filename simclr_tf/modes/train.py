@@ -8,7 +8,7 @@ import time
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from simclr_tf import checkpoints, loop, preflight, records, rules, schedules
+from simclr_tf import checkpoints, loop, objectives, preflight, records, rules, schedules
 from simclr_tf import teacher as teacher_module
 from simclr_tf.data import pipeline, subsets
 from simclr_tf.modes import parts
@@ -17,25 +17,26 @@ from simclr_tf.progress import TrainingProgress
 # What runs on the training model every --knn_eval_every steps of pretraining
 # (`simclr_tf.evaluation.registry` names): the kNN monitor.
 TRAINING_EVALUATORS = ("knn",)
-# ... and of distillation, at every checkpoint: the student against its teacher.
-DISTILL_EVALUATORS = ("distill",)
+# (Those of a train mode at every checkpoint, e.g. distillation's student against its
+# teacher, are its row's `monitors`: `simclr_tf.objectives`.)
 
 
 def train(config, strategy, context):
     source = context["source"]
+    objective = objectives.get(config.train_mode)
     split, subset_ids, labelled_ids = config.train_split, None, None
     num_examples = context["num_train_examples"]
-    if config.train_mode == "finetune" and config.label_fraction < 1.0:
+    if objective.labels == "required" and config.label_fraction < 1.0:
         subset = label_subset(config, source, split)
         source, split, subset_ids = subset.source, subset.split, subset.example_ids
         print(describe_label_subset(config, subset, num_examples), flush=True)
         num_examples = subset.num_examples
-    if config.train_mode == "distill":
+    if objective.labels == "optional":
         labelled_ids = distillation_labels(config, source, split)
     plan = step_plan(config, num_examples)
     model = parts.build_model(config, strategy, context["num_classes"])
     teacher = None
-    if config.train_mode == "distill":
+    if objective.needs_teacher:
         with preflight.flag_errors("teacher"):
             teacher = parts.build_teacher(config, strategy, context["teacher"])
         print(describe_teacher(config, teacher.info), flush=True)
@@ -46,7 +47,8 @@ def train(config, strategy, context):
     guard = context.get("write_guard")
     state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
                                         max_to_keep=config.keep_checkpoint_max,
-                                        save_dir=scratch_dir, write_guard=guard)
+                                        save_dir=scratch_dir, write_guard=guard,
+                                        objective_state=trainer.objective.state())
     initialized_from = initialize(config, model, state)
     if teacher is not None and chief:
         # What a resume learns from: these weights, whatever --teacher resolves to then.
@@ -89,15 +91,15 @@ def train(config, strategy, context):
 
     hooks = [loop.Every(scalars_every, log),
              loop.Every(lines_every, lambda step, logs: progress.log(step, logs))]
-    if config.knn_eval_split and config.train_mode == "pretrain":
+    if config.knn_eval_split and objective.knn_monitor:
         monitors = parts.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
         hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
                                            monitors, model, writer=writer,
                                            say=progress.note if chief else None,
                                            metrics_log=metrics_log, state=state,
                                            model_dir=config.model_dir))
-    if teacher is not None and config.eval_split:
-        monitors = parts.evaluators_for(config, strategy, source, DISTILL_EVALUATORS,
+    if objective.monitors and config.eval_split:
+        monitors = parts.evaluators_for(config, strategy, source, objective.monitors,
                                         teacher=teacher)
         hooks.append(parts.evaluation_hook(plan.checkpoint_steps, monitors, model,
                                            writer=writer,
@@ -179,7 +181,7 @@ def planned_steps(config, context):
     """The step `train` trains this run to (`context`: preflight's), counted over
     the --label_fraction subset when fine-tuning on one; writes nothing."""
     num_examples = context["num_train_examples"]
-    if config.train_mode == "finetune" and config.label_fraction < 1.0:
+    if objectives.get(config.train_mode).labels == "required" and config.label_fraction < 1.0:
         num_examples = subsets.make_label_subset(
             context["source"], config.train_split, config.label_fraction,
             seed=config.seed).num_examples
@@ -203,7 +205,7 @@ def training_protocols(config, results, *, split, steps, checkpoint):
     the last logging interval's training batches, not an evaluation: augmented
     views of the training split, at the weights of each step)."""
     first, last = steps
-    if config.train_mode == "pretrain":
+    if objectives.get(config.train_mode).views == 2:
         augmentation = (
             "two random views per image: random resized crop, horizontal flip, colour "
             f"jitter (strength {config.color_jitter_strength:g}) and grayscale"
@@ -292,7 +294,7 @@ def initialize(config, model, state):
         initialized_from = weights.prefix
     else:
         initialized_from = "random"
-        if config.train_mode == "finetune":
+        if objectives.get(config.train_mode).labels == "required":
             print("Fine-tuning from randomly initialised weights: no --checkpoint was "
                   "given and model_dir has none, so this is supervised training from "
                   "scratch (recorded as train/initialized_from=random). Pass "
@@ -349,7 +351,7 @@ def write_view_summary(config, source, split, writer, num_images=8):
         color_jitter_strength=config.color_jitter_strength,
         shuffle_buffer_size=num_images)(None)
     images, _ = next(iter(data))
-    if config.train_mode == "pretrain":
+    if objectives.get(config.train_mode).views == 2:
         images = tf.concat(images, axis=2)  # view 1 | view 2, side by side
     with writer.as_default(step=0):
         tf.summary.image("train/views", images, max_outputs=num_images)

@@ -1,0 +1,151 @@
+"""What docs/design.md promises of train modes: a row of `simclr_tf.objectives` each,
+asked by the code instead of the name, and a new objective added from one file (its
+loss, its own option as a flag of run.py, its own state in the checkpoint)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from simclr_tf import objectives, rules
+from simclr_tf.objectives import base
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The one file of a new objective: label-smoothed cross-entropy with its own option
+# (--toy_smoothing, a flag of run.py once the file is loaded) and its own state (an
+# exponential moving average of the loss, saved in the checkpoint).
+TOY = '''"""A toy objective: label-smoothed cross-entropy on one crop-and-flip view."""
+import tensorflow as tf
+
+from simclr_tf import objectives
+from simclr_tf.objectives import base
+
+
+class Smoothed(base.Objective):
+    def __init__(self, trainer, teacher=None):
+        super().__init__(trainer, teacher)
+        self.loss_ema = tf.Variable(0.0, trainable=False, name="loss_ema",
+                                    aggregation=tf.VariableAggregation.MEAN)
+
+    def state(self):
+        return {"loss_ema": self.loss_ema}
+
+    def train_step(self, batch):
+        images, labels = batch
+        smoothing = self.option("toy_smoothing")
+
+        def compute_loss():
+            logits = base.logits_of(self.model(images, training=True))
+            logits = tf.cast(logits, tf.float32)
+            classes = tf.shape(logits)[-1]
+            target = tf.one_hot(labels, classes) * (1.0 - smoothing) + smoothing / tf.cast(
+                classes, tf.float32)
+            loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(target, logits))
+            return loss, dict(toy_loss=loss, **base.label_accuracy(labels, logits))
+
+        metrics = self.trainer.optimize(compute_loss)
+        self.loss_ema.assign(0.5 * self.loss_ema + 0.5 * metrics["toy_loss"])
+        metrics["toy_loss_ema"] = tf.identity(self.loss_ema)
+        metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
+        return metrics
+
+
+objectives.register(objectives.TrainMode(
+    "toy_smoothed", f"{__name__}:Smoothed", "toy_smoothed: label-smoothed cross-entropy",
+    labels="required", freezes=True, metrics=("toy_loss", "toy_loss_ema", "supervised_acc"),
+    options=dict(toy_smoothing=0.1)))
+'''
+
+
+def test_every_train_mode_has_a_row_and_an_objective():
+    assert tuple(objectives.TRAIN_MODES)[:3] == rules.TRAIN_MODES
+    for row in objectives.TRAIN_MODES.values():
+        assert issubclass(row.objective_class(), base.Objective), row.name
+    pretrain, finetune, distill = (objectives.get(n) for n in rules.TRAIN_MODES)
+    assert (pretrain.views, finetune.views, distill.views) == (2, 1, 1)
+    assert pretrain.online_head and not finetune.online_head and not distill.online_head
+    assert distill.needs_teacher and finetune.needs_labels and pretrain.labels == "none"
+    with pytest.raises(ValueError, match="train_mode must be one of pretrain, finetune"):
+        objectives.get("byol")
+
+
+def test_an_objectives_state_is_saved_and_restored_with_the_checkpoint(tmp_path):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+                        proj_out_dim=8, num_proj_layers=1)
+    model.build((None, 8, 8, 3))
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    ema = tf.Variable(1.5, trainable=False)
+    state = checkpoints.CheckpointState(str(tmp_path), model, optimizer,
+                                        objective_state=dict(ema=ema))
+    state.save(1)
+    ema.assign(7.0)
+    fresh = tf.Variable(0.0, trainable=False)
+    again = checkpoints.CheckpointState(str(tmp_path), model, optimizer,
+                                        objective_state=dict(ema=fresh))
+    assert again.recover()
+    assert float(fresh.numpy()) == 1.5
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-1"))
+    assert any(key.startswith("objective/ema") for key in reader.get_variable_to_shape_map())
+
+
+def _run_py(*flags):
+    result = subprocess.run([sys.executable, "run.py", *flags], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.extra_large  # four run.py processes, ~75 s on 2 cores
+def test_an_objective_in_one_file_trains_resumes_bit_exact_and_evaluates(tmp_path):
+    """The toy file, loaded by --objective_module: --train_mode=toy_smoothed with its own
+    --toy_smoothing trains from run.py's command line to a checkpoint holding its
+    state; a run stopped after ckpt-2 resumes to the same weights and state, bit for
+    bit; --mode=eval evaluates it. No file of the library is edited."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    toy = tmp_path / "toy_objective.py"
+    toy.write_text(TOY)
+    common = [f"--objective_module={toy}", "--train_mode=toy_smoothed",
+              "--toy_smoothing=0.2", "--dataset=digits", "--train_split=train[:128]",
+              "--eval_split=test", "--image_size=16", "--stem=cifar", "--resnet_depth=18",
+              "--width_multiplier=0.125", "--train_batch_size=32", "--train_steps=4",
+              "--checkpoint_steps=2", "--learning_rate=0.1", "--deterministic",
+              "--mode=train", "--log_every_steps=1", "--progress=none"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    _run_py(*common, f"--model_dir={straight}")
+    _run_py(*common, f"--model_dir={resumed}")
+    # Stopped after its first checkpoint: ckpt-4 never written.
+    for name in os.listdir(resumed):
+        if name.startswith("ckpt-4"):
+            os.remove(resumed / name)
+    tf.compat.v1.train.update_checkpoint_state(
+        str(resumed), str(resumed / "ckpt-2"),
+        all_model_checkpoint_paths=[str(resumed / "ckpt-2")])
+    out = _run_py(*common, f"--model_dir={resumed}")
+    assert "Resumed from" in out and "ckpt-2" in out
+    with open(straight / "flags.json") as f:
+        recorded = json.load(f)
+    assert recorded["train_mode"] == "toy_smoothed"
+    assert json.loads(recorded["objective_options"]) == {"toy_smoothing": 0.2}
+    a = tf.train.load_checkpoint(str(straight / "ckpt-4"))
+    b = tf.train.load_checkpoint(str(resumed / "ckpt-4"))
+    names = a.get_variable_to_shape_map()
+    assert names.keys() == b.get_variable_to_shape_map().keys()
+    assert any(k.startswith("objective/loss_ema") for k in names)
+    for key in names:
+        np.testing.assert_array_equal(a.get_tensor(key), b.get_tensor(key), err_msg=key)
+    with open(straight / "result.json") as f:
+        result = json.load(f)
+    assert "train/toy_loss" in result and "train/toy_loss_ema" in result
+    # The evaluation reads the train mode and its options from flags.json; the file
+    # is loaded again from the recorded --objective_module.
+    _run_py("--mode=eval", f"--model_dir={straight}", "--eval_split=test")
+    with open(straight / "result.eval.json") as f:
+        evaluated = json.load(f)
+    assert 0.0 <= evaluated["eval/label_top_1_accuracy"] <= 1.0
