@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, loop, run_lock, train
+from simclr_tf import checkpoints, loop, objectives, run_lock, train
 
 
 class _Model(tf.Module):
@@ -26,6 +26,13 @@ def _state(directory):
     return checkpoints.CheckpointState(str(directory), model, max_to_keep=3), model
 
 
+def _objective(trainer, options):
+    """The objective of `options.train_mode`, on `trainer` (a stand-in: the objective
+    only keeps it)."""
+    trainer.options = options
+    return objectives.get(options.train_mode).objective_class()(trainer)
+
+
 class _Trainer:
     """What the loop reads of a Trainer; each step reads one element of the iterator
     in a compiled call (as `train.Trainer`) and sets the weights to the step."""
@@ -34,6 +41,8 @@ class _Trainer:
     def __init__(self, model, options=None):
         self.model = model
         self.options = options or train.StepOptions(temperature=0.5)
+        # What the loop asks of it: the likely causes of a non-finite step.
+        self.objective = _objective(self, self.options)
         self.counter = tf.Variable(0, dtype=tf.int64)
 
         @tf.function
@@ -259,6 +268,10 @@ def test_an_input_that_fails_is_an_input_error_naming_the_last_checkpoint(tmp_pa
     assert "Traceback" not in message and "[[" not in message
 
 
+class _StandIn:
+    """A trainer for an objective that is only asked for its causes."""
+
+
 def _nan_logs(rate):
     return dict(loss=np.float32("nan"), learning_rate=np.float32(rate))
 
@@ -270,8 +283,9 @@ def _nan_logs(rate):
 ])
 def test_the_non_finite_loss_names_the_running_modes_flags(mode, named, not_named):
     options = train.StepOptions(train_mode=mode, temperature=0.2, distill_temperature=1e-20)
+    causes = _objective(_StandIn(), options).non_finite_causes()
     with pytest.raises(loop.NonFiniteLossError) as info:
-        loop.check_finite(_nan_logs(0.3), 5, options=options, loss_scaling=False)
+        loop.check_finite(_nan_logs(0.3), 5, causes=causes, loss_scaling=False)
     message = str(info.value)
     assert "lower --learning_rate" in message and "rate: 0.3" in message
     if named:
@@ -283,8 +297,9 @@ def test_a_rate_of_zero_is_not_blamed(tmp_path):
     """Step 1 of a warmup trains at rate 0: the learning rate cannot have made its
     loss NaN, so it is not suggested."""
     options = train.StepOptions(train_mode="distill", distill_temperature=1e-20)
+    causes = _objective(_StandIn(), options).non_finite_causes()
     with pytest.raises(loop.NonFiniteLossError) as info:
-        loop.check_finite(_nan_logs(0.0), 1, options=options, loss_scaling=False)
+        loop.check_finite(_nan_logs(0.0), 1, causes=causes, loss_scaling=False)
     message = str(info.value)
     assert "--learning_rate" not in message and "too high" not in message
     assert "not the learning rate" in message and "--distill_temperature=1e-20" in message
