@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, loop, objectives, run_lock, train
+from simclr_tf import checkpoints, loop, objectives, run_lock, stop_signals, train
 
 
 class _Model(tf.Module):
@@ -114,7 +114,7 @@ def test_a_stop_signal_while_a_cancellable_input_blocks_saves_and_returns(
     """The step waits for a batch that never comes (a folder on a hung mount): the
     signal handler cannot run inside that call, so the watcher cancels it after the
     grace, and the loop saves the step reached, logs its interval and returns."""
-    monkeypatch.setattr(loop, "STOP_GRACE_SECS", 0.5)
+    monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 0.5)
     state, model = _state(tmp_path)
     blocked = threading.Event()
     logged = []
@@ -147,8 +147,8 @@ def test_a_stop_signal_while_an_uncancellable_input_blocks_saves_and_ends(
     saves the step reached, logs its interval, releases the lock and ends the
     process with 128 + the signal (here the end is recorded instead; it unblocks the
     input, so that the test's own call returns)."""
-    monkeypatch.setattr(loop, "STOP_GRACE_SECS", 0.5)
-    monkeypatch.setattr(loop, "CANCEL_WAIT_SECS", 0.5)
+    monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 0.5)
+    monkeypatch.setattr(stop_signals, "CANCEL_WAIT_SECS", 0.5)
     ended = []
 
     def exit_process(status):
@@ -179,7 +179,7 @@ def test_a_stop_signal_while_an_uncancellable_input_blocks_saves_and_ends(
 def test_a_stop_signal_waits_for_a_call_that_computes(tmp_path, monkeypatch):
     """A call that is slow but not blocked is not cancelled within the grace: the
     signal stops the loop once it ends, at a whole step."""
-    monkeypatch.setattr(loop, "STOP_GRACE_SECS", 3.0)
+    monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 3.0)
     state, model = _state(tmp_path)
     trainer = _Trainer(model)
     slow = trainer.train_steps

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, preflight, run_lock, train
+from simclr_tf import checkpoints, experiment, loop, preflight, run_lock, stop_signals, train
 from simclr_tf.modes import evaluate as modes_evaluate
 from simclr_tf.modes import parts
 from simclr_tf.config import ConfigError
@@ -245,13 +245,13 @@ def test_a_stop_signal_saves_the_current_step_and_returns(tmp_path, signum):
     """Ctrl-C (SIGINT) as SIGTERM: a checkpoint at the step reached, then the loop
     returns `interrupted` with the signal (run.py exits 128 + it); no KeyboardInterrupt,
     and the previous handlers are back afterwards."""
-    before = {s: signal.getsignal(s) for s in loop.STOP_SIGNALS}
+    before = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
     state, model = _state(tmp_path)
     results = loop.train(trainer=_SignalledTrainer(model, signum), iterator=None,
                          checkpoints=state, total_steps=10, checkpoint_steps=2)
     assert results == dict(global_step=3, interrupted=True, signal=int(signum))
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
-    assert {s: signal.getsignal(s) for s in loop.STOP_SIGNALS} == before
+    assert {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS} == before
 
 
 # ------------------------------------------------------------------ model_dir lock
