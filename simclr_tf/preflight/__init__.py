@@ -2,22 +2,27 @@
 
 Everything that can be known from the Config, the dataset and the strategy is checked
 here, so that a bad flag, split, batch size or path fails with a `ConfigError` that
-names the flag and the fix, before any expensive work starts.
+names the flag and the fix, before any expensive work starts. Two jobs have modules
+of their own, re-exported here: `overlap` (the evaluated splits against what trained
+the weights) and `weights` (weights that fit the model the flags describe).
 """
 import contextlib
 import os
 
 import tensorflow as tf
-from absl import logging
 
-from simclr_tf import architecture, checkpoints, errors, objectives, official, records, \
-    rules, run_dirs, teacher
+from simclr_tf import architecture, checkpoints, errors, objectives, records, rules, teacher
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
-from simclr_tf.config import ConfigError, architecture_mismatches
+from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry, subsets
-from simclr_tf.evaluation import overlap
 from simclr_tf.models import hub
+# The checks of two jobs live beside this module: the evaluated splits' overlap, and
+# weights that fit the model.
+from simclr_tf.preflight.overlap import check_eval_overlap, evaluated_pairs, knn_bank_split
+from simclr_tf.preflight.weights import (_check_checkpoint_readable, _check_official_selector,
+                                         _check_recorded_architecture,
+                                         check_official_architecture)
 
 
 def load_source(config):
@@ -405,186 +410,6 @@ def _check_evaluation_splits(config, source, mode):
         _check_labelled_split(source, flag, getattr(config, flag))
     if config.mode == "embed":
         _check_split(source, "embed_split", config.embed_split or config.eval_split)
-
-
-def knn_bank_split(config):
-    return config.knn_bank_split or config.train_split
-
-
-# ------------------------------------------------------------------ evaluation overlap
-
-def evaluated_pairs(config, mode):
-    """(train flag, train split, eval flag, eval split, what trained) of each
-    evaluation this run makes: the split that trained the weights (or fills a kNN
-    bank, or fits a probe) against the split the accuracy is measured on.
-
-    - pretraining's kNN monitor: --train_split (and --knn_bank_split, the bank)
-      against --knn_eval_split;
-    - a training run that evaluates on --eval_split (train_then_eval, the
-      distillation monitor, --final_linear_probe): --train_split against it;
-    - --mode=eval and --mode=linear_probe: --train_split (the probe's, and in eval
-      the run's) against --eval_split; the run that trained the weights read is
-      added by `check_eval_overlap` from its flags.json.
-    """
-    pairs = []
-    if mode.trains:
-        objective = objectives.get(config.train_mode)
-        if objective.knn_monitor and config.knn_eval_split:
-            pairs.append(("train_split", config.train_split, "knn_eval_split",
-                          config.knn_eval_split, "the pretraining data"))
-            if knn_bank_split(config) != config.train_split:
-                pairs.append(("knn_bank_split", config.knn_bank_split, "knn_eval_split",
-                              config.knn_eval_split, "the kNN bank"))
-        if config.eval_split and (mode.evaluates_head or config.final_linear_probe
-                                  or objective.monitors):
-            pairs.append(("train_split", config.train_split, "eval_split",
-                          config.eval_split, "the training data"))
-    elif config.eval_split and (mode.evaluates_head or "eval_split" in mode.labelled_splits):
-        what = "the probe's training data and the kNN bank" if "train_split" in \
-            mode.labelled_splits else "the training data"
-        pairs.append(("train_split", config.train_split, "eval_split", config.eval_split,
-                      what))
-    return pairs
-
-
-def check_eval_overlap(config, source, mode):
-    """The overlaps of `evaluated_pairs` (and, for a mode that reads weights, of the
-    run that trained them: its flags.json's --train_split against --eval_split):
-    refused with the ConfigError of the evaluated split's flag, naming both flags
-    and the number of shared examples, unless --allow_eval_overlap.
-
-    Returns:
-        None when this run evaluates nothing, else the list of the overlaps allowed
-        (dicts: train_flag, train_split, eval_flag, eval_split, examples, of),
-        empty when the splits are disjoint (what the result records).
-    """
-    pairs = evaluated_pairs(config, mode)
-    if not pairs:
-        return None
-    recorded = _trained_split(config, mode)
-    if recorded is not None and recorded[0] != config.train_split:
-        pairs.append(("train_split", recorded[0], "eval_split", config.eval_split,
-                      f"what trained the weights: its flags.json in {recorded[1]}"))
-    found = []
-    for train_flag, train_split, eval_flag, eval_split, what in pairs:
-        try:
-            shared, total, unit = overlap.shared_examples(source, train_split, eval_split)
-        except ValueError:
-            continue  # a split this run does not read (a record's): nothing to compare
-        if shared:
-            found.append(dict(train_flag=train_flag, train_split=train_split,
-                              eval_flag=eval_flag, eval_split=eval_split, examples=shared,
-                              of=total, unit=unit, trained=what))
-    if found and not config.allow_eval_overlap:
-        first = found[0]
-        described = [_describe_overlap(each) for each in found]
-        described[0] = described[0].split("=", 1)[1]  # ConfigError names the flag
-        raise ConfigError(first["eval_flag"], "; ".join(described) + (
-            ". An accuracy measured there counts examples that trained the weights, "
-            "fill the kNN bank or fit the probe: it is inflated. Choose splits that do not "
-            "overlap (e.g. --train_split='train[:90%]' --eval_split='train[90%:]' for a "
-            "dataset with one split), or pass --allow_eval_overlap to run anyway "
-            "(result.json then records eval_overlaps_train: true)."))
-    for each in found:
-        logging.warning("--allow_eval_overlap: %s.", _describe_overlap(each))
-    return [{k: v for k, v in each.items() if k != "unit"} for each in found]
-
-
-def _describe_overlap(overlap):
-    every = " (all of them)" if overlap["examples"] == overlap["of"] else ""
-    return (f"--{overlap['eval_flag']}={overlap['eval_split']!r} shares "
-            f"{overlap['examples']} of its {overlap['of']} {overlap['unit']}{every} "
-            f"with --{overlap['train_flag']}={overlap['train_split']!r} ("
-            f"{overlap['trained']})")
-
-
-def _trained_split(config, mode):
-    """(--train_split, flags.json path) of the run whose weights a mode that reads
-    weights evaluates, when it recorded one on this dataset; else None."""
-    if mode.trains:
-        return None
-    try:
-        if config.model_dir and checkpoints.latest(config.model_dir):
-            weights = checkpoints.resolve(checkpoints.latest(config.model_dir))
-        elif config.checkpoint:
-            weights = checkpoints.resolve(config.checkpoint)
-        else:
-            return None
-        recorded = checkpoints.recorded_run_config(weights)
-    except (ValueError, FileNotFoundError, OSError, tf.errors.OpError):
-        return None
-    if recorded is None or recorded.dataset != config.dataset:
-        return None
-    return recorded.train_split, run_dirs.run_of(weights.prefix)
-
-
-def _check_checkpoint_readable(prefix, flag="checkpoint"):
-    """The checkpoint at `prefix` must be one TensorFlow can read
-    (`checkpoints.unreadable_reason`: index, data files, none short)."""
-    reason = checkpoints.unreadable_reason(prefix)
-    if reason is not None:
-        raise ConfigError(flag, f"{prefix!r} cannot be read ({reason}); pass an "
-                          "intact checkpoint prefix, run directory or SavedModel.")
-
-
-def check_official_architecture(config):
-    """The authors' released model at --checkpoint must match the flags' model."""
-    try:
-        info = official.inspect_official(config.checkpoint)
-    except (ValueError, FileNotFoundError) as error:
-        raise ConfigError("checkpoint", f"cannot import the released model: {error}") from None
-    mismatched = architecture_mismatches(config, info.config)
-    if mismatched:
-        raise ConfigError("checkpoint", f"{config.checkpoint!r} is a released model whose "
-                          f"architecture needs {' '.join(mismatched)} (the flags say "
-                          "otherwise); pass those flags.")
-    return info
-
-
-_SELECTOR_SOURCES = {"widths": "the width it reads says so",
-                     "graph": "its saved_model.pb's graph says so"}
-
-
-def _check_official_selector(config, mode, num_classes, info):
-    """A released supervised head that loads must read the layer it was trained on:
-    --ft_proj_selector equals the one the model tells (`official.inspect_official`),
-    or is given when the model cannot tell."""
-    released_classes = info.config["num_classes"]
-    head_loads = (released_classes is not None and
-                  config.model_kwargs(num_classes)["num_classes"] == released_classes and
-                  not (mode.trains and config.zero_init_logits_layer))
-    if not head_loads:
-        return
-    if not info.ft_proj_selector_inferred:
-        if not config.is_given("ft_proj_selector"):
-            raise ConfigError("ft_proj_selector", official.selector_unknown_message(
-                config.checkpoint, info.config) + " Pass --ft_proj_selector=N, or "
-                "--zero_init_logits_layer to train a fresh head.")
-        return
-    layers = rules.num_head_layers(info.config["proj_head_mode"],
-                                   info.config["num_proj_layers"])
-    released = info.config["ft_proj_selector"] % (layers + 1)
-    if config.ft_proj_selector % (layers + 1) != released:
-        raise ConfigError("ft_proj_selector", f"is {config.ft_proj_selector}, but the "
-                          f"supervised head of the released model {config.checkpoint!r} "
-                          f"reads projection output {info.config['ft_proj_selector']} "
-                          f"({_SELECTOR_SOURCES[info.ft_proj_selector_source]}); pass "
-                          f"--ft_proj_selector={info.config['ft_proj_selector']}, or "
-                          "--zero_init_logits_layer to train a fresh head on the other "
-                          "layer.")
-
-
-def _check_recorded_architecture(config, weights, flag):
-    """Our checkpoint at `weights` must fit the flags' model, when its run's flags.json
-    says what model wrote it (else loading checks, after the build)."""
-    recorded = checkpoints.recorded_run_config(weights)
-    if recorded is None:
-        return
-    mismatched = architecture_mismatches(config, recorded.model_kwargs(), headless_ok=True)
-    if mismatched:
-        raise ConfigError(flag, f"{weights.prefix!r} was written by a model of another "
-                          "architecture (its run's flags.json records it): pass "
-                          f"{' '.join(mismatched)} (the flags say otherwise).")
 
 
 @contextlib.contextmanager
