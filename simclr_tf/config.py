@@ -9,16 +9,16 @@ arguments (`Config.model_kwargs()` for the model), never the flags.
 import dataclasses
 import functools
 import json
-import typing
 from typing import Optional
 
-from simclr_tf import objectives, rules, validation, variants
+from simclr_tf import objectives, record_types, rules, validation, variants
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 # Re-exported: callers import these from here.
 from simclr_tf.architecture import (  # noqa: F401
     VARIANT_FLAGS, architecture_mismatches, check_variant_flags)
 from simclr_tf.errors import ConfigError  # noqa: F401
+from simclr_tf.record_types import RecordError  # noqa: F401
 
 AUTHORS_FLAGS = (
     "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
@@ -35,53 +35,6 @@ AUTHORS_FLAGS = (
 )
 
 
-
-class RecordError(ValueError):
-    """A record of a run directory that cannot be read back as it is (a value of the
-    wrong type: `Config.check_record`); names the file and the key."""
-
-
-def _of_type(kind, value):
-    """Whether the JSON `value` is one of the field type `kind` (JSON has one kind of
-    number: an int is a float's value, a float with a point is no int's)."""
-    if typing.get_origin(kind) is typing.Union:  # Optional[...]
-        return any(_of_type(k, value) for k in typing.get_args(kind))
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return not isinstance(kind, type) or isinstance(value, kind)
-
-
-def _expected(kind):
-    if typing.get_origin(kind) is typing.Union:
-        return " or ".join(_expected(k) for k in typing.get_args(kind))
-    return {bool: "true or false", int: "a whole number", float: "a number",
-            str: "a string", type(None): "null"}.get(kind, getattr(kind, "__name__", kind))
-
-
-def _kind(value):
-    """What a JSON value is, where its text does not say it ('' where it does)."""
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, float):
-        return "a decimal number"
-    return {list: "a list", dict: "an object"}.get(type(value), "")
-
-
-def _example(kind, value):
-    """The value a record meant (`"false"` for false, 16.0 for 16), as JSON, or None."""
-    kinds = typing.get_args(kind) if typing.get_origin(kind) is typing.Union else (kind,)
-    if bool in kinds and isinstance(value, str) and value.strip().lower() in (
-            "true", "false"):
-        return value.strip().lower()
-    if int in kinds and isinstance(value, float) and value.is_integer():
-        return json.dumps(int(value))
-    return None
 
 # --help's topics, in order. A field is declared by its topic's function (`_run`,
 # `_data`, ...): a new flag is one field, its help group included.
@@ -485,16 +438,8 @@ class Config:
             path: the record's file, for the message.
             where: where in the file `values` are (e.g. 'entry 3's "changed"').
         """
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for key, value in values.items():
-            if key in fields and not _of_type(fields[key].type, value):
-                example = _example(fields[key].type, value)
-                kind = _kind(value)
-                raise RecordError(
-                    f"{path!r}{' ' + where if where else ''} records \"{key}\": "
-                    f"{json.dumps(value)}{f' ({kind})' if kind else ''}, but --{key} "
-                    f"takes {_expected(fields[key].type)}: correct it in that file"
-                    + (f' ("{key}": {example})' if example is not None else "") + ".")
+        record_types.check({f.name: f.type for f in dataclasses.fields(cls)}, values,
+                           path, where)
 
     @classmethod
     def help_groups(cls):
