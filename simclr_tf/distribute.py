@@ -174,3 +174,9 @@ def num_replicas_in_sync():
     if context is not None:
         return context.num_replicas_in_sync
     return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+def is_chief(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver is None or resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)

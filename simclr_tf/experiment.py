@@ -18,9 +18,10 @@ from simclr_tf import checkpoints, distribute, preflight, records
 from simclr_tf.tables import modes
 from simclr_tf import run_lock
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import linear_probe, parts, train
+from simclr_tf.modes import evaluations, linear_probe, train
+from simclr_tf.modes import export as export_mode
 
-ExportError = parts.ExportError  # run.py catches it as experiment.ExportError
+ExportError = export_mode.ExportError  # run.py catches it as experiment.ExportError
 
 
 def run(config):
@@ -52,7 +53,7 @@ def _run(config, mode, strategy):
     if recorded is not None:
         _say_recorded(config, recorded)
         return recorded
-    writes = bool(config.model_dir) and parts.is_chief(strategy)
+    writes = bool(config.model_dir) and distribute.is_chief(strategy)
     if config.model_dir:
         _create_model_dir(config)
     with _lock(config, writes) as lock:
@@ -115,7 +116,7 @@ def recorded_results(config, mode, context):
     step = checkpoints.step_of(latest)
     if step != train.planned_steps(config, context):
         return None
-    result = parts.recorded_result(config.model_dir, records.record_path(
+    result = evaluations.recorded_result(config.model_dir, records.record_path(
         config.model_dir, records.RESULT, config.mode), step)
     if result is None or result.get("global_step") != step:
         return None

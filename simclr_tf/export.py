@@ -178,7 +178,7 @@ def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1
         crop: centre-crop in the serving signatures; None: the training recipe's rule.
         max_pixels: most pixels of one served image (see `create_serving_module`).
         only_copies: steps whose export is the only copy of their weights (no
-            intact checkpoint holds them; `modes.parts.export_model` knows): kept.
+            intact checkpoint holds them; `modes.export.export_model` knows): kept.
 
     Returns:
         The export's path.

@@ -1,6 +1,6 @@
 """The evaluator interface (`simclr_tf.evaluation.base`): an evaluator added in a test
 module, registered by name, built from the Config and run through the same path as
-the modes' (`parts.evaluators_for`, `parts.run_evaluators`), equals numpy on the
+the modes' (`evaluations.evaluators_for`, `evaluations.run_evaluators`), equals numpy on the
 model's h; its floats reach TensorBoard and nothing else does. The final linear probe
 builds both of its encoders under the run's strategy."""
 import os
@@ -16,7 +16,7 @@ from simclr_tf import checkpoints
 from simclr_tf.config import Config
 from simclr_tf.data import registry as datasets
 from simclr_tf.evaluation import base, features, registry
-from simclr_tf.modes import linear_probe, parts
+from simclr_tf.modes import evaluations, linear_probe, parts
 
 from helpers.protocols import check_protocols
 
@@ -64,9 +64,9 @@ def test_an_evaluator_added_by_a_test_runs_through_the_modes_path(tmp_path, monk
     strategy = tf.distribute.get_strategy()
     source = datasets.get_dataset("digits")
     model = parts.build_model(cfg, strategy, None)
-    evaluators = parts.evaluators_for(cfg, strategy, source, ["mean_h"])
+    evaluators = evaluations.evaluators_for(cfg, strategy, source, ["mean_h"])
     writer = tf.summary.create_file_writer(str(tmp_path / "tb"))
-    results = parts.run_evaluators(evaluators, model, 7, writer=writer)
+    results = evaluations.run_evaluators(evaluators, model, 7, writer=writer)
 
     images = np.concatenate([
         batch["image"].numpy()[batch["id"].numpy() >= 0]

@@ -11,7 +11,7 @@ The contract (big_vision's evaluators: one small interface, the trainer only cal
 
 - The constructor takes the strategy that holds the models' variables and keyword
   arguments only: the common ones every evaluator accepts (`source`, `image_size`,
-  `batch_size`, `seed`; `modes.parts.evaluators_for` passes them to each) and its own
+  `batch_size`, `seed`; `modes.evaluations.evaluators_for` passes them to each) and its own
   (splits, k, ...). Never a Config nor flags, so an evaluator is built the same way in
   a mode, a test or a notebook. What does not depend on the weights (the eval
   dataset, sampled ids) is prepared here, once.
@@ -39,7 +39,7 @@ The contract (big_vision's evaluators: one small interface, the trainer only cal
 
 A new evaluator is a module with an `Evaluator` subclass and one line in
 `simclr_tf.evaluation.registry.EVALUATORS` (plus, when it reads flags of its own, one
-line in `simclr_tf.modes.parts.EVALUATOR_ARGUMENTS`).
+line in `simclr_tf.modes.evaluations.EVALUATOR_ARGUMENTS`).
 """
 import numpy as np
 import tensorflow as tf
@@ -73,7 +73,7 @@ class Evaluator:
                              f"batch_size={batch_size!r}")
         self.strategy, self.source = strategy, source
         self.image_size, self.batch_size, self.seed = image_size, int(batch_size), seed
-        self.say = None  # set by the modes (`parts.run_evaluators`): prints a line
+        self.say = None  # set by the modes (`evaluations.run_evaluators`): prints a line
 
     def run(self, model, step, *, checkpoint=None):
         """{record / TensorBoard name: value} of `model` at `step`."""

@@ -11,7 +11,7 @@ table is the list of what exists, read in one place, and an evaluator cannot be
 missing because nothing happened to import its module (the same choice as
 `simclr_tf.data.registry` for datasets). User code adds its own with
 `register_evaluator(name, cls)`, touching no file of the package. The modes build
-them from the Config in one place, `simclr_tf.modes.parts.evaluators_for`.
+them from the Config in one place, `simclr_tf.modes.evaluations.evaluators_for`.
 """
 import difflib
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from simclr_tf import checkpoints, preflight, records
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import parts
+from simclr_tf.modes import evaluations, parts
 
 # What --mode=eval runs at each checkpoint (`simclr_tf.evaluation.registry` names).
 EVALUATORS = ("supervised",)
@@ -16,7 +16,7 @@ def evaluate(config, strategy, context):
     """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = parts.build_model(config, strategy, context["num_classes"])
-    evaluators = parts.evaluators_for(config, strategy, context["source"], EVALUATORS)
+    evaluators = evaluations.evaluators_for(config, strategy, context["source"], EVALUATORS)
     # One TensorBoard writer (one events file) for every checkpoint evaluated.
     writer = tf.summary.create_file_writer(config.model_dir) if config.model_dir else None
     results = {}
@@ -27,11 +27,11 @@ def evaluate(config, strategy, context):
         step = checkpoints.step_of(prefix, 0)
         record = records.record_path(config.model_dir, records.RESULT, config.mode,
                                      step=step) if config.model_dir else None
-        results = parts.run_evaluators(
+        results = evaluations.run_evaluators(
             evaluators, model, step, writer=writer, checkpoint=prefix,
-            recorded=parts.recorded_result(config.model_dir, record, step),
+            recorded=evaluations.recorded_result(config.model_dir, record, step),
             model_dir=config.model_dir)
-        results.update(parts.overlap_record(context))
+        results.update(evaluations.overlap_record(context))
         if config.model_dir:
             records.write_json(record, results)
     if not results:

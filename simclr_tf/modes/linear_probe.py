@@ -3,19 +3,19 @@ probe of a training run (--final_linear_probe)."""
 import keras
 import tensorflow as tf
 
-from simclr_tf import checkpoints, preflight, records
+from simclr_tf import checkpoints, distribute, preflight, records
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import parts
+from simclr_tf.modes import evaluations, parts
 
 
 def linear_probe_mode(config, strategy, context):
     """--mode=linear_probe: kNN and the paper's L-BFGS linear probe on frozen h, train
     split -> eval split, features cached in model_dir/features/."""
     model, prefix = parts.load_trained_encoder(config, strategy, context)
-    evaluators = parts.evaluators_for(config, strategy, context["source"], ["linear_probe"])
-    return dict(parts.run_evaluators(evaluators, model, checkpoints.step_of(prefix, 0),
+    evaluators = evaluations.evaluators_for(config, strategy, context["source"], ["linear_probe"])
+    return dict(evaluations.run_evaluators(evaluators, model, checkpoints.step_of(prefix, 0),
                                      checkpoint=prefix, model_dir=config.model_dir),
-                **parts.overlap_record(context))
+                **evaluations.overlap_record(context))
 
 
 def final_linear_probe(config, strategy, context):
@@ -29,17 +29,17 @@ def final_linear_probe(config, strategy, context):
         weights = checkpoints.load_into(trained, config.model_dir, whole_model=True)
     keras.utils.set_random_seed(config.seed + 1)
     random_init = parts.build_model(config, strategy, context["num_classes"])
-    evaluators = parts.evaluators_for(config, strategy, context["source"], ["final_probe"],
+    evaluators = evaluations.evaluators_for(config, strategy, context["source"], ["final_probe"],
                                       baseline=random_init)
     step = checkpoints.step_of(weights.prefix, 0)
     # Its two accuracies are TensorBoard scalars too (once per step: a rerun that
     # measures the same adds no second point).
     writer = recorded = None
-    if parts.is_chief(strategy):
+    if distribute.is_chief(strategy):
         writer = tf.summary.create_file_writer(config.model_dir)
-        recorded = parts.recorded_result(config.model_dir, records.record_path(
+        recorded = evaluations.recorded_result(config.model_dir, records.record_path(
             config.model_dir, records.RESULT, config.mode), step)
-    return dict(parts.run_evaluators(evaluators, trained, step, checkpoint=weights.prefix,
+    return dict(evaluations.run_evaluators(evaluators, trained, step, checkpoint=weights.prefix,
                                      writer=writer, recorded=recorded,
                                      model_dir=config.model_dir),
-                **parts.overlap_record(context))
+                **evaluations.overlap_record(context))

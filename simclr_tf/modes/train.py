@@ -8,10 +8,12 @@ import time
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from simclr_tf import checkpoints, loop, objectives, preflight, records, rules, schedules
+from simclr_tf import checkpoints, distribute, loop, objectives, preflight, records, rules, \
+    schedules
 from simclr_tf import teacher as teacher_module
 from simclr_tf.data import pipeline, subsets
-from simclr_tf.modes import parts
+from simclr_tf.modes import evaluations, parts
+from simclr_tf.modes import export as export_mode
 from simclr_tf.progress import TrainingProgress
 
 # What runs on the training model every --knn_eval_every steps of pretraining
@@ -41,7 +43,7 @@ def train(config, strategy, context):
             teacher = parts.build_teacher(config, strategy, context["teacher"])
         print(describe_teacher(config, teacher.info), flush=True)
     trainer = parts.build_trainer(config, strategy, model, plan=plan, teacher=teacher)
-    chief = parts.is_chief(strategy)
+    chief = distribute.is_chief(strategy)
     # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
     scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
     guard = context.get("write_guard")
@@ -92,16 +94,16 @@ def train(config, strategy, context):
     hooks = [loop.Every(scalars_every, log),
              loop.Every(lines_every, lambda step, logs: progress.log(step, logs))]
     if config.knn_eval_split and objective.knn_monitor:
-        monitors = parts.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
-        hooks.append(parts.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
+        monitors = evaluations.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
+        hooks.append(evaluations.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
                                            monitors, model, writer=writer,
                                            say=progress.note if chief else None,
                                            metrics_log=metrics_log, state=state,
                                            model_dir=config.model_dir))
     if objective.monitors and config.eval_split:
-        monitors = parts.evaluators_for(config, strategy, source, objective.monitors,
+        monitors = evaluations.evaluators_for(config, strategy, source, objective.monitors,
                                         teacher=teacher)
-        hooks.append(parts.evaluation_hook(plan.checkpoint_steps, monitors, model,
+        hooks.append(evaluations.evaluation_hook(plan.checkpoint_steps, monitors, model,
                                            writer=writer,
                                            say=progress.note if chief else None,
                                            metrics_log=metrics_log, state=state,
@@ -109,7 +111,7 @@ def train(config, strategy, context):
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
-        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=parts.export_model(
+        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=export_mode.export_model(
             model, config, step, write_guard=guard))))
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
@@ -127,7 +129,7 @@ def train(config, strategy, context):
             f"subset (model_dir/label_subset_ids.txt)"),
         steps=(first + 1, plan.total_steps), checkpoint=state.latest)
     return dict(results, **{"train/initialized_from": initialized_from},
-                **protocols, **parts.overlap_record(context))
+                **protocols, **evaluations.overlap_record(context))
 
 
 class _RecordsFlagsWhenSaving:
@@ -321,7 +323,7 @@ def write_train_summaries(writer, step, logs):
     result.json)."""
     values = {f"train/{SUMMARY_NAMES.get(k, k)}": float(v) for k, v in logs.items()
               if k not in ("num_examples",)}
-    parts.write_scalars(writer, step, values)
+    evaluations.write_scalars(writer, step, values)
     return values
 
 
