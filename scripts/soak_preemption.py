@@ -16,8 +16,15 @@ run trains (paused meanwhile), it starts a second run.py on the same model_dir (
 must be refused with exit 2, naming the run that holds the lock). Once each, counted
 like the damages (--fault_cases): a Ctrl-C while it trains (SIGINT: it saves and exits
 130), a rerun with a changed optimisation flag on its checkpoints (refused with exit 2,
-no file changed), and its lock taken over while it trains (as --break_lock elsewhere:
-it must write nothing more and exit 1).
+no file changed), its lock taken over while it trains (as --break_lock elsewhere:
+it must write nothing more and exit 1), a second writer whose clock reads 700 s ahead
+(`--mode=export` while it trains: the lock's heartbeat looks stale to that clock, but
+its holder is alive; refused with exit 2, the lock still the trainer's), and a
+vanishing input, on a run of its own over an image folder: every image replaced by
+a FIFO (reads that never return, as on a hung mount), then SIGTERM (it saves, exits
+143 within 30 s, releases the lock); the images restored, the same command resumes;
+then the folder removed (rm -rf: exit 1 naming the folder and the split, within 60 s,
+no hang).
 After every attempt the checkpoint a restart would resume from must read back (every
 tensor, checksums included), and an intact state file must name a complete
 checkpoint. Once enough kills have happened the
@@ -77,8 +84,11 @@ def parse_args(argv=None):
     parser.add_argument("--fault_cases", action=argparse.BooleanOptionalAction,
                         default=True, help="Once each, counted like the kills: a Ctrl-C "
                         "while training (SIGINT: save, exit 130), a rerun with a changed "
-                        "optimisation flag (refused, exit 2, nothing changed) and the "
-                        "lock taken over while training (the run stops writing, exit 1).")
+                        "optimisation flag (refused, exit 2, nothing changed), the "
+                        "lock taken over while training (the run stops writing, exit 1), "
+                        "a second writer whose clock is 700 s ahead (refused, exit 2) "
+                        "and a vanishing image folder (blocked reads then SIGTERM: exit "
+                        "143; removed: exit 1 naming it).")
     parser.add_argument("--max_random_delay", type=float, default=25.0,
                         help="Random kills happen 0..this many seconds after a start.")
     parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction,
@@ -97,9 +107,10 @@ def parse_args(argv=None):
 # ------------------------------------------------------------------ running run.py
 
 
-def run_command(args, model_dir):
+def run_command(args, model_dir, **overrides):
     flags = dict(TINY_FLAGS, train_steps=args.train_steps,
                  checkpoint_steps=args.checkpoint_steps, model_dir=model_dir)
+    flags.update(overrides)
     command = [sys.executable, os.path.join(REPO, "run.py")]
     command += [f"--{name}={value}" for name, value in flags.items()]
     if args.deterministic:
@@ -107,8 +118,16 @@ def run_command(args, model_dir):
     return command + args.flag
 
 
-def start(command, log_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+# Runs the script named next (then its arguments) with time.time() `sys.argv[1]`
+# seconds ahead: a clock that jumped (NTP, a resumed VM), as this process sees it.
+_CLOCK_AHEAD = ("import runpy, sys, time; ahead = float(sys.argv.pop(1)); "
+                "real = time.time; time.time = lambda: real() + ahead; "
+                "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+CLOCK_JUMP_SECS = 700
+
+
+def start(command, log_path, env=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", **(env or {}))
     log = open(log_path, "ab")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                                env=env, start_new_session=True)
@@ -181,20 +200,26 @@ def wait_for_line(log_path, text, process, timeout, offset=0):
     return False
 
 
-def run_to_end(command, log_path, args):
-    """Runs `command` to its end (killed after --attempt_timeout); returns (exit
-    status, its log, the log's last line)."""
-    process, log = start(command, log_path)
+def run_to_end(command, log_path, args, env=None, timeout=None):
+    """Runs `command` to its end (killed after `timeout`, default --attempt_timeout);
+    returns (exit status, its log, the log's last line)."""
+    offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+    process, log = start(command, log_path, env)
     try:
-        process.wait(timeout=args.attempt_timeout)
+        process.wait(timeout=timeout or args.attempt_timeout)
     except subprocess.TimeoutExpired:
         kill(process)
     finally:
         log.close()
-    with open(log_path, "rb") as f:
-        output = f.read().decode(errors="replace")
+    output = read_log(log_path, offset)
     last = output.strip().splitlines()[-1][:300] if output.strip() else ""
     return process.returncode, output, last
+
+
+def read_log(log_path, offset=0):
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
 
 
 def second_writer(command, log_path, args):
@@ -202,6 +227,148 @@ def second_writer(command, log_path, args):
     returncode, output, last = run_to_end(command, log_path, args)
     refused = returncode == 2 and "is in use by --mode=train run" in output
     return dict(returncode=returncode, refused=refused, message=last)
+
+
+def clock_jump_writer(args, model_dir, log_path):
+    """`--mode=export` on the model_dir of a live (paused) training run, its clock
+    CLOCK_JUMP_SECS ahead: to it the trainer's heartbeat is older than the lock's
+    staleness limit, yet the holder is alive and the same process (its start time is
+    in the lock): it must be refused (exit 2, naming the trainer) and leave the lock
+    as it was."""
+    lock_path = os.path.join(model_dir, ".simclr_lock")
+    before = read_lock(lock_path)
+    command = [sys.executable, "-c", _CLOCK_AHEAD, str(CLOCK_JUMP_SECS),
+               os.path.join(REPO, "run.py"), "--mode=export", f"--model_dir={model_dir}"]
+    returncode, output, last = run_to_end(command, log_path, args)
+    kept = before is not None and read_lock(lock_path) == before
+    refused = returncode == 2 and "is in use by --mode=train run" in output
+    return dict(returncode=returncode, refused=refused, lock_kept=kept,
+                passed=refused and kept, message=last)
+
+
+def read_lock(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def wait_for_step(model_dir, step, process, timeout):
+    """Waits until the state file records a checkpoint at `step` or later."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and process.poll() is None:
+        if recorded_step(model_dir) >= step:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def wait_until_stalled(model_dir, process, quiet_secs, timeout):
+    """Waits until the state file's step has not changed for `quiet_secs`; returns
+    the seconds waited."""
+    began = last_change = time.monotonic()
+    step = recorded_step(model_dir)
+    while time.monotonic() - began < timeout and process.poll() is None:
+        now = recorded_step(model_dir)
+        if now != step:
+            step, last_change = now, time.monotonic()
+        elif time.monotonic() - last_change >= quiet_secs:
+            break
+        time.sleep(0.2)
+    return round(time.monotonic() - began, 1)
+
+
+def image_folder(root, count=64, size=16):
+    """`count` random PNGs of `size` px in two class folders (a copy of each under
+    `root`.orig, modification times kept, to restore them)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    rng = np.random.RandomState(0)
+    for i in range(count):
+        directory = os.path.join(root, f"c{i % 2}")
+        os.makedirs(directory, exist_ok=True)
+        Image.fromarray((rng.rand(size, size, 3) * 255).astype(np.uint8)).save(
+            os.path.join(directory, f"{i}.png"))
+    shutil.copytree(root, root + ".orig", copy_function=shutil.copy2)
+
+
+def vanishing_input(args, workdir):
+    """A run of its own over an image folder (64 images, a checkpoint every 2 steps):
+    1. while it trains, every image becomes a FIFO (a read that never returns: a hung
+       mount), then SIGTERM: it must save the step reached, exit 143 within 30 s and
+       release its lock;
+    2. the images restored (same bytes and times), the same command resumes;
+    3. once it trained on, the folder is removed (rm -rf): exit 1 within 60 s, the
+       error naming the folder and the split (before: empty epochs, forever)."""
+    root = os.path.join(workdir, "vanishing")
+    images = os.path.join(root, "images")
+    model_dir = os.path.join(root, "run")
+    log_path = os.path.join(workdir, "vanishing_input.log")
+    image_folder(images)
+    command = run_command(args, model_dir, dataset=f"folder:{images}", train_split="train",
+                          eval_split="train", train_steps=100_000, checkpoint_steps=2)
+    env = dict(HOME=root)  # the folder scan's cache
+    record = {}
+    process, log = start(command, log_path, env)
+    try:
+        if not wait_for_step(model_dir, 2, process, args.attempt_timeout):
+            return dict(record, passed=False, message="never saved ckpt-2")
+        for directory, _, names in os.walk(images):
+            for name in names:
+                os.remove(os.path.join(directory, name))
+                os.mkfifo(os.path.join(directory, name))
+        # The batches read before are used up, then no step ends: no new checkpoint.
+        record["blocked_after_s"] = wait_until_stalled(model_dir, process, 5.0,
+                                                       args.attempt_timeout)
+        stop(process, signal.SIGTERM)
+        stopped = time.monotonic()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill(process)
+        record.update(blocked_returncode=process.returncode,
+                      blocked_exit_s=round(time.monotonic() - stopped, 1))
+    finally:
+        if process.poll() is None:
+            kill(process)
+        log.close()
+    output = read_log(log_path)
+    saved = recorded_step(model_dir)
+    blocked_ok = (process.returncode == 143 and record["blocked_exit_s"] < 30
+                  and "training input was blocked" in output
+                  and f"saved a checkpoint at step {saved} " in output
+                  and not os.path.exists(os.path.join(model_dir, ".simclr_lock")))
+    record.update(blocked_step=saved, blocked_passed=blocked_ok)
+    shutil.rmtree(images)
+    shutil.copytree(images + ".orig", images, copy_function=shutil.copy2)
+    offset = os.path.getsize(log_path)
+    process, log = start(command, log_path, env)
+    try:
+        resumed = wait_for_step(model_dir, saved + 3, process, args.attempt_timeout)
+        shutil.rmtree(images)
+        removed = time.monotonic()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill(process)
+        record.update(removed_returncode=process.returncode,
+                      removed_exit_s=round(time.monotonic() - removed, 1))
+    finally:
+        if process.poll() is None:
+            kill(process)
+        log.close()
+    output = read_log(log_path, offset)
+    last = output.strip().splitlines()[-1][:400] if output.strip() else ""
+    removed_ok = (resumed and f"Resumed from {os.path.join(model_dir, f'ckpt-{saved}')}"
+                  in output and process.returncode == 1
+                  and record["removed_exit_s"] < 60
+                  and last.startswith("run.py: error: The training input failed")
+                  and f"Image folder {images!r}, split 'train': an epoch yielded no "
+                  "image" in last)
+    record.update(resumed=resumed, removed_passed=removed_ok, message=last,
+                  passed=blocked_ok and removed_ok)
+    return record
 
 
 def changed_flag_rerun(command, model_dir, log_path, args):
@@ -234,11 +401,14 @@ def take_over_lock(model_dir):
     os.replace(path + ".soak", path)
 
 
-def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None):
+def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None,
+                      clock_writer=None):
     """Starts run.py and kills it as `mode` says; returns a record of what happened.
 
     second: a log path to start a second writer on the same model_dir once this one
     trains (it must be refused), or None.
+    clock_writer: a log path to start `clock_jump_writer` once this one trains, or
+    None.
     """
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
     process, log = start(command, log_path)
@@ -259,6 +429,13 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None
             else:
                 record["second_writer"] = dict(refused=False, message="the first run "
                                                "never started training")
+        if clock_writer is not None and wait_for_line(
+                log_path, "Training ", process, args.attempt_timeout, offset):
+            stop(process, signal.SIGSTOP)  # alive, the lock held, heartbeat or not
+            try:
+                record["clock_jump"] = clock_jump_writer(args, model_dir, clock_writer)
+            finally:
+                stop(process, signal.SIGCONT)
         if mode in ("sigint", "lost_lock"):
             # While it trains: after the first progress line, plus a moment.
             if wait_for_line(log_path, "Training ", process, args.attempt_timeout,
@@ -326,6 +503,8 @@ def attempt_with_kill(command, model_dir, log_path, mode, rng, args, second=None
         if process.poll() is None:
             kill(process)
         log.close()
+    if "clock_jump" in record:  # and the trainer never saw its lock taken over
+        record["clock_jump"]["passed"] &= "was taken over" not in read_log(log_path, offset)
     record["killed"] = process.returncode in (-signal.SIGKILL, -signal.SIGTERM, 143)
     record["returncode"] = process.returncode
     record["elapsed_s"] = round(time.monotonic() - started, 2)
@@ -461,7 +640,8 @@ def main(argv=None):
     max_attempts = 3 * args.kills + 9
     # The fault cases, once each when asked (counted, like the damages).
     cases = {}
-    wanted = ("sigint", "lost_lock", "changed_flags") if args.fault_cases else ()
+    wanted = ("sigint", "lost_lock", "changed_flags", "clock_jump",
+              "vanishing_input") if args.fault_cases else ()
     while (len(kills) < args.kills or len(damages) < 2
            or any(name not in cases for name in wanted)) and attempts < max_attempts:
         attempts += 1
@@ -473,12 +653,18 @@ def main(argv=None):
             mode = "sigint"
         elif saved_once and "lost_lock" in wanted and "lost_lock" not in cases:
             mode = "lost_lock"
-        second = None
+        second = clock = None
         if args.second_writer and not seconds:
             second = os.path.join(workdir, "second_writer.log")
-        record = attempt_with_kill(command, soak_dir, soak_log, mode, rng, args, second)
+        elif (saved_once and "clock_jump" in wanted and "clock_jump" not in cases
+              and mode not in ("sigint", "lost_lock")):
+            clock = os.path.join(workdir, "clock_jump.log")  # flags.json is there
+        record = attempt_with_kill(command, soak_dir, soak_log, mode, rng, args, second,
+                                   clock)
         if "second_writer" in record:
             seconds.append(record["second_writer"])
+        if "clock_jump" in record:
+            cases["clock_jump"] = record["clock_jump"]
         if mode == "sigterm" and record["returncode"] not in (143, -signal.SIGTERM, 0):
             bad_exits.append(record)
         if mode == "sigint" and record["returncode"] != 0:  # 0: it finished first
@@ -511,7 +697,18 @@ def main(argv=None):
               + (f"; state file then {record['state_damage']}"
                  if record.get("state_damage") else "")
               + (f"; second writer refused: {record['second_writer']['refused']}"
-                 if "second_writer" in record else ""), flush=True)
+                 if "second_writer" in record else "")
+              + (f"; clock-jump writer refused: {record['clock_jump']['refused']}, lock "
+                 f"kept: {record['clock_jump']['lock_kept']}"
+                 if "clock_jump" in record else ""), flush=True)
+        if "vanishing_input" in wanted and "vanishing_input" not in cases:
+            case_began = time.monotonic()
+            cases["vanishing_input"] = case = vanishing_input(args, workdir)
+            case["seconds"] = round(time.monotonic() - case_began, 1)
+            print(f"  vanishing input ({case['seconds']} s): blocked reads + SIGTERM: exit "
+                  f"{case.get('blocked_returncode')} after {case.get('blocked_exit_s')} s; "
+                  f"folder removed: exit {case.get('removed_returncode')} after "
+                  f"{case.get('removed_exit_s')} s; passed={case['passed']}", flush=True)
         if ("changed_flags" in wanted and "changed_flags" not in cases
                 and record["step_after"] >= 0 and record["step_after"] < args.train_steps):
             cases["changed_flags"] = changed_flag_rerun(
