@@ -58,7 +58,7 @@ def _run(config, mode, strategy):
         _create_model_dir(config)
     with _lock(config, writes) as lock:
         # Asked before each write into model_dir (a run that lost its lock stops).
-        context["write_guard"] = lock.check if lock is not None else None
+        context = context.replace(write_guard=lock.check if lock is not None else None)
         record, latest = None, None
         if writes:
             # Continuing checkpoints, the flags go in with the first new one (the
@@ -66,7 +66,7 @@ def _run(config, mode, strategy):
             # the checkpoints there, whether or not this run saves one.
             latest = checkpoints.latest(config.model_dir) if mode.trains else None
             record = records.start_run_record(config, continues=latest is not None)
-        context["flags_record"] = record
+        context = context.replace(flags_record=record)
         results = {}
         for part in mode.functions():
             results.update(part(config, strategy, context))

@@ -271,7 +271,7 @@ def test_bad_teachers_are_flag_errors_before_anything_is_built(tmp_path):
                        "monitor .* --eval_split='' turns it off"):
         _preflight(_distill_config(tmp_path, tmp_path / "good", eval_split="no_such_split"))
     context = _preflight(_distill_config(tmp_path, tmp_path / "good"))
-    assert context["teacher"].num_classes == context["num_classes"] == 10
+    assert context.teacher.num_classes == context.num_classes == 10
     assert not os.path.exists(tmp_path / "student")
 
 
@@ -293,7 +293,7 @@ def test_a_resumed_run_keeps_the_teacher_it_started_with(tmp_path):
                                          max_to_keep=2)
     manager.save(checkpoint_number=2)
     assert teacher.inspect_teacher(str(teacher_dir)).weights.prefix.endswith("ckpt-2")
-    info = _preflight(student)["teacher"]
+    info = _preflight(student).teacher
     assert info.weights.prefix.endswith("ckpt-1") and "pinned by teacher.json" in \
         info.description
     for name in os.listdir(teacher_dir):
@@ -304,7 +304,7 @@ def test_a_resumed_run_keeps_the_teacher_it_started_with(tmp_path):
         _preflight(student)
     other = tmp_path / "other"
     _teacher_run(other)
-    assert _preflight(_distill_config(tmp_path, other))["teacher"].weights.prefix \
+    assert _preflight(_distill_config(tmp_path, other)).teacher.weights.prefix \
         .endswith(os.path.join("other", "ckpt-1"))
     with open(os.path.join(student.model_dir, teacher.PIN_FILE), "w") as f:
         f.write("[1, 2")

@@ -69,18 +69,18 @@ def test_a_training_run_that_evaluates_on_its_training_examples_is_refused(
     assert not os.path.exists(tmp_path / "run")  # nothing written
     context = _check(model_dir=str(tmp_path / "run"), train_steps=1,
                      allow_eval_overlap=True, **overrides)
-    (found,) = context["eval_overlap"]
+    (found,) = context.eval_overlap
     assert (found["eval_flag"], found["train_flag"]) == (flag, other)
     assert found["examples"] > 0 and found["of"] >= found["examples"]
 
 
 def test_disjoint_or_unevaluated_splits_pass(tmp_path):
     run = dict(model_dir=str(tmp_path / "run"), train_steps=1)
-    assert _check(**run)["eval_overlap"] is None  # pretraining that evaluates nothing
-    assert _check(**run, eval_split="train")["eval_overlap"] is None  # not evaluated
-    assert _check(**run, knn_eval_split="test")["eval_overlap"] == []
+    assert _check(**run).eval_overlap is None  # pretraining that evaluates nothing
+    assert _check(**run, eval_split="train").eval_overlap is None  # not evaluated
+    assert _check(**run, knn_eval_split="test").eval_overlap == []
     assert _check(**run, mode="train_then_eval", train_split="train[:80%]",
-                  eval_split="train[80%:]")["eval_overlap"] == []
+                  eval_split="train[80%:]").eval_overlap == []
 
 
 def test_the_distillation_monitor_and_reader_modes_compare_their_splits():

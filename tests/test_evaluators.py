@@ -17,6 +17,7 @@ from simclr_tf.config import Config
 from simclr_tf.data import registry as datasets
 from simclr_tf.evaluation import base, features, registry
 from simclr_tf.modes import evaluations, linear_probe, parts
+from simclr_tf.run_context import RunContext
 
 from helpers.protocols import check_protocols
 
@@ -103,7 +104,7 @@ def test_final_probe_builds_both_encoders_under_the_runs_strategy(tmp_path, monk
     monkeypatch.setattr(parts, "build_model", lambda *args: built.append(
         build_model(*args)) or built[-1])
     results = linear_probe.final_linear_probe(
-        cfg, strategy, dict(source=source, num_classes=10))
+        cfg, strategy, RunContext(source=source, num_classes=10))
     assert len(built) == 2
     for model in built:
         assert all(strategy.extended.variable_created_in_scope(v.value)

@@ -22,7 +22,7 @@ def _check(cfg, strategy=None):
 def test_check_creates_and_writes_nothing(tmp_path):
     model_dir = tmp_path / "not" / "yet"
     context = _check(config(model_dir=str(model_dir), train_steps=1))
-    assert context["num_train_examples"] == 1437 and context["num_classes"] == 10
+    assert context.num_train_examples == 1437 and context.num_classes == 10
     assert not (tmp_path / "not").exists()
     existing = tmp_path / "existing"
     existing.mkdir()

@@ -118,10 +118,10 @@ def test_a_resume_whose_pinned_teacher_was_replaced_is_refused(tmp_path, kind):
     resumes."""
     path = _teacher(tmp_path, kind, seed=1)
     student = _student(tmp_path, path)
-    info = _preflight(student)["teacher"]
+    info = _preflight(student).teacher
     os.makedirs(student.model_dir)
     teacher.write_pin(student.model_dir, student.teacher, info)
-    assert _preflight(student)["teacher"].digest == info.digest
+    assert _preflight(student).teacher.digest == info.digest
     assert _teacher(tmp_path, kind, seed=2) == path
     with pytest.raises(ConfigError, match=r"--teacher: this run started distilling from "
                        r"the weights at .* now holds other weights.*start a new "

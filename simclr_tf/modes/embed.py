@@ -14,7 +14,7 @@ PROJECTOR_THUMBNAIL = 64  # sprite tiles at most this many pixels a side
 def embed_mode(config, strategy, context):
     """--mode=embed: h (and z) of a split with ids and names to .npz / .parquet, and a
     TensorBoard projector view of a sample (model_dir/projector)."""
-    source = context["source"]
+    source = context.source
     split = config.embed_split or config.eval_split
     path = config.embed_output
     if path is None:

@@ -15,8 +15,8 @@ EVALUATORS = ("supervised",)
 def evaluate(config, strategy, context):
     """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
-    model = parts.build_model(config, strategy, context["num_classes"])
-    evaluators = evaluations.evaluators_for(config, strategy, context["source"], EVALUATORS)
+    model = parts.build_model(config, strategy, context.num_classes)
+    evaluators = evaluations.evaluators_for(config, strategy, context.source, EVALUATORS)
     # One TensorBoard writer (one events file) for every checkpoint evaluated.
     writer = tf.summary.create_file_writer(config.model_dir) if config.model_dir else None
     results = {}

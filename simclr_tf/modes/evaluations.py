@@ -61,7 +61,7 @@ def overlap_record(context):
     training split be evaluated) and `eval_overlap` (each such overlap: both flags,
     both splits, the shared examples and of how many); {} when nothing is
     evaluated."""
-    overlaps = context.get("eval_overlap")
+    overlaps = context.eval_overlap
     if overlaps is None:
         return {}
     return {"eval_overlaps_train": bool(overlaps), "eval_overlap": list(overlaps)}

@@ -24,10 +24,10 @@ TRAINING_EVALUATORS = ("knn",)
 
 
 def train(config, strategy, context):
-    source = context["source"]
+    source = context.source
     objective = objectives.get(config.train_mode)
     split, subset_ids, labelled_ids = config.train_split, None, None
-    num_examples = context["num_train_examples"]
+    num_examples = context.num_train_examples
     if objective.labels == "required" and config.label_fraction < 1.0:
         subset = label_subset(config, source, split)
         source, split, subset_ids = subset.source, subset.split, subset.example_ids
@@ -36,17 +36,17 @@ def train(config, strategy, context):
     if objective.labels == "optional":
         labelled_ids = distillation_labels(config, source, split)
     plan = step_plan(config, num_examples)
-    model = parts.build_model(config, strategy, context["num_classes"])
+    model = parts.build_model(config, strategy, context.num_classes)
     teacher = None
     if objective.needs_teacher:
         with preflight.flag_errors("teacher"):
-            teacher = parts.build_teacher(config, strategy, context["teacher"])
+            teacher = parts.build_teacher(config, strategy, context.teacher)
         print(describe_teacher(config, teacher.info), flush=True)
     trainer = parts.build_trainer(config, strategy, model, plan=plan, teacher=teacher)
     chief = distribute.is_chief(strategy)
     # Non-chief workers save too (see CheckpointState) but into their own scratch dir.
     scratch_dir = None if chief else _worker_scratch_dir(config.model_dir, strategy)
-    guard = context.get("write_guard")
+    guard = context.write_guard
     state = checkpoints.CheckpointState(config.model_dir, model, trainer.optimizer,
                                         max_to_keep=config.keep_checkpoint_max,
                                         save_dir=scratch_dir, write_guard=guard,
@@ -115,7 +115,7 @@ def train(config, strategy, context):
             model, config, step, write_guard=guard))))
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
-    saving = _RecordsFlagsWhenSaving(state, context.get("flags_record"))
+    saving = _RecordsFlagsWhenSaving(state, context.flags_record)
     results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=saving,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, progress=progress)
@@ -182,10 +182,10 @@ def step_plan(config, num_examples):
 def planned_steps(config, context):
     """The step `train` trains this run to (`context`: preflight's), counted over
     the --label_fraction subset when fine-tuning on one; writes nothing."""
-    num_examples = context["num_train_examples"]
+    num_examples = context.num_train_examples
     if objectives.get(config.train_mode).labels == "required" and config.label_fraction < 1.0:
         num_examples = subsets.make_label_subset(
-            context["source"], config.train_split, config.label_fraction,
+            context.source, config.train_split, config.label_fraction,
             seed=config.seed).num_examples
     return step_plan(config, num_examples).total_steps
 

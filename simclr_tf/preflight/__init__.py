@@ -17,6 +17,7 @@ from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry, subsets
 from simclr_tf.models import hub
+from simclr_tf.run_context import RunContext
 # The checks of two jobs live beside this module: the evaluated splits' overlap, and
 # weights that fit the model.
 from simclr_tf.preflight.overlap import check_eval_overlap, evaluated_pairs, knn_bank_split
@@ -73,7 +74,8 @@ def _check_split(source, flag, split):
 
 
 def check(config, strategy, source):
-    """Validates what depends on the dataset and strategy; returns the run context.
+    """Validates what depends on the dataset and strategy; returns the run context
+    (a `run_context.RunContext`: source, classes, training examples, teacher, overlaps).
 
     Nothing is created or written: `experiment` makes model_dir and writes the run's
     record only once every check has passed.
@@ -81,13 +83,13 @@ def check(config, strategy, source):
     mode = modes.get(config.mode)
     check_weights_found(config)
     _check_encoder(config)
-    context = dict(source=source, num_classes=source.num_classes or None)
+    num_classes, num_train_examples, teacher_info = source.num_classes or None, None, None
     if mode.trains:
-        context["num_train_examples"] = _check_training(config, strategy, source)
+        num_train_examples = _check_training(config, strategy, source)
         _check_more_than_one_class(config, mode, source)
     if mode.trains and objectives.get(config.train_mode).needs_teacher:
-        context["teacher"] = _check_teacher(config, source)
-        context["num_classes"] = context["teacher"].num_classes
+        teacher_info = _check_teacher(config, source)
+        num_classes = teacher_info.num_classes
         if config.eval_split:  # the distillation monitor's split
             try:
                 _check_split(source, "eval_split", config.eval_split)
@@ -100,7 +102,7 @@ def check(config, strategy, source):
         _check_evaluating(config, source, mode)
     _check_evaluation_splits(config, source, mode)
     if config.checkpoint:
-        _check_checkpoint(config, mode, context["num_classes"])
+        _check_checkpoint(config, mode, num_classes)
     if config.model_dir:
         _check_model_dir(config.model_dir, reader=not mode.trains)
         latest = checkpoints.latest(config.model_dir)
@@ -110,8 +112,9 @@ def check(config, strategy, source):
             _check_recorded_flags(config)
         if not latest and mode.trains and not config.checkpoint:
             _check_recorded_start(config)
-    context["eval_overlap"] = check_eval_overlap(config, source, mode)
-    return context
+    return RunContext(source=source, num_classes=num_classes,
+                      num_train_examples=num_train_examples, teacher=teacher_info,
+                      eval_overlap=check_eval_overlap(config, source, mode))
 
 
 def _check_encoder(config):

@@ -14,7 +14,7 @@ MODE = modes.Mode(
 
 
 def count_weights(config, strategy, context):
-    model = parts.build_model(config, strategy, context["num_classes"])
+    model = parts.build_model(config, strategy, context.num_classes)
     prefix = checkpoints.load_into(model, config.model_dir, whole_model=True).prefix
     count = sum(int(np.prod(variable.shape)) for variable in model.weights)
     print(f"{count} weights in {prefix}", flush=True)
