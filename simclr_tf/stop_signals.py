@@ -31,6 +31,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # past its usual time waits for its batch, before any update of that step.
 STOP_GRACE_SECS = 5.0
 STALL_FACTOR = 2.0
+# The first call traces and compiles the step and has no earlier call to measure a
+# stall against: cancelled only this long after the signal (a loaded machine traced
+# past STOP_GRACE_SECS, and the call was cancelled mid-step at step 0).
+FIRST_CALL_GRACE_SECS = 60.0
 # How long the watcher waits for a cancelled call to return before it stops the run
 # itself (a read that cannot be cancelled).
 CANCEL_WAIT_SECS = 2.0
@@ -62,6 +66,7 @@ class StopOnSignals:
         self.segment = None  # the `Means` of the calls of the segment in flight
         self._on_stuck = on_stuck
         self._grace = STOP_GRACE_SECS
+        self._first_grace = max(FIRST_CALL_GRACE_SECS, STOP_GRACE_SECS)
         self._factor = STALL_FACTOR
         self._cancellation = cancellation.CancellationManager()
         self._call_started = None  # time.monotonic() of the call in flight
@@ -118,7 +123,8 @@ class StopOnSignals:
             if signalled is None or started is None:
                 continue
             now = time.monotonic()
-            if (now - signalled >= self._grace
+            grace = self._grace if self._calls > 1 else self._first_grace
+            if (now - signalled >= grace
                     and now - started >= self._factor * self._longest_call):
                 self._cancellation.start_cancel()
                 deadline = now + CANCEL_WAIT_SECS

@@ -196,6 +196,30 @@ def test_a_stop_signal_waits_for_a_call_that_computes(tmp_path, monkeypatch):
     assert results["global_step"] == 3 and results["interrupted"]
 
 
+def test_a_stop_signal_waits_for_the_first_call_longer(tmp_path, monkeypatch):
+    """The first call traces and compiles the step (no earlier call to measure a stall
+    against): a signal during it cancels it only after FIRST_CALL_GRACE_SECS, not after
+    STOP_GRACE_SECS (the full suite, loaded, once saw its first call cancelled and the
+    run stopped at step 0 four seconds into training)."""
+    monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 0.2)
+    monkeypatch.setattr(stop_signals, "FIRST_CALL_GRACE_SECS", 5.0)
+    state, model = _state(tmp_path)
+    trainer = _Trainer(model)
+    slow = trainer.train_steps
+
+    def train_steps(iterator, num_steps):
+        if trainer.step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.5)  # past STOP_GRACE_SECS, within FIRST_CALL_GRACE_SECS
+        return slow(iterator, num_steps)
+
+    trainer.train_steps = train_steps
+    results = loop.train(trainer=trainer, iterator=iter(tf.data.Dataset.range(100)),
+                         checkpoints=state, total_steps=10, checkpoint_steps=5)
+    assert results["global_step"] == 1 and results["interrupted"]
+    _assert_saved_at(tmp_path, 1)
+
+
 class _SignalledTrainer(_Trainer):
     """The process receives SIGTERM during step `at`."""
 
