@@ -47,9 +47,8 @@ class TrainMode:
         knn_monitor: --knn_eval_split monitors the representation while training.
         monitors: `simclr_tf.evaluation.registry` names run at every checkpoint of
             training, on --eval_split (distillation: the student against its teacher).
-        flags: the Config flags it owns (its slice of the step options); the first
-            ones are named when a loss is not finite.
-        nan_flags: the flags named as a possible cause when its loss is not finite.
+        flags: the Config flags it owns (its slice of the step options). What a
+            non-finite loss names is the objective's `non_finite_causes()`.
         metrics: the step's log names it may write (`train/<name>` in TensorBoard,
             'loss' as `train/total_loss`), besides the Trainer's own.
         options: its own options that are no Config field: {name: default}; run.py
@@ -70,7 +69,6 @@ class TrainMode:
     knn_monitor: bool = False
     monitors: tuple = ()
     flags: tuple = ()
-    nan_flags: tuple = ()
     metrics: tuple = ()
     options: tuple = ()
 
@@ -104,7 +102,6 @@ TRAIN_MODES = {row.name: row for row in (
               contrastive_batch=True, knn_monitor=True,
               flags=("temperature", "hidden_norm", "use_blur", "grad_cache_chunk",
                      "augment_on", "lineareval_while_pretraining"),
-              nan_flags=("temperature",),
               metrics=("contrast_loss", "contrast_acc", "contrast_entropy",
                        "supervised_loss", "supervised_acc")),
     TrainMode("finetune", f"{_PACKAGE}.finetune:Finetune",
@@ -118,7 +115,6 @@ TRAIN_MODES = {row.name: row for row in (
               labels="optional", needs_teacher=True, freezes=True, monitors=("distill",),
               flags=("teacher", "distill_temperature", "distill_alpha", "label_fraction",
                      "fine_tune_after_block"),
-              nan_flags=("distill_temperature",),
               metrics=("distill_loss", "teacher_agreement", "supervised_loss",
                        "supervised_acc")),
 )}

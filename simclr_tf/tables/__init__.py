@@ -7,5 +7,6 @@ instead of comparing names.
   decide its variables, its rules, and its builder named as 'module:function').
 
 Each table is written once, here; the code a row names is imported when it runs.
-A table of the training objectives (--train_mode) belongs here too.
+The table of the training objectives (--train_mode), as TF-free, sits beside the
+objectives it names, in `simclr_tf/objectives/__init__.py`.
 """
