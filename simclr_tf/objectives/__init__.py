@@ -16,6 +16,8 @@ import importlib.util
 import os
 import sys
 
+from simclr_tf import tables
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainMode:
@@ -122,18 +124,12 @@ TRAIN_MODES = {row.name: row for row in (
 
 def register(row):
     """Adds `row` to the table (an objective defined outside this package); returns it."""
-    if not isinstance(row, TrainMode):
-        raise ValueError(f"register takes a TrainMode. Received: row={row!r}")
-    TRAIN_MODES[row.name] = row
-    return row
+    return tables.add_row(TRAIN_MODES, row, TrainMode, "row")
 
 
 def get(name):
     """The `TrainMode` called `name`; ValueError naming the train modes otherwise."""
-    if name not in TRAIN_MODES:
-        raise ValueError(f"train_mode must be one of {', '.join(TRAIN_MODES)}. "
-                         f"Received: train_mode={name!r}")
-    return TRAIN_MODES[name]
+    return tables.get_row(TRAIN_MODES, name, "train_mode")
 
 
 def help_text():

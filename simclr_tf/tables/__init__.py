@@ -10,3 +10,20 @@ Each table is written once, here; the code a row names is imported when it runs.
 The table of the training objectives (--train_mode), as TF-free, sits beside the
 objectives it names, in `simclr_tf/objectives/__init__.py`.
 """
+
+
+def add_row(table, row, kind, argument):
+    """Adds `row`, a `kind`, to `table` under its name (a row defined outside the
+    package); returns it. `argument` names it in the error."""
+    if not isinstance(row, kind):
+        raise ValueError(f"register takes a {kind.__name__}. Received: {argument}={row!r}")
+    table[row.name] = row
+    return row
+
+
+def get_row(table, name, flag):
+    """The row of `table` called `name`; a ValueError naming `flag`'s values otherwise."""
+    if name not in table:
+        raise ValueError(f"{flag} must be one of {', '.join(table)}. Received: "
+                         f"{flag}={name!r}")
+    return table[name]

@@ -9,6 +9,8 @@ its function `(config, strategy, context) -> {name: value}` in its module.
 import dataclasses
 import importlib
 
+from simclr_tf import tables
+
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
@@ -79,17 +81,12 @@ MODES = {mode.name: mode for mode in (
 
 def register(mode):
     """Adds `mode` to the table (a mode defined outside this package); returns it."""
-    if not isinstance(mode, Mode):
-        raise ValueError(f"register takes a Mode. Received: mode={mode!r}")
-    MODES[mode.name] = mode
-    return mode
+    return tables.add_row(MODES, mode, Mode, "mode")
 
 
 def get(name):
     """The `Mode` called `name`; ValueError naming the modes otherwise."""
-    if name not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}. Received: mode={name!r}")
-    return MODES[name]
+    return tables.get_row(MODES, name, "mode")
 
 
 def help_text():
