@@ -39,8 +39,7 @@ def atomic_write(path, content):
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.remove(temporary)
         full = errors.disk_full(error, path, f"{path} is as it was before (written "
-                                "whole or not at all).") if isinstance(error, Exception) \
-            else None
+                                "whole or not at all).")
         if full is None:
             raise
         raise full from None
