@@ -176,23 +176,30 @@ def test_a_stop_signal_while_an_uncancellable_input_blocks_saves_and_ends(
     assert "training input was blocked" in capsys.readouterr().out
 
 
-def test_a_stop_signal_waits_for_a_call_that_computes(tmp_path, monkeypatch):
-    """A call that is slow but not blocked is not cancelled within the grace: the
-    signal stops the loop once it ends, at a whole step."""
-    monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 3.0)
+def _signalled_during_a_call(tmp_path, at, seconds):
+    """Trains 10 steps; the call that starts at step `at` receives SIGTERM and then
+    computes `seconds` longer (in Python: the handler runs, the watcher waits its
+    grace). Returns the loop's result."""
     state, model = _state(tmp_path)
     trainer = _Trainer(model)
     slow = trainer.train_steps
 
     def train_steps(iterator, num_steps):
-        if trainer.step == 2:
+        if trainer.step == at:
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(1.0)  # Python: the handler runs, the watcher waits the grace
+            time.sleep(seconds)
         return slow(iterator, num_steps)
 
     trainer.train_steps = train_steps
-    results = loop.train(trainer=trainer, iterator=iter(tf.data.Dataset.range(100)),
-                         checkpoints=state, total_steps=10, checkpoint_steps=5)
+    return loop.train(trainer=trainer, iterator=iter(tf.data.Dataset.range(100)),
+                      checkpoints=state, total_steps=10, checkpoint_steps=5)
+
+
+def test_a_stop_signal_waits_for_a_call_that_computes(tmp_path, monkeypatch):
+    """A call that is slow but not blocked is not cancelled within the grace: the
+    signal stops the loop once it ends, at a whole step."""
+    monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 3.0)
+    results = _signalled_during_a_call(tmp_path, at=2, seconds=1.0)
     assert results["global_step"] == 3 and results["interrupted"]
 
 
@@ -203,19 +210,8 @@ def test_a_stop_signal_waits_for_the_first_call_longer(tmp_path, monkeypatch):
     run stopped at step 0 four seconds into training)."""
     monkeypatch.setattr(stop_signals, "STOP_GRACE_SECS", 0.2)
     monkeypatch.setattr(stop_signals, "FIRST_CALL_GRACE_SECS", 5.0)
-    state, model = _state(tmp_path)
-    trainer = _Trainer(model)
-    slow = trainer.train_steps
-
-    def train_steps(iterator, num_steps):
-        if trainer.step == 0:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(1.5)  # past STOP_GRACE_SECS, within FIRST_CALL_GRACE_SECS
-        return slow(iterator, num_steps)
-
-    trainer.train_steps = train_steps
-    results = loop.train(trainer=trainer, iterator=iter(tf.data.Dataset.range(100)),
-                         checkpoints=state, total_steps=10, checkpoint_steps=5)
+    # 1.5 s: past STOP_GRACE_SECS, within FIRST_CALL_GRACE_SECS.
+    results = _signalled_during_a_call(tmp_path, at=0, seconds=1.5)
     assert results["global_step"] == 1 and results["interrupted"]
     _assert_saved_at(tmp_path, 1)
 
