@@ -187,6 +187,17 @@ def stop(process, signum):
         pass
 
 
+def seconds_to_exit(process, timeout=60):
+    """Seconds until `process` exits, from now; killed after `timeout` (its
+    returncode then says so)."""
+    start = time.monotonic()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill(process)
+    return round(time.monotonic() - start, 1)
+
+
 def wait_for_line(log_path, text, process, timeout, offset=0):
     """Waits until `text` is in the log after `offset` (True), the process ends or
     time runs out."""
@@ -322,13 +333,8 @@ def vanishing_input(args, workdir):
         record["blocked_after_s"] = wait_until_stalled(model_dir, process, 5.0,
                                                        args.attempt_timeout)
         stop(process, signal.SIGTERM)
-        stopped = time.monotonic()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill(process)
-        record.update(blocked_returncode=process.returncode,
-                      blocked_exit_s=round(time.monotonic() - stopped, 1))
+        record.update(blocked_exit_s=seconds_to_exit(process),
+                      blocked_returncode=process.returncode)
     finally:
         if process.poll() is None:
             kill(process)
@@ -347,13 +353,8 @@ def vanishing_input(args, workdir):
     try:
         resumed = wait_for_step(model_dir, saved + 3, process, args.attempt_timeout)
         shutil.rmtree(images)
-        removed = time.monotonic()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill(process)
-        record.update(removed_returncode=process.returncode,
-                      removed_exit_s=round(time.monotonic() - removed, 1))
+        record.update(removed_exit_s=seconds_to_exit(process),
+                      removed_returncode=process.returncode)
     finally:
         if process.poll() is None:
             kill(process)
