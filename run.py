@@ -16,7 +16,6 @@ Examples:
 # `simclr_tf.config.Config` and hands it to `simclr_tf.experiment.run`. Invalid values
 # fail here, naming the flag and the fix, before TensorFlow is imported.
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -30,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 from absl import app, flags, logging
 
 from simclr_tf import inherit, objectives, quiet
-from simclr_tf.config import VARIANT_FLAGS, Config, ConfigError, check_variant_flags
+from simclr_tf.config import Config, ConfigError
 from simclr_tf.errors import disk_full
 
 FLAGS = flags.FLAGS
@@ -70,11 +69,11 @@ def load_objective_modules(argv):
 
 
 def _define_flags():
-    for field in dataclasses.fields(Config):
+    for field in Config.flag_fields():
         name, default, help_text = field.name, field.default, field.metadata["help"]
-        choices = field.metadata.get("choices")
-        if name == "train_mode":  # the table now, with the rows registered since
-            choices, help_text = tuple(objectives.TRAIN_MODES), objectives.help_text()
+        choices = Config.field_choices(name)  # --mode, --train_mode: the live tables
+        if name == "train_mode":  # with the rows registered since import
+            help_text = objectives.help_text()
         kind = field.type
         if typing.get_origin(kind) is typing.Union:  # Optional[str]
             kind = [t for t in typing.get_args(kind) if t is not type(None)][0]
@@ -123,7 +122,7 @@ HELP_GROUPS = Config.help_groups()
 def grouped_help(width=88):
     """--help: the module's docstring, then every flag by topic with its default."""
     import textwrap  # pylint: disable=import-outside-toplevel
-    fields = {f.name: f for f in dataclasses.fields(Config)}
+    fields = {f.name: f for f in Config.flag_fields()}
     lines = [__doc__.strip(), ""]
     for title, names in HELP_GROUPS:
         lines.append(f"{title}:")
@@ -132,7 +131,7 @@ def grouped_help(width=88):
             default = field.default
             shown = ("none" if default is None else str(default).lower()
                      if isinstance(default, bool) else default)
-            choices = field.metadata.get("choices")
+            choices = Config.field_choices(name)
             text = field.metadata["help"] + (
                 f" One of: {', '.join(choices)}." if choices else "")
             lines.append(f"  --{name}={shown}")
@@ -154,19 +153,16 @@ def config_from_flags(flag_values=FLAGS, report=None):
 
 def _config_and_record(flag_values, report):
     """`config_from_flags`' Config and what it read from a record (or None)."""
-    values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Config)}
+    values = {f.name: flag_values[f.name].value for f in Config.flag_fields()}
     try:
         values["objective_options"] = objective_options(flag_values, values)
     except ValueError as error:
         raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
-    if values["variant"] is not None:
-        # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
-        check_variant_flags(values["variant"], {
-            name: values[name] for name in VARIANT_FLAGS if flag_values[name].present})
-    given = [f.name for f in dataclasses.fields(Config) if flag_values[f.name].present]
+    # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
+    given = [f.name for f in Config.flag_fields() if flag_values[f.name].present]
     if any(flag_values[name].present for name in objectives.all_options()):
         given.append("objective_options")
-    config = Config.from_dict(values).with_given(given)
+    config = Config.from_dict(values, given=given)
     try:
         config, inherited = inherit.inherit(config)
     except ValueError as error:  # the record read: model_dir's, or another run's

@@ -9,9 +9,10 @@ arguments (`Config.model_kwargs()` for the model), never the flags.
 import dataclasses
 import functools
 import json
+import typing
 from typing import Optional
 
-from simclr_tf import objectives, record_types, rules, validation, variants
+from simclr_tf import bounds, objectives, record_types, rules, validation, variants
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
 # Re-exported: callers import these from here.
@@ -52,14 +53,16 @@ HELP_GROUPS = (
 )
 
 
-def _field(group, default, help, choices=None, *, overrides=(), sets=()):  # pylint: disable=redefined-builtin
-    """A Config field: its --help topic (one of HELP_GROUPS), default, help, choices,
-    and the flags it decides, as its help says (`Config.flag_pairs`): `overrides`,
-    flags it makes inert when set (its default is 'unset'); `sets`, flags it gives
-    their values."""
-    metadata = {"help": help, "group": group}
+def _field(group, default, help, choices=None, *, checks=(), overrides=(), sets=()):  # pylint: disable=redefined-builtin
+    """A Config field: its --help topic (one of HELP_GROUPS), default, help, choices
+    (a tuple, or a function returning a live table's names), what its value must be
+    (`checks`: `simclr_tf.bounds`' positive, at_least, within, rule; run by
+    `validation.check_fields`), and the flags it decides, as its help says
+    (`Config.flag_pairs`): `overrides`, flags it makes inert when set (its default
+    is 'unset'); `sets`, flags it gives their values."""
+    metadata = {"help": help, "group": group, "checks": tuple(checks)}
     if choices is not None:
-        metadata["choices"] = tuple(choices)
+        metadata["choices"] = choices if callable(choices) else tuple(choices)
     if overrides or sets:
         metadata["overrides"] = tuple(overrides) + tuple(sets)
         metadata["sets"] = bool(sets)
@@ -83,34 +86,48 @@ class Config:
     """Every setting of a run. Field metadata carries each flag's help and choices."""
 
     # --- The authors' flags (same names, meanings and defaults) ---
-    learning_rate: float = _optim(0.3, "Initial learning rate per batch size of 256.")
+    learning_rate: float = _optim(
+        0.3, "Initial learning rate per batch size of 256.",
+        checks=(bounds.positive("e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),))
     learning_rate_scaling: str = _optim(
         "linear", "How to scale the learning rate as a function of batch size: "
         "lr * batch / 256 (linear) or lr * sqrt(batch) (sqrt).",
         rules.LEARNING_RATE_SCALINGS)
-    warmup_epochs: float = _optim(10.0, "Number of epochs of linear warmup.")
-    weight_decay: float = _optim(1e-6, "Amount of weight decay to use.")
-    batch_norm_decay: float = _model(0.9, "Batch norm moving-average decay (momentum).")
-    train_batch_size: int = _optim(512, "Global batch size for training (all replicas).")
+    warmup_epochs: float = _optim(10.0, "Number of epochs of linear warmup.",
+                                  checks=(bounds.at_least(0),))
+    weight_decay: float = _optim(1e-6, "Amount of weight decay to use.",
+                                 checks=(bounds.rule(rules.check_weight_decay),))
+    batch_norm_decay: float = _model(0.9, "Batch norm moving-average decay (momentum).",
+                                     checks=(bounds.within(0, 1, "0.9"),))
+    train_batch_size: int = _optim(512, "Global batch size for training (all replicas).",
+                                   checks=(bounds.positive("e.g. 512 or 4096"),))
     train_split: str = _data("train", "Split for training (TFDS slicing allowed, "
                              "e.g. 'train[:10%]').")
-    train_epochs: int = _optim(100, "Number of epochs to train for.")
+    train_epochs: int = _optim(100, "Number of epochs to train for.",
+                               checks=(bounds.at_least(0),))
     train_steps: int = _optim(0, "Number of steps to train for. If > 0, overrides "
-                              "train_epochs.", overrides=("train_epochs",))
-    eval_steps: int = _eval(0, "Number of steps to eval for. 0 = the whole split.")
-    eval_batch_size: int = _eval(256, "Global batch size for evaluation.")
-    checkpoint_epochs: int = _ckpt(1, "Number of epochs between checkpoints/summaries.")
+                              "train_epochs.", overrides=("train_epochs",),
+                              checks=(bounds.at_least(0),))
+    eval_steps: int = _eval(0, "Number of steps to eval for. 0 = the whole split.",
+                            checks=(bounds.at_least(0),))
+    eval_batch_size: int = _eval(256, "Global batch size for evaluation.",
+                                 checks=(bounds.positive("e.g. 256"),))
+    checkpoint_epochs: int = _ckpt(1, "Number of epochs between checkpoints/summaries.",
+                                   checks=(bounds.at_least(0),))
     checkpoint_steps: int = _ckpt(0, "Number of steps between checkpoints/summaries. "
                                   "If > 0, overrides checkpoint_epochs.",
-                                  overrides=("checkpoint_epochs",))
+                                  overrides=("checkpoint_epochs",),
+                                  checks=(bounds.at_least(0),))
     eval_split: str = _data("validation", "Split for evaluation.")
     dataset: str = _data("imagenet2012", "Dataset: a TFDS name, 'folder:/path' for an "
                          "image folder, 'digits' (offline, ships with scikit-learn) or "
                          "'fashion_mnist' (offline: apt-get install dataset-fashion-mnist, "
                          "or --data_dir holding its four IDX files).")
     cache_dataset: bool = _data(False, "Whether to cache the entire dataset in memory.")
-    mode: str = _run("train", modes.help_text(), tuple(modes.MODES))
-    train_mode: str = _run("pretrain", objectives.help_text(), tuple(objectives.TRAIN_MODES))
+    # The live tables: a row registered after import is a choice too.
+    mode: str = _run("train", modes.help_text(), lambda: tuple(modes.MODES))
+    train_mode: str = _run("pretrain", objectives.help_text(),
+                           lambda: tuple(objectives.TRAIN_MODES))
     objective_module: Optional[str] = _run(
         None, "A Python file that registers a train mode of its own "
         "(`simclr_tf.objectives.register`), loaded before the flags are read: its "
@@ -129,7 +146,8 @@ class Config:
     fine_tune_after_block: int = _tune(
         -1, "The layers after which block that we will fine-tune. -1 means fine-tuning "
         "everything. 0 means fine-tuning after the stem block. 4 means fine-tuning just "
-        "the linear head.")
+        "the linear head.",
+        checks=(bounds.rule(rules.check_fine_tune_after_block),))
     master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.")
     model_dir: Optional[str] = _run(None, "The run's directory: checkpoints, "
                                     "summaries, exports and its records.")
@@ -164,30 +182,50 @@ class Config:
         "lars", "Optimizer to use. adamw (ours, for ViT recipes): Adam with decoupled "
         "weight decay of all but norms, biases and the encoder's declared variables "
         "(a ViT's class token and position embedding).", rules.OPTIMIZERS)
-    momentum: float = _optim(0.9, "Momentum parameter.")
+    momentum: float = _optim(0.9, "Momentum parameter.",
+                             checks=(bounds.rule(rules.check_momentum),))
     eval_name: Optional[str] = _eval(None, "Accepted so that the authors' command "
                                      "lines run; unused.")
-    keep_checkpoint_max: int = _ckpt(5, "Maximum number of checkpoints to keep.")
-    keep_hub_module_max: int = _ckpt(1, "Maximum number of exported SavedModels to keep.")
-    temperature: float = _aug(0.1, "Temperature parameter for contrastive loss.")
+    keep_checkpoint_max: int = _ckpt(5, "Maximum number of checkpoints to keep.",
+                                     checks=(bounds.positive("e.g. 5"),))
+    keep_hub_module_max: int = _ckpt(1, "Maximum number of exported SavedModels to keep.",
+                                     checks=(bounds.positive("e.g. 1"),))
+    temperature: float = _aug(0.1, "Temperature parameter for contrastive loss.",
+                              checks=(bounds.rule(rules.check_temperature),))
     hidden_norm: bool = _aug(True, "L2-normalise z before the dot products of the "
                              "contrastive loss (cosine similarity).")
     proj_head_mode: str = _model("nonlinear", "How the head projection is done.",
                                  rules.PROJ_HEAD_MODES)
-    proj_out_dim: int = _model(128, "Number of head projection dimension.")
-    num_proj_layers: int = _model(3, "Number of non-linear head layers.")
+    proj_out_dim: int = _model(128, "Number of head projection dimension.",
+                               checks=(bounds.rule(rules.check_proj_out_dim),))
+    num_proj_layers: int = _model(3, "Number of non-linear head layers.",
+                                  checks=(bounds.rule(rules.check_num_proj_layers,
+                                                      "proj_head_mode", "num_proj_layers"),))
     ft_proj_selector: int = _model(
         0, "Which layer of the projection head to use during fine-tuning. 0 means no "
-        "projection head, and -1 means the final layer.")
+        "projection head, and -1 means the final layer.",
+        checks=(bounds.rule(rules.check_ft_proj_selector, "proj_head_mode",
+                            "num_proj_layers", "ft_proj_selector"),))
     global_bn: bool = _model(True, "Whether to aggregate BN statistics across "
                              "distributed cores.")
-    width_multiplier: float = _model(1, "Multiplier to change width of network.")
-    resnet_depth: int = _model(50, "Depth of ResNet.")
+    width_multiplier: float = _model(1, "Multiplier to change width of network.",
+                                     checks=(bounds.rule(rules.check_width_multiplier),))
+    resnet_depth: int = _model(50, "Depth of ResNet.",
+                               checks=(bounds.rule(variants.check_depth),))
     sk_ratio: float = _model(0.0, "If it is bigger than 0, it will enable SK. "
-                             "Recommendation: 0.0625.")
-    se_ratio: float = _model(0.0, "If it is bigger than 0, it will enable SE.")
-    image_size: int = _data(224, "Input image size.")
-    color_jitter_strength: float = _aug(1.0, "The strength of color jittering.")
+                             "Recommendation: 0.0625.",
+                             checks=(bounds.rule(functools.partial(rules.check_ratio,
+                                                                   "sk_ratio")),))
+    se_ratio: float = _model(0.0, "If it is bigger than 0, it will enable SE.",
+                             checks=(bounds.rule(functools.partial(rules.check_ratio,
+                                                                   "se_ratio")),))
+    image_size: int = _data(224, "Input image size.",
+                            checks=(bounds.positive("e.g. 224 (ImageNet) or 32 (CIFAR)"),
+                                    bounds.rule(rules.check_image_size, "image_size",
+                                                "resolved_stem")))
+    color_jitter_strength: float = _aug(1.0, "The strength of color jittering.",
+                                        checks=(bounds.rule(
+                                            rules.check_color_jitter_strength),))
     use_blur: bool = _aug(True, "Whether or not to use Gaussian blur for augmentation "
                           "during pretraining.")
 
@@ -222,7 +260,8 @@ class Config:
         "of TF_CONFIG to answer on their ports (progress every 30 s; a SIGTERM stops "
         "the wait) before TensorFlow connects them; then the run stops naming each "
         "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
-        "waits without bound.")
+        "waits without bound.",
+        checks=(bounds.at_least(0),))
     mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",
         ("none", "bfloat16", "float16"))
@@ -240,18 +279,23 @@ class Config:
         "LARS' trust scaling, so this is its actual rate). The head reads "
         "stop_gradient(h): the encoder trains exactly as without it. None = "
         "--learning_rate, as the authors' code (e.g. 0.1, the paper's linear-eval "
-        "rate, keeps the quick start's online head from diverging; docs/fidelity.md).")
+        "rate, keeps the quick start's online head from diverging; docs/fidelity.md).",
+        checks=(bounds.positive("e.g. 0.1", unset="use --learning_rate"),))
     grad_cache_chunk: int = _optim(
         0, "Gradient caching: 0 = off, else process each replica's batch in chunks of "
         "this many images (embeddings first without gradients, then each chunk again "
         "with them): memory of one chunk, loss over the whole batch, BN statistics "
-        "per chunk, ~1.33x compute. Must divide the per-replica batch.")
+        "per chunk, ~1.33x compute. Must divide the per-replica batch.",
+        checks=(bounds.rule(rules.check_grad_cache_chunk),
+                bounds.rule(rules.check_grad_cache_mode, "grad_cache_chunk",
+                            "train_mode")))
     log_every_steps: Optional[int] = _run(
         None, "Steps between TensorBoard scalars (the authors' train/* names, as means "
         "over the interval), metrics.jsonl lines and progress lines; one is also "
         "written at the last step. 0 = at checkpoints only, as the authors' code. "
         "Unset: 1/50 of the run's steps, at most 100, so a short run has a curve; "
-        "progress lines then about every fifth of the run, at most every 100 steps.")
+        "progress lines then about every fifth of the run, at most every 100 steps.",
+        checks=(bounds.at_least(0),))
     progress: str = _run(
         "auto", "What training shows: 'bar' (one bar for the whole run, redrawn in "
         "place), 'lines' (one plain line per --log_every_steps, for logs and "
@@ -259,12 +303,14 @@ class Config:
         ("auto", "bar", "lines", "none"))
     eval_wait_secs: int = _eval(
         0, "With --mode=eval: 0 evaluates the latest checkpoint once; > 0 keeps "
-        "evaluating each new checkpoint until none appears for this many seconds.")
+        "evaluating each new checkpoint until none appears for this many seconds.",
+        checks=(bounds.at_least(0),))
     seed: int = _run(0, "Seed of weights, data order and augmentations.")
     label_fraction: float = _data(
         1.0, "Use a deterministic stratified subset of this fraction of the labelled "
         "training split (e.g. 0.01 or 0.1) for fine-tuning, or as the labelled "
-        "examples of distillation with --distill_alpha < 1; ids written to model_dir.")
+        "examples of distillation with --distill_alpha < 1; ids written to model_dir.",
+        checks=(bounds.rule(rules.check_label_fraction),))
     teacher: Optional[str] = _distill(
         None, "--train_mode=distill: the fixed teacher, a model with a supervised head: "
         "a fine-tuning run directory or checkpoint of ours, one of our SavedModel "
@@ -276,12 +322,14 @@ class Config:
         1.0, "tau of the teacher's and the student's softmax in the distillation loss "
         "-sum_y P_T(y|x; tau) log P_S(y|x; tau) (SimCLR v2, eq. 2; no tau^2 factor: "
         "docs/distillation.md). The paper: 0.1 for self-distillation, 1.0 (the "
-        "default, and the authors' colab's) for a smaller student.")
+        "default, and the authors' colab's) for a smaller student.",
+        checks=(bounds.rule(rules.check_distill_temperature),))
     distill_alpha: float = _distill(
         1.0, "Weight of the distillation loss; 1 - alpha weighs the cross-entropy on "
         "the labelled examples (--label_fraction of --train_split; the others count "
         "as unlabelled), both summed over the batch and divided by its size (SimCLR "
-        "v2, eq. 3). 1.0 = distillation with no labels, the paper's default.")
+        "v2, eq. 3). 1.0 = distillation with no labels, the paper's default.",
+        checks=(bounds.rule(rules.check_distill_alpha),))
     final_linear_probe: bool = _eval(
         False, "After training, fit an L-BFGS logistic-regression probe on frozen h "
         "(train split) and report its eval-split accuracy next to the same probe on a "
@@ -301,15 +349,20 @@ class Config:
         None, "Labelled split whose h forms the kNN monitor's bank, eval-preprocessed "
         "(None = --train_split).")
     knn_eval_every: int = _eval(
-        0, "Steps between kNN evaluations (0 = at every checkpoint).")
-    knn_k: int = _eval(200, "Neighbours of the weighted kNN classifier.")
+        0, "Steps between kNN evaluations (0 = at every checkpoint).",
+        checks=(bounds.at_least(0),))
+    knn_k: int = _eval(200, "Neighbours of the weighted kNN classifier.",
+                       checks=(bounds.rule(rules.check_knn_k),))
     knn_temperature: float = _eval(
-        0.07, "kNN votes are exp(cosine similarity / knn_temperature).")
+        0.07, "kNN votes are exp(cosine similarity / knn_temperature).",
+        checks=(bounds.rule(rules.check_knn_temperature, "knn_temperature", "knn_k"),))
     knn_max_bank: int = _eval(
         10000, "At most this many bank examples (a fixed stratified subset; 0 = all): "
-        "bounds the kNN monitor's cost.")
+        "bounds the kNN monitor's cost.",
+        checks=(bounds.at_least(0),))
     knn_max_queries: int = _eval(
-        10000, "At most this many query examples (a fixed stratified subset; 0 = all).")
+        10000, "At most this many query examples (a fixed stratified subset; 0 = all).",
+        checks=(bounds.at_least(0),))
     embed_split: Optional[str] = _eval(
         None, "--mode=embed: the split to embed (None = --eval_split); unlabelled "
         "splits and folders work.")
@@ -320,7 +373,8 @@ class Config:
         False, "--mode=embed: also write z (the projection head output).")
     embed_projector_size: int = _eval(
         1000, "--mode=embed: examples in the TensorBoard projector view with image "
-        "sprites, written to model_dir/projector (0 = none).")
+        "sprites, written to model_dir/projector (0 = none).",
+        checks=(bounds.at_least(0),))
     deterministic: bool = _run(
         False, "Bit-exact reproducible training: TensorFlow op determinism "
         "(tf.config.experimental.enable_op_determinism) on top of the fixed seeds and "
@@ -330,13 +384,19 @@ class Config:
         rules.SERVING_MAX_PIXELS, "Exports: the most pixels (width x height, read from "
         "the header before decoding) of one image sent to serving_default; a larger "
         "one fails with InvalidArgument naming its index in the batch and the limit. "
-        "0 = no limit.")
+        "0 = no limit.",
+        checks=(bounds.rule(rules.check_serving_max_pixels),))
     skip_corrupt_images: bool = _data(
         True, "Folder datasets: skip (and count) files that are empty, truncated, "
         "corrupt, not images, or too large to decode, named in a summary line and in "
         "result.json (a body damaged behind a valid header is found while reading, and "
         "dropped then); off: every file is decoded once before training (cached) and "
         "the first such file fails the run before training, naming its path.")
+
+    # --- Not a flag: the flags given explicitly (`with_given`, `is_given`); a
+    # field, so that `dataclasses.replace` keeps it ---
+    _given: Optional[frozenset] = dataclasses.field(default=None, compare=False,
+                                                    repr=False)
 
     # ---------------------------------------------------------------- derived
     @property
@@ -382,17 +442,14 @@ class Config:
     def with_given(self, names):
         """This Config, knowing which flags were given (on the command line or in a
         flagfile: absl's `FLAGS[name].present`); see `is_given`."""
-        copy = dataclasses.replace(self)
-        object.__setattr__(copy, "_given", frozenset(names))
-        return copy
+        return dataclasses.replace(self, _given=frozenset(names))
 
     def is_given(self, flag):
         """Whether `flag` was chosen rather than left at its default. Known from
         `with_given` (run.py); a Config built in code counts a value as chosen when
         it differs from the default (an explicit default cannot be told apart)."""
-        given = getattr(self, "_given", None)
-        if given is not None:
-            return flag in given
+        if self._given is not None:
+            return flag in self._given
         return getattr(self, flag) != getattr(type(self)(), flag)
 
     # ----------------------------------------------------------- validation
@@ -410,10 +467,34 @@ class Config:
 
     # -------------------------------------------------------- construction
     @classmethod
+    def flag_fields(cls):
+        """The fields that are flags (all but `_given`), in declaration order."""
+        return tuple(f for f in dataclasses.fields(cls) if "group" in f.metadata)
+
+    @classmethod
     def float_fields(cls):
         """The fields of type float (or Optional[float])."""
-        return [f.name for f in dataclasses.fields(cls)
-                if f.type is float or f.type == Optional[float]]
+        return [f.name for f in cls.flag_fields() if f.type in (float, Optional[float])]
+
+    @classmethod
+    def field_checks(cls):
+        """(flag, check) for each check of each field (`simclr_tf.bounds`), run by
+        `validation.check_fields`: a field's implicit ones first (one of its choices;
+        float32 for a float), then those its declaration lists."""
+        floats = cls.float_fields()
+        for field in cls.flag_fields():
+            if "choices" in field.metadata:
+                yield field.name, bounds.one_of(field.metadata["choices"])
+            if field.name in floats:
+                yield field.name, bounds.float32()
+            for check in field.metadata["checks"]:
+                yield field.name, check
+
+    @classmethod
+    def is_optional(cls, name):
+        """Whether the field `name` may be unset (None): its type is Optional."""
+        kind = {f.name: f.type for f in cls.flag_fields()}[name]
+        return type(None) in typing.get_args(kind)
 
     @classmethod
     def flag_pairs(cls):
@@ -423,7 +504,7 @@ class Config:
         --width_multiplier and --sk_ratio. Of a pair, the flag given wins over the
         one a record lends (`simclr_tf.inherit`)."""
         return {f.name: (f.metadata["overrides"], f.metadata["sets"])
-                for f in dataclasses.fields(cls) if "overrides" in f.metadata}
+                for f in cls.flag_fields() if "overrides" in f.metadata}
 
     @classmethod
     def check_record(cls, values, path, where=""):
@@ -438,38 +519,52 @@ class Config:
             path: the record's file, for the message.
             where: where in the file `values` are (e.g. 'entry 3's "changed"').
         """
-        record_types.check({f.name: f.type for f in dataclasses.fields(cls)}, values,
+        record_types.check({f.name: f.type for f in cls.flag_fields()}, values,
                            path, where)
 
     @classmethod
     def help_groups(cls):
         """((topic, field names in declaration order), ...) in HELP_GROUPS' order."""
-        fields = dataclasses.fields(cls)
+        fields = cls.flag_fields()
         return tuple((title, tuple(f.name for f in fields if f.metadata["group"] == title))
                      for title in HELP_GROUPS)
 
     @classmethod
     def choice_fields(cls):
-        return [f.name for f in dataclasses.fields(cls) if "choices" in f.metadata]
+        return [f.name for f in cls.flag_fields() if "choices" in f.metadata]
 
     @classmethod
     def field_choices(cls, name):
-        return {f.name: f.metadata.get("choices") for f in dataclasses.fields(cls)}[name]
+        """The choices of the field `name` (those of the live table for --mode and
+        --train_mode), or None."""
+        choices = {f.name: f.metadata.get("choices") for f in cls.flag_fields()}[name]
+        return choices() if callable(choices) else choices
 
     @classmethod
-    def from_dict(cls, values):
-        """Builds a Config from a mapping of flag values, applying `variant`.
+    def from_dict(cls, values, given=None):
+        """Builds a Config from a mapping of flag values, applying `variant` (here
+        only: the one place it is checked and applied).
 
         Unknown keys raise ConfigError. The variant, when given, fills resnet_depth,
-        width_multiplier and sk_ratio.
+        width_multiplier and sk_ratio; one of them also chosen (`is_given`) must
+        agree with it (ConfigError).
+
+        Args:
+            values: {flag: value}.
+            given: the flags given explicitly (`with_given`), or None (a value that
+                differs from the default counts as given).
         """
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in cls.flag_fields()}
         unknown = sorted(set(values) - names)
         if unknown:
             raise ConfigError(unknown[0], "is not a known setting.")
         config = cls(**values)
+        if given is not None:
+            config = config.with_given(given)
         if config.variant is not None:
-            validation.check_variant(config)
+            check_variant_flags(config.variant, {
+                flag: getattr(config, flag) for flag in VARIANT_FLAGS
+                if config.is_given(flag)})
             parsed = variants.parse_variant(config.variant)
             config = dataclasses.replace(
                 config, resnet_depth=parsed["depth"],
@@ -477,7 +572,7 @@ class Config:
         return config
 
     def to_dict(self):
-        values = dataclasses.asdict(self)
+        values = {f.name: getattr(self, f.name) for f in self.flag_fields()}
         values["resolved_stem"] = self.resolved_stem
         return values
 

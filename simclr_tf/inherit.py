@@ -166,7 +166,7 @@ def inherit(config):
     if own:
         _check_same_train_mode(config, path, recorded)
     names = inherited_flags(config.mode, own)
-    fields = {f.name for f in dataclasses.fields(config)}
+    fields = {f.name for f in config.flag_fields()}
     given = set(name for name in fields if config.is_given(name))
     pairs = type(config).flag_pairs()
     for flag, (decided, sets) in pairs.items():

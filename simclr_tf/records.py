@@ -48,7 +48,6 @@ not measure keeps the value of the run that did (e.g. the final probe of an earl
 
 This module needs only TensorFlow's file API, `config` and the mode table.
 """
-import dataclasses
 import datetime
 import json
 import os
@@ -269,7 +268,7 @@ def read_config(path):
     if not isinstance(values, dict):
         raise ValueError(f"{path!r} holds {type(values).__name__}, not a JSON object of "
                          "settings; rewrite it with the run's flags or remove it.")
-    known = {f.name for f in dataclasses.fields(Config)}
+    known = {f.name for f in Config.flag_fields()}
     unknown = sorted(set(values) - known - set(DERIVED_KEYS))
     if unknown:
         logging.warning("%s records settings this version does not know (%s): a record "
@@ -401,7 +400,7 @@ def flag_changes(model_dir, config):
     # A flag that sets others (--variant) is compared in those.
     setting = [flag for flag, (_, sets) in Config.flag_pairs().items() if sets]
     return [(f.name, getattr(recorded, f.name), getattr(config, f.name))
-            for f in dataclasses.fields(Config)
+            for f in Config.flag_fields()
             if f.name not in FREE_FLAGS and f.name not in setting
             and getattr(recorded, f.name) != getattr(config, f.name)]
 

@@ -2,12 +2,10 @@
 each value, then the rules between flags. Checks that need the dataset or the strategy
 (split names, labels, replica count) run in `simclr_tf.preflight`."""
 import json
-import math
 
-from simclr_tf import objectives, rules, variants
+from simclr_tf import objectives, rules
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
-from simclr_tf.architecture import VARIANT_FLAGS, check_variant_flags
 from simclr_tf.errors import ConfigError
 
 
@@ -23,55 +21,19 @@ def validate(config):
             objectives.load_module(config.objective_module)
         except ValueError as error:
             raise ConfigError.from_rule("objective_module", error) from None
-    for name in config.choice_fields():
-        value = getattr(config, name)
-        # --mode: the table now (a mode registered after import is a choice too).
-        # --mode, --train_mode: the tables now (a row registered after import is a
-        # choice too).
-        choices = tuple(modes.MODES) if name == "mode" else tuple(
-            objectives.TRAIN_MODES) if name == "train_mode" else config.field_choices(name)
-        if value not in choices:
-            raise ConfigError(name, f"must be one of {', '.join(choices)}; got {value!r}.")
-    for name in config.float_fields():
-        if getattr(config, name) is None:
-            continue
-        try:
-            rules.check_float32(name, getattr(config, name))
-        except ValueError as error:
-            raise ConfigError.from_rule(name, error) from None
-    _positive = (
-        ("learning_rate", "e.g. 0.3 (linear scaling) or 0.075 (sqrt)"),
-        ("train_batch_size", "e.g. 512 or 4096"),
-        ("eval_batch_size", "e.g. 256"),
-        ("image_size", "e.g. 224 (ImageNet) or 32 (CIFAR)"),
-        ("keep_checkpoint_max", "e.g. 5"),
-        ("keep_hub_module_max", "e.g. 1"),
-    )
-    for name, example in _positive:
-        value = getattr(config, name)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ConfigError(name, f"must be > 0 ({example}); got {value!r}.")
-    _non_negative = ("eval_wait_secs", "peer_wait_secs", "warmup_epochs", "train_steps",
-                     "eval_steps", "checkpoint_steps", "train_epochs", "checkpoint_epochs",
-                     "log_every_steps")
-    for name in _non_negative:
-        value = getattr(config, name)
-        if value is None and name == "log_every_steps":
-            continue  # unset: rules.log_intervals decides
-        if not (math.isfinite(value) and value >= 0):
-            raise ConfigError(name, f"must be >= 0; got {value!r}.")
-    if not 0.0 < config.batch_norm_decay < 1.0:
-        raise ConfigError("batch_norm_decay", f"must be in (0, 1), e.g. 0.9; got "
-                          f"{config.batch_norm_decay!r}.")
-    _check_rules(config)
-    if config.variant is not None:
-        check_variant(config)
-    for name in ("knn_eval_every", "knn_max_bank", "knn_max_queries",
-                 "embed_projector_size"):
-        if getattr(config, name) < 0:
-            raise ConfigError(name, f"must be >= 0; got {getattr(config, name)!r}.")
+    check_fields(config)
     _check_combinations(config)
     return config
+
+
+def check_fields(config):
+    """Each field's checks, declared where the field is (`Config.field_checks`,
+    `simclr_tf.bounds`), in one loop: an unset Optional field is not checked, and a
+    check that reads other settings runs once every field's own value is checked."""
+    checks = [(name, check) for name, check in config.field_checks()
+              if getattr(config, name) is not None or not config.is_optional(name)]
+    for name, check in sorted(checks, key=lambda item: item[1].reads_others(item[0])):
+        check(config, name)
 
 
 def _check_combinations(config):
@@ -121,10 +83,6 @@ def _check_combinations(config):
         raise ConfigError("augment_on", "device draws the two pretraining views in the "
                           "train step; fine-tuning's crops run on the host: drop "
                           "--augment_on=device (or pretrain).")
-    try:
-        rules.check_grad_cache_mode(config.grad_cache_chunk, config.train_mode)
-    except ValueError as error:
-        raise ConfigError.from_rule("grad_cache_chunk", error) from None
     if config.jit_compile and config.strategy == "mirrored":
         raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                           "TensorFlow 2.21 (XLA cannot reach the other replicas' "
@@ -197,9 +155,6 @@ def _check_encoder(config):
 
 
 def _check_head_learning_rate(config, objective):
-    if not config.head_learning_rate > 0:
-        raise ConfigError("head_learning_rate", "must be > 0 (e.g. 0.1), or left "
-                          f"unset to use --learning_rate; got {config.head_learning_rate!r}.")
     if not objective.online_head or not config.lineareval_while_pretraining:
         raise ConfigError("head_learning_rate", "is the rate of the online linear "
                           "head of pretraining: it needs --train_mode=pretrain and "
@@ -225,51 +180,3 @@ def _check_training(config, objective):
                           f"--train_batch_size={config.train_batch_size} is {peak!r}, "
                           "beyond float32's range; use a smaller --learning_rate, "
                           "e.g. 0.3 (linear) or 0.075 (sqrt).") from None
-
-
-def _check_rules(config):
-    """The rules the library also applies to its arguments (`simclr_tf.rules`);
-    the per-replica part of grad_cache_chunk's runs in `simclr_tf.preflight`."""
-    checks = (
-        ("resnet_depth", variants.check_depth, (config.resnet_depth,)),
-        ("temperature", rules.check_temperature, (config.temperature,)),
-        ("distill_temperature", rules.check_distill_temperature,
-         (config.distill_temperature,)),
-        ("distill_alpha", rules.check_distill_alpha, (config.distill_alpha,)),
-        ("weight_decay", rules.check_weight_decay, (config.weight_decay,)),
-        ("fine_tune_after_block", rules.check_fine_tune_after_block,
-         (config.fine_tune_after_block,)),
-        ("num_proj_layers", rules.check_num_proj_layers,
-         (config.proj_head_mode, config.num_proj_layers)),
-        ("ft_proj_selector", rules.check_ft_proj_selector,
-         (config.proj_head_mode, config.num_proj_layers, config.ft_proj_selector)),
-        ("grad_cache_chunk", rules.check_grad_cache_chunk, (config.grad_cache_chunk,)),
-        ("momentum", rules.check_momentum, (config.momentum,)),
-        ("width_multiplier", rules.check_width_multiplier, (config.width_multiplier,)),
-        ("sk_ratio", rules.check_ratio, ("sk_ratio", config.sk_ratio)),
-        ("se_ratio", rules.check_ratio, ("se_ratio", config.se_ratio)),
-        ("proj_out_dim", rules.check_proj_out_dim, (config.proj_out_dim,)),
-        ("label_fraction", rules.check_label_fraction, (config.label_fraction,)),
-        ("knn_k", rules.check_knn_k, (config.knn_k,)),
-        ("knn_temperature", rules.check_knn_temperature,
-         (config.knn_temperature, config.knn_k)),
-        ("color_jitter_strength", rules.check_color_jitter_strength,
-         (config.color_jitter_strength,)),
-        ("serving_max_pixels", rules.check_serving_max_pixels,
-         (config.serving_max_pixels,)),
-        ("image_size", rules.check_image_size, (config.image_size, config.resolved_stem)),
-    )
-    for flag, check, arguments in checks:
-        try:
-            check(*arguments)
-        except ValueError as error:
-            raise ConfigError.from_rule(flag, error) from None
-
-
-def check_variant(config):
-    # A default value cannot be told from one given explicitly here; run.py checks
-    # the flags that were given (`check_variant_flags`).
-    defaults = type(config)()
-    check_variant_flags(config.variant, {
-        flag: getattr(config, flag) for flag in VARIANT_FLAGS
-        if getattr(config, flag) != getattr(defaults, flag)})

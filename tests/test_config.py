@@ -1,8 +1,10 @@
 """Config and run.py flags: the authors' flags and defaults, validation, JSON."""
 import dataclasses
+import json
 import os
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 
@@ -44,7 +46,7 @@ def test_helpfull_lists_every_flag_with_its_default():
     result = _run("--helpfull")
     assert "Traceback" not in result.stderr  # absl's --helpfull exits with status 1
     text = result.stdout
-    for field in dataclasses.fields(Config):
+    for field in Config.flag_fields():
         name = field.name
         assert f"--{name}:" in text or f"--[no]{name}:" in text, name
     for name, default in AUTHORS_DEFAULTS.items():
@@ -69,7 +71,7 @@ def test_flags_reach_the_config(tmp_path):
     from absl import flags  # pylint: disable=import-outside-toplevel
     values = flags.FlagValues()
     for name in run.FLAGS:
-        if name in {f.name for f in dataclasses.fields(Config)}:
+        if name in {f.name for f in Config.flag_fields()}:
             values[name] = run.FLAGS[name]
     values(["run.py", f"--flagfile={flagfile}", f"--model_dir={tmp_path}",
             "--width_multiplier=0.25", "--variant=r18_0.25x_sk0"])
@@ -228,7 +230,7 @@ def _flags(*argv):
         sys.path.pop(0)
     from absl import flags  # pylint: disable=import-outside-toplevel
     values = flags.FlagValues()
-    for field in dataclasses.fields(Config):
+    for field in Config.flag_fields():
         values[field.name] = run.FLAGS[field.name]
     values(["run.py", "--model_dir=/tmp/unused", *argv])
     return run, values
@@ -278,9 +280,9 @@ def test_the_pairs_of_flags_are_the_ones_the_help_texts_name():
     field (`Config.flag_pairs`, what inheritance and the records read); every flag a
     help text says it overrides or sets is declared, and nothing else."""
     import re  # pylint: disable=import-outside-toplevel
-    names = {f.name for f in dataclasses.fields(Config)}
+    names = {f.name for f in Config.flag_fields()}
     said = {}
-    for field in dataclasses.fields(Config):
+    for field in Config.flag_fields():
         for phrase in re.findall(r"\b(?:overrides|sets)\b([^.(;]*)", field.metadata["help"]):
             found = tuple(word for word in re.findall(r"\w+", phrase) if word in names)
             if found:
@@ -318,3 +320,81 @@ def test_a_record_is_checked_against_the_flags_types(values, ok):
         assert '("use_blur": false)' in str(raised.value)
     if isinstance(value, float) and value == 16.0:
         assert '("image_size": 16)' in str(raised.value)
+
+
+def _declared(kind):
+    """The flags whose declaration lists a check of `kind` (a `bounds` class name)."""
+    return [field.name for field in Config.flag_fields()
+            if any(type(check).__name__ == kind for check in field.metadata["checks"])]
+
+
+@pytest.mark.parametrize("name", _declared("_Positive") + _declared("_AtLeast"))
+def test_every_declared_bound_is_checked_by_the_one_loop(name):
+    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 13
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict(_bad(**{name: -1})).validate()
+    assert info.value.flag == name
+    assert (" must be > 0 (e.g. " if name in _declared("_Positive")
+            else " must be >= 0; got -1.") in str(info.value), str(info.value)
+
+
+def test_a_new_field_is_checked_by_its_declaration_alone():
+    # What adding a flag takes: the field, its checks declared on it; nothing in
+    # validation.py.
+    from simclr_tf import bounds, config as config_module, rules
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(Config):
+        queue_size: int = config_module._run(  # pylint: disable=protected-access
+            4096, "A queue of negatives.", checks=(bounds.positive("e.g. 4096"),))
+        queue_temperature: Optional[float] = config_module._run(  # pylint: disable=protected-access
+            None, "Its temperature.", checks=(bounds.rule(
+                lambda tau: rules.check_softmax_temperature("queue_temperature", tau,
+                                                            "e.g. 0.2")),))
+
+    Extended(model_dir="/tmp/x").validate()  # Optional and unset: not checked
+    for values, message in ((dict(queue_size=0), "--queue_size: must be > 0 (e.g. 4096); "
+                             "got 0."),
+                            (dict(queue_temperature=0.0), "--queue_temperature: must be > 0"),
+                            (dict(queue_temperature=1e45), "--queue_temperature: must be a "
+                             "finite number within float32")):
+        with pytest.raises(ConfigError) as info:
+            Extended(model_dir="/tmp/x", **values).validate()
+        assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_check_reading_another_flag_runs_after_that_flag_is_checked():
+    # --image_size's rule reads the stem resolved from --stem: a bad --stem is named
+    # as such, not as an --image_size error (or a KeyError).
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict(_bad(stem="bogus", image_size=4)).validate()
+    assert info.value.flag == "stem" and "must be one of auto, imagenet, cifar" in str(
+        info.value)
+
+
+def test_the_given_flags_survive_dataclasses_replace_and_are_no_setting():
+    config = Config(model_dir="/tmp/x", seed=0).with_given({"model_dir", "seed"})
+    replaced = dataclasses.replace(config, resnet_depth=18)
+    assert replaced.is_given("seed") and not replaced.is_given("resnet_depth")
+    assert replaced == Config(model_dir="/tmp/x", resnet_depth=18)  # not compared
+    assert "_given" not in replaced.to_dict() and "_given" not in json.loads(
+        replaced.to_json())
+    assert "_given" not in {field.name for field in Config.flag_fields()}
+    with pytest.raises(ConfigError, match="_given"):
+        Config.from_dict({"_given": ["seed"]})  # no setting of a record
+
+
+@pytest.mark.parametrize("given, ok", [
+    (None, True),  # built in code: the default sk_ratio counts as not chosen
+    ({"variant"}, True),
+    ({"variant", "sk_ratio"}, False),  # --sk_ratio=0 given explicitly contradicts sk1
+])
+def test_the_variant_is_checked_and_applied_once_where_the_config_is_built(given, ok):
+    values = _bad(variant="r101_2x_sk1", sk_ratio=0.0)
+    if not ok:
+        with pytest.raises(ConfigError, match=r"^--variant: r101_2x_sk1 means "
+                           r"--sk_ratio=0.0625, but --sk_ratio=0.0 was also given"):
+            Config.from_dict(values, given=given)
+        return
+    config = Config.from_dict(values, given=given).validate()
+    assert (config.resnet_depth, config.width_multiplier, config.sk_ratio) == (101, 2, 0.0625)

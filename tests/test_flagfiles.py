@@ -1,5 +1,4 @@
 """Every flagfile under flags/ parses into a valid Config and carries its record."""
-import dataclasses
 import glob
 import os
 import sys
@@ -28,7 +27,7 @@ def _no_recorded_runs(monkeypatch):
 
 def _parse(path, *extra):
     values = flags.FlagValues()
-    for field in dataclasses.fields(Config):
+    for field in Config.flag_fields():
         values[field.name] = run.FLAGS[field.name]
     try:
         values(["run.py", f"--flagfile={path}", *extra])

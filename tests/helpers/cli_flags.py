@@ -9,7 +9,7 @@ from absl import flags
 import run
 from simclr_tf.config import Config
 
-CONFIG_FLAGS = [f.name for f in dataclasses.fields(Config)]
+CONFIG_FLAGS = [f.name for f in Config.flag_fields()]
 
 
 def flag_values(argv):
