@@ -42,6 +42,11 @@ class TeacherError(ValueError):
     (preflight reports it as the error of --teacher)."""
 
 
+class PinUnreadableError(TeacherError):
+    """model_dir's `PIN_FILE` cannot be read (preflight reports it as the error of
+    --model_dir)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TeacherInfo:
     """What `inspect_teacher` read.
@@ -147,6 +152,32 @@ def _released(path, weights):
     return TeacherInfo(path, weights, kwargs, int(kwargs["num_classes"]),
                        RELEASED_IMAGE_SIZE, f"released model {path}",
                        weights_digest(weights))
+
+
+def resolve(teacher_flag, model_dir):
+    """The teacher a distillation run learns from, resolved once per run (preflight
+    asks, and its `RunContext.teacher` carries the answer): what `teacher_flag`
+    holds (`inspect_teacher`) or, when model_dir's `PIN_FILE` pins this --teacher,
+    the weights it pinned (`pinned_teacher`).
+
+    Args:
+        teacher_flag: --teacher.
+        model_dir: the run's directory (None or '': no pin to read).
+
+    Raises:
+        PinUnreadableError: model_dir's `PIN_FILE` cannot be read.
+        TeacherError: `teacher_flag` cannot be a teacher, or the pinned weights are
+            gone or replaced.
+    """
+    info = inspect_teacher(teacher_flag)
+    try:
+        pin = read_pin(model_dir) if model_dir else None
+    except ValueError as error:
+        raise PinUnreadableError(
+            f"its {PIN_FILE}, the record of the teacher this run started with, cannot "
+            f"be read ({error}); restore it from a copy, or start a new --model_dir."
+        ) from None
+    return pinned_teacher(pin, teacher_flag, info)
 
 
 def pinned_weights(info):
