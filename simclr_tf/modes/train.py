@@ -54,8 +54,7 @@ def train(config, strategy, context):
     initialized_from = initialize(config, model, state)
     if teacher is not None and chief:
         # What a resume learns from: these weights, whatever --teacher resolves to then.
-        if teacher_module.pin_of(teacher_module.read_pin(config.model_dir),
-                                 config.teacher) is None:
+        if not teacher.info.pinned:
             teacher_module.write_pin(config.model_dir, config.teacher, teacher.info,
                                      write_guard=guard)
     step = trainer.step
