@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from simclr_tf import architecture, checkpoints, errors, objectives, records, rules, teacher
 from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.tables import evaluators as evaluator_table
 from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry, subsets
@@ -397,7 +398,8 @@ def _check_labelled_split(source, flag, split):
 def _check_evaluation_splits(config, source, mode):
     """Splits of the kNN monitor, of the mode's protocols and of --mode=embed."""
     bank_flag = "knn_bank_split" if config.knn_bank_split else "train_split"
-    if mode.trains and config.knn_eval_split and objectives.get(config.train_mode).knn_monitor:
+    run = evaluator_table.resolve(config)
+    if "knn" in run.training + run.at_checkpoint:
         _check_labelled_split(source, "knn_eval_split", config.knn_eval_split)
         _check_labelled_split(source, bank_flag, knn_bank_split(config))
     for flag in mode.labelled_splits:
