@@ -342,6 +342,16 @@ class Config:
         "byte-identical copy in both). Without this flag such a run is refused before "
         "anything is built, naming both flags and the number of shared examples; with "
         "it, result.json records eval_overlaps_train: true and each overlap.")
+    evaluators: str = _eval(
+        "", "Comma-separated evaluators to run (names of simclr_tf.evaluation.registry: "
+        "supervised, knn, linear_probe, distill, or one registered): a training mode's "
+        "monitors of the training model (knn every --knn_eval_every steps, the others "
+        "at every checkpoint), or what --mode=eval / --mode=linear_probe measure on "
+        "the checkpoint. Empty = the mode's own: pretraining's kNN monitor when "
+        "--knn_eval_split is set, distillation's monitor when --eval_split is set; "
+        "supervised for --mode=eval (and train_then_eval's eval after training, which "
+        "this flag does not change); linear_probe for --mode=linear_probe. Never read "
+        "from a record.")
     knn_eval_split: Optional[str] = _eval(
         None, "kNN monitor while pretraining: a labelled split classified by weighted "
         "kNN on h every --knn_eval_every steps (None = off).")

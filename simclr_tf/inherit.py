@@ -40,12 +40,13 @@ from simclr_tf import architecture, objectives, run_dirs
 from simclr_tf.tables import modes
 from simclr_tf.errors import ConfigError
 
-# Never read from a record: which run and mode this is, the machine it runs on, and the
+# Never read from a record: which run and mode this is (and what the mode evaluates:
+# --evaluators means what that mode runs), the machine it runs on, and the
 # permissions a command gives for itself alone (an evaluation on training examples is
 # allowed by the command that asks for it, not by the run it reads).
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
               "reevaluate", "allow_eval_overlap", "master", "use_tpu", "tpu_name", "tpu_zone",
-              "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs")
+              "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs", "evaluators")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
 # What a reader of another run's weights needs besides: the heads the run trained.

@@ -78,7 +78,7 @@ FREE_FLAGS = (
     "strategy", "peer_wait_secs", "jit_compile", "deterministic", "checkpoint_epochs", "checkpoint_steps",
     "keep_checkpoint_max", "keep_hub_module_max", "serving_max_pixels", "eval_steps",
     "eval_batch_size", "eval_split", "eval_name", "eval_wait_secs", "final_linear_probe",
-    "allow_eval_overlap",
+    "allow_eval_overlap", "evaluators",
     "knn_eval_split", "knn_bank_split", "knn_eval_every", "knn_k", "knn_temperature",
     "knn_max_bank", "knn_max_queries", "embed_split", "embed_output",
     "embed_projection", "embed_projector_size")

@@ -14,8 +14,9 @@ class RunContext:
         num_classes: the classes of the supervised head (the dataset's; distilling,
             the teacher's), None without labels.
         num_train_examples: the examples of --train_split (a training mode).
-        teacher: what --teacher is (`teacher.TeacherInfo`, its weights pinned), for a
-            train mode that needs one.
+        teacher: what --teacher is (`teacher.resolve`, once per run: a
+            `teacher.TeacherInfo`, its weights pinned), for a train mode that needs
+            one.
         eval_overlap: the overlaps allowed by --allow_eval_overlap (a list, empty when
             the evaluated splits are disjoint), None when the run evaluates nothing.
         write_guard: asked before each write into model_dir (the lock's check), None

@@ -42,6 +42,11 @@ class TeacherError(ValueError):
     (preflight reports it as the error of --teacher)."""
 
 
+class PinUnreadableError(TeacherError):
+    """model_dir's `PIN_FILE` cannot be read (preflight reports it as the error of
+    --model_dir)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TeacherInfo:
     """What `inspect_teacher` read.
@@ -55,6 +60,9 @@ class TeacherInfo:
         image_size: the image size it was trained at (None: unknown).
         description: one phrase for the run's lines ('checkpoint /run/ckpt-60').
         digest: `weights_digest` of its weights when inspected.
+        pinned: model_dir's `PIN_FILE` records these weights in full (this
+            --teacher, with their digest; `pin_of`), so a training run has nothing
+            to write; set by `resolve`.
     """
     path: str
     weights: checkpoints.Weights
@@ -63,6 +71,7 @@ class TeacherInfo:
     image_size: Optional[int]
     description: str
     digest: Optional[str] = None
+    pinned: bool = False
 
 
 def weights_digest(weights):
@@ -147,6 +156,34 @@ def _released(path, weights):
     return TeacherInfo(path, weights, kwargs, int(kwargs["num_classes"]),
                        RELEASED_IMAGE_SIZE, f"released model {path}",
                        weights_digest(weights))
+
+
+def resolve(teacher_flag, model_dir):
+    """The teacher a distillation run learns from, resolved once per run (preflight
+    asks, and its `RunContext.teacher` carries the answer): what `teacher_flag`
+    holds (`inspect_teacher`) or, when model_dir's `PIN_FILE` pins this --teacher,
+    the weights it pinned (`pinned_teacher`); `pinned` says whether the pin is
+    complete (else the training run writes it: `write_pin`).
+
+    Args:
+        teacher_flag: --teacher.
+        model_dir: the run's directory (None or '': no pin to read).
+
+    Raises:
+        PinUnreadableError: model_dir's `PIN_FILE` cannot be read.
+        TeacherError: `teacher_flag` cannot be a teacher, or the pinned weights are
+            gone or replaced.
+    """
+    info = inspect_teacher(teacher_flag)
+    try:
+        pin = read_pin(model_dir) if model_dir else None
+    except ValueError as error:
+        raise PinUnreadableError(
+            f"its {PIN_FILE}, the record of the teacher this run started with, cannot "
+            f"be read ({error}); restore it from a copy, or start a new --model_dir."
+        ) from None
+    info = pinned_teacher(pin, teacher_flag, info)
+    return dataclasses.replace(info, pinned=pin_of(pin, teacher_flag) is not None)
 
 
 def pinned_weights(info):

@@ -5,6 +5,7 @@ import json
 
 from simclr_tf import objectives, rules
 from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.tables import evaluators as evaluator_table
 from simclr_tf.tables import modes
 from simclr_tf.errors import ConfigError
 
@@ -57,6 +58,7 @@ def _check_combinations(config):
     if config.head_learning_rate is not None:
         _check_head_learning_rate(config, objective)
     _check_encoder(config)
+    evaluator_table.check(config)
     if config.label_fraction < 1.0 and objective.labels == "none":
         raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
                           "(pretraining uses no labels); drop it or fine-tune.")

@@ -16,6 +16,7 @@ them from the Config in one place, `simclr_tf.modes.evaluations.evaluators_for`.
 import difflib
 
 from simclr_tf.evaluation import base, distill, knn, supervised, transfer
+from simclr_tf.tables import evaluators as evaluator_table
 
 EVALUATORS = {
     "supervised": supervised.SupervisedEval,   # --mode=eval: the supervised head
@@ -26,13 +27,17 @@ EVALUATORS = {
 }
 
 
-def register_evaluator(name, cls):
-    """Registers the `base.Evaluator` subclass `cls` under `name` (replacing any)."""
+def register_evaluator(name, cls, **needs):
+    """Registers the `base.Evaluator` subclass `cls` under `name` (replacing any), and
+    its row of `tables.evaluators` (what --evaluators checks before TensorFlow is
+    imported): `needs` are `EvaluatorRow`'s fields (splits, objects,
+    during_training, at_checkpoint, every), by default none."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string. Received: name={name!r}")
     if not (isinstance(cls, type) and issubclass(cls, base.Evaluator)):
         raise ValueError("cls must be a subclass of simclr_tf.evaluation.base.Evaluator. "
                          f"Received: cls={cls!r}")
+    evaluator_table.register(evaluator_table.EvaluatorRow(name, **needs))
     EVALUATORS[name] = cls
 
 

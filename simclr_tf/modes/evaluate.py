@@ -7,16 +7,16 @@ import tensorflow as tf
 from simclr_tf import checkpoints, preflight, records
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import evaluations, parts
-
-# What --mode=eval runs at each checkpoint (`simclr_tf.evaluation.registry` names).
-EVALUATORS = ("supervised",)
+from simclr_tf.tables import evaluators as evaluator_table
 
 
 def evaluate(config, strategy, context):
     """Top-1/top-5 of the supervised head on the eval split, for the latest checkpoint
     (or, with --eval_wait_secs > 0, for each new one until none comes for that long)."""
     model = parts.build_model(config, strategy, context.num_classes)
-    evaluators = evaluations.evaluators_for(config, strategy, context.source, EVALUATORS)
+    # --evaluators, else the mode row's (`tables.evaluators.resolve`): the supervised head.
+    evaluators = evaluations.evaluators_for(config, strategy, context.source,
+                                            evaluator_table.resolve(config).at_checkpoint)
     # One TensorBoard writer (one events file) for every checkpoint evaluated.
     writer = tf.summary.create_file_writer(config.model_dir) if config.model_dir else None
     results = {}

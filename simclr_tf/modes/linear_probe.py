@@ -6,13 +6,16 @@ import tensorflow as tf
 from simclr_tf import checkpoints, distribute, preflight, records
 from simclr_tf.config import ConfigError
 from simclr_tf.modes import evaluations, parts
+from simclr_tf.tables import evaluators as evaluator_table
 
 
 def linear_probe_mode(config, strategy, context):
     """--mode=linear_probe: kNN and the paper's L-BFGS linear probe on frozen h, train
-    split -> eval split, features cached in model_dir/features/."""
+    split -> eval split, features cached in model_dir/features/ (or the
+    --evaluators given)."""
     model, prefix = parts.load_trained_encoder(config, strategy, context)
-    evaluators = evaluations.evaluators_for(config, strategy, context.source, ["linear_probe"])
+    evaluators = evaluations.evaluators_for(config, strategy, context.source,
+                                            evaluator_table.resolve(config).at_checkpoint)
     return dict(evaluations.run_evaluators(evaluators, model, checkpoints.step_of(prefix, 0),
                                      checkpoint=prefix, model_dir=config.model_dir),
                 **evaluations.overlap_record(context))

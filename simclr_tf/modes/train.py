@@ -15,12 +15,7 @@ from simclr_tf.data import pipeline, subsets
 from simclr_tf.modes import evaluations, parts
 from simclr_tf.modes import export as export_mode
 from simclr_tf.progress import TrainingProgress
-
-# What runs on the training model every --knn_eval_every steps of pretraining
-# (`simclr_tf.evaluation.registry` names): the kNN monitor.
-TRAINING_EVALUATORS = ("knn",)
-# (Those of a train mode at every checkpoint, e.g. distillation's student against its
-# teacher, are its row's `monitors`: `simclr_tf.objectives`.)
+from simclr_tf.tables import evaluators as evaluator_table
 
 
 def train(config, strategy, context):
@@ -54,8 +49,7 @@ def train(config, strategy, context):
     initialized_from = initialize(config, model, state)
     if teacher is not None and chief:
         # What a resume learns from: these weights, whatever --teacher resolves to then.
-        if teacher_module.pin_of(teacher_module.read_pin(config.model_dir),
-                                 config.teacher) is None:
+        if not teacher.info.pinned:
             teacher_module.write_pin(config.model_dir, config.teacher, teacher.info,
                                      write_guard=guard)
     step = trainer.step
@@ -93,21 +87,12 @@ def train(config, strategy, context):
 
     hooks = [loop.Every(scalars_every, log),
              loop.Every(lines_every, lambda step, logs: progress.log(step, logs))]
-    if config.knn_eval_split and objective.knn_monitor:
-        monitors = evaluations.evaluators_for(config, strategy, source, TRAINING_EVALUATORS)
-        hooks.append(evaluations.evaluation_hook(config.knn_eval_every or plan.checkpoint_steps,
-                                           monitors, model, writer=writer,
-                                           say=progress.note if chief else None,
-                                           metrics_log=metrics_log, state=state,
-                                           model_dir=config.model_dir))
-    if objective.monitors and config.eval_split:
-        monitors = evaluations.evaluators_for(config, strategy, source, objective.monitors,
-                                        teacher=teacher)
-        hooks.append(evaluations.evaluation_hook(plan.checkpoint_steps, monitors, model,
-                                           writer=writer,
-                                           say=progress.note if chief else None,
-                                           metrics_log=metrics_log, state=state,
-                                           model_dir=config.model_dir))
+    for every, monitors in training_monitors(config, strategy, source, teacher,
+                                             plan.checkpoint_steps):
+        hooks.append(evaluations.evaluation_hook(every, monitors, model, writer=writer,
+                                                 say=progress.note if chief else None,
+                                                 metrics_log=metrics_log, state=state,
+                                                 model_dir=config.model_dir))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
@@ -130,6 +115,23 @@ def train(config, strategy, context):
         steps=(first + 1, plan.total_steps), checkpoint=state.latest)
     return dict(results, **{"train/initialized_from": initialized_from},
                 **protocols, **evaluations.overlap_record(context))
+
+
+def training_monitors(config, strategy, source, teacher, checkpoint_steps):
+    """[(every, evaluators)]: the monitors of the training model
+    (`tables.evaluators.resolve`: --evaluators, else the train mode's), one hook's
+    worth per interval flag in the order first named: the kNN monitor every
+    --knn_eval_every steps (0: at every checkpoint), the others (e.g. distillation's
+    student against its teacher) at every checkpoint."""
+    objects = dict(teacher=teacher)
+    groups = {}
+    for name in evaluator_table.resolve(config).training:
+        row = evaluator_table.row(name)
+        built = evaluations.evaluators_for(config, strategy, source, [name], **{
+            each: objects[each] for each in row.objects if each in objects})
+        groups.setdefault(row.every, []).extend(built)
+    return [((getattr(config, flag) if flag else 0) or checkpoint_steps, monitors)
+            for flag, monitors in groups.items()]
 
 
 class _RecordsFlagsWhenSaving:

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from simclr_tf import architecture, checkpoints, errors, objectives, records, rules, teacher
 from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.tables import evaluators as evaluator_table
 from simclr_tf.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry, subsets
@@ -232,22 +233,13 @@ def _check_more_than_one_class(config, mode, source):
 def _check_teacher(config, source):
     """--teacher holds a model with a supervised head, readable, whose classes are
     the dataset's, and that can see --image_size images; returns its
-    `teacher.TeacherInfo`. A run that resumes with the same --teacher gets the
-    weights it started with (`teacher.PIN_FILE`), not that run's newer ones, and is
-    refused when they are gone or replaced (`teacher.pinned_teacher`). Nothing is
-    built."""
+    `teacher.TeacherInfo`, resolved once (`teacher.resolve`: a run that resumes with
+    the same --teacher gets the weights it started with, `teacher.PIN_FILE`). Nothing
+    is built."""
     try:
-        info = teacher.inspect_teacher(config.teacher)
-    except teacher.TeacherError as error:
-        raise ConfigError("teacher", str(error)) from None
-    try:
-        pin = teacher.read_pin(config.model_dir) if config.model_dir else None
-    except ValueError as error:
-        raise ConfigError("model_dir", f"its {teacher.PIN_FILE}, the record of the teacher "
-                          f"this run started with, cannot be read ({error}); restore it "
-                          "from a copy, or start a new --model_dir.") from None
-    try:
-        info = teacher.pinned_teacher(pin, config.teacher, info)
+        info = teacher.resolve(config.teacher, config.model_dir)
+    except teacher.PinUnreadableError as error:
+        raise ConfigError("model_dir", str(error)) from None
     except teacher.TeacherError as error:
         raise ConfigError("teacher", str(error)) from None
     encoder = info.model_kwargs.get("encoder", "resnet")
@@ -406,7 +398,8 @@ def _check_labelled_split(source, flag, split):
 def _check_evaluation_splits(config, source, mode):
     """Splits of the kNN monitor, of the mode's protocols and of --mode=embed."""
     bank_flag = "knn_bank_split" if config.knn_bank_split else "train_split"
-    if mode.trains and config.knn_eval_split and objectives.get(config.train_mode).knn_monitor:
+    run = evaluator_table.resolve(config)
+    if "knn" in run.training + run.at_checkpoint:
         _check_labelled_split(source, "knn_eval_split", config.knn_eval_split)
         _check_labelled_split(source, bank_flag, knn_bank_split(config))
     for flag in mode.labelled_splits:

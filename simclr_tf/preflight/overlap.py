@@ -6,9 +6,10 @@ fills the kNN bank or fits the probe (`check_eval_overlap`, unless
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import checkpoints, objectives, run_dirs
+from simclr_tf import checkpoints, run_dirs
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import overlap
+from simclr_tf.tables import evaluators as evaluator_table
 
 
 def knn_bank_split(config):
@@ -20,8 +21,8 @@ def evaluated_pairs(config, mode):
     evaluation this run makes: the split that trained the weights (or fills a kNN
     bank, or fits a probe) against the split the accuracy is measured on.
 
-    - pretraining's kNN monitor: --train_split (and --knn_bank_split, the bank)
-      against --knn_eval_split;
+    - the kNN evaluator (pretraining's monitor, or named by --evaluators):
+      --train_split (and --knn_bank_split, the bank) against --knn_eval_split;
     - a training run that evaluates on --eval_split (train_then_eval, the
       distillation monitor, --final_linear_probe): --train_split against it;
     - --mode=eval and --mode=linear_probe: --train_split (the probe's, and in eval
@@ -29,16 +30,19 @@ def evaluated_pairs(config, mode):
       added by `check_eval_overlap` from its flags.json.
     """
     pairs = []
+    run = evaluator_table.resolve(config)
+    if "knn" in run.training + run.at_checkpoint:
+        pairs.append(("train_split", config.train_split, "knn_eval_split",
+                      config.knn_eval_split,
+                      "the pretraining data" if mode.trains else "the kNN bank"))
+        if knn_bank_split(config) != config.train_split:
+            pairs.append(("knn_bank_split", config.knn_bank_split, "knn_eval_split",
+                          config.knn_eval_split, "the kNN bank"))
     if mode.trains:
-        objective = objectives.get(config.train_mode)
-        if objective.knn_monitor and config.knn_eval_split:
-            pairs.append(("train_split", config.train_split, "knn_eval_split",
-                          config.knn_eval_split, "the pretraining data"))
-            if knn_bank_split(config) != config.train_split:
-                pairs.append(("knn_bank_split", config.knn_bank_split, "knn_eval_split",
-                              config.knn_eval_split, "the kNN bank"))
+        monitors_eval_split = any("eval_split" in evaluator_table.row(name).splits
+                                  for name in run.training)
         if config.eval_split and (mode.evaluates_head or config.final_linear_probe
-                                  or objective.monitors):
+                                  or monitors_eval_split):
             pairs.append(("train_split", config.train_split, "eval_split",
                           config.eval_split, "the training data"))
     elif config.eval_split and (mode.evaluates_head or "eval_split" in mode.labelled_splits):

@@ -38,6 +38,10 @@ class Mode:
             and a run that has the head).
         labelled_splits: the split flags it reads labels from (checked to exist and
             be labelled before anything is built).
+        evaluators: the evaluators (`simclr_tf.evaluation.registry` names, in the
+            order they run) it runs on each checkpoint it reads: --evaluators'
+            default (`tables.evaluators.resolve`); a training mode's monitors during
+            training are its train mode's instead. Empty: it runs none.
     """
     name: str
     parts: tuple
@@ -48,6 +52,7 @@ class Mode:
     needs_checkpoint: bool = False
     evaluates_head: bool = False
     labelled_splits: tuple = ()
+    evaluators: tuple = ()
 
     def functions(self):
         """The functions of `parts`, imported now."""
@@ -65,14 +70,16 @@ MODES = {mode.name: mode for mode in (
     Mode("eval", (f"{_PACKAGE}.evaluate:evaluate",),
          "eval (the supervised head of model_dir's latest checkpoint on --eval_split)",
          needs_model_dir=False, takes_lock=False, needs_checkpoint=True,
-         evaluates_head=True),
+         evaluates_head=True, evaluators=("supervised",)),
     Mode("train_then_eval", (f"{_PACKAGE}.train:train", f"{_PACKAGE}.evaluate:evaluate"),
-         "train_then_eval", trains=True, evaluates_head=True),
+         "train_then_eval", trains=True, evaluates_head=True,
+         evaluators=("supervised",)),
     Mode("export", (f"{_PACKAGE}.export:export_latest",),
          "export (a SavedModel of the latest checkpoint)", needs_checkpoint=True),
     Mode("linear_probe", (f"{_PACKAGE}.linear_probe:linear_probe_mode",),
          "linear_probe (kNN and the L-BFGS probe on frozen h)", needs_model_dir=False,
-         needs_checkpoint=True, labelled_splits=("train_split", "eval_split")),
+         needs_checkpoint=True, labelled_splits=("train_split", "eval_split"),
+         evaluators=("linear_probe",)),
     Mode("embed", (f"{_PACKAGE}.embed:embed_mode",),
          "embed (h of a split to .npz/.parquet)", needs_model_dir=False,
          needs_checkpoint=True),
