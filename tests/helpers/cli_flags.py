@@ -2,7 +2,6 @@
 builds the Config run.py would (`run.config_from_flags(flag_values(argv))`) without
 touching the process-wide FLAGS."""
 import copy
-import dataclasses
 
 from absl import flags
 
