@@ -4,14 +4,13 @@ Small IDX files written here (20 train and 8 test images whose pixels name their
 split and position), and one test on Debian's real package, which skips without it
 unless $SIMCLR_TF_REQUIRE_FASHION_MNIST=1 (.ci/run sets it and installs the package).
 """
-import gzip
 import os
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from helpers.fashion_mnist_files import (OFFSET, SIZES, _labels, _pixels, _write_idx,
+from helpers.fashion_mnist_files import (SIZES, _labels, _pixels, _write_idx,
                                         write_fashion_mnist)
 from helpers.run_fixtures import config
 from simclr_tf import preflight

@@ -5,8 +5,6 @@ are checked in tests/test_tiny_run.py, the final probe's in tests/test_experimen
 import json
 import os
 
-import pytest
-
 from simclr_tf import checkpoints, records
 
 from helpers.protocols import check_protocols
