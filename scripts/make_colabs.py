@@ -198,6 +198,7 @@ import simclr_tf
 from simclr_tf import optimizers, schedules
 from simclr_tf.data import pipeline, registry
 from simclr_tf.models import SimCLRModel
+from simclr_tf.train import StepOptions
 
 strategy = tf.distribute.get_strategy()  # or tf.distribute.MirroredStrategy()
 steps_per_epoch, epochs, batch = 10, 2, 64
@@ -209,7 +210,7 @@ with strategy.scope():
                                          total_steps=steps_per_epoch * epochs)
     optimizer, decay = optimizers.build_optimization(
         "lars", schedule, model=network, weight_decay=1e-4)
-    model = simclr_tf.SimCLR(network, temperature=0.5, weight_decay_loss=decay)
+    model = simclr_tf.SimCLR(network, StepOptions(temperature=0.5), weight_decay_loss=decay)
 model.compile(optimizer=optimizer)
 print(f"{network.count_params():,} parameters")"""),
  ("md", "## Pretrain: two views per image, the paper's augmentations"),

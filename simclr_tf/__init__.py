@@ -5,7 +5,8 @@ The library never reads command-line flags: `run.py` turns them into a frozen
 
 `simclr_tf.load_official(path)` imports one of the authors' released SavedModels as a
 `simclr_tf.models.SimCLRModel` (see `simclr_tf.official`); `simclr_tf.SimCLR(network,
-...)` pretrains a network with `model.fit` (see `simclr_tf.keras_fit`).
+options)` pretrains a network with `model.fit` (see `simclr_tf.keras_fit`; `options`
+a `simclr_tf.train.StepOptions`).
 """
 
 __version__ = "0.1.0"

@@ -23,8 +23,6 @@ keras-team/keras#20585: use `run.py --strategy=multiworker`), `compile(loss=...)
 metrics (the loss is SimCLR's), `evaluate` (use `simclr_tf.evaluation` on `network`),
 saving the whole model as .keras (save weights; the network saves on its own).
 """
-import dataclasses
-
 import keras
 import tensorflow as tf
 
@@ -45,11 +43,11 @@ class SimCLR(keras.Model):
         network: a built Keras model following the Trainer's contract (a dict with
             'proj_head_output', 'logits_sup' when it has a supervised head;
             `network.supervised_head`), e.g. `simclr_tf.models.SimCLRModel`.
-        options: the step's `simclr_tf.train.StepOptions`; or give its fields as
-            keywords instead (train_mode, temperature, ...).
+        options: the step's `simclr_tf.train.StepOptions` (train_mode, temperature,
+            ...); None: `StepOptions()`, pretraining's defaults.
         weight_decay_loss: as for `simclr_tf.train.Trainer`.
-        **kwargs: `StepOptions` fields (without `options`) and `keras.Model`
-            arguments (name, ...).
+        **kwargs: `keras.Model` arguments (name, ...). A `StepOptions` field among
+            them is refused with the way to pass it (`options=StepOptions(...)`).
 
     Example:
         with strategy.scope():
@@ -58,15 +56,14 @@ class SimCLR(keras.Model):
             network.build((None, 32, 32, 3))
             optimizer, decay = optimizers.build_optimization(
                 "lars", schedule, weight_decay=1e-6, model=network)
-            model = SimCLR(network, temperature=0.5, weight_decay_loss=decay)
+            model = SimCLR(network, StepOptions(temperature=0.5),
+                           weight_decay_loss=decay)
         model.compile(optimizer=optimizer)
         model.fit(dataset, epochs=10, steps_per_epoch=100)
     """
 
     def __init__(self, network, options=None, *, weight_decay_loss=None, **kwargs):
-        fields = [f.name for f in dataclasses.fields(train.StepOptions)]
-        self.options = train.step_options(
-            options, **{name: kwargs.pop(name) for name in fields if name in kwargs})
+        self.options = train.given_options("SimCLR", options, kwargs)
         if objectives.get(self.options.train_mode).needs_teacher:
             raise ValueError("train_mode='distill' runs in the custom loop only (run.py "
                              "--train_mode=distill, or simclr_tf.train.Trainer with a "

@@ -200,9 +200,8 @@ def train(*, trainer, iterator, checkpoints, total_steps, checkpoint_steps, hook
 
 def _causes(trainer):
     """The objective's own likely causes of a non-finite step (its flags, e.g. its
-    temperature); none for a trainer without an objective (the tests' stand-ins)."""
-    objective = getattr(trainer, "objective", None)
-    return tuple(objective.non_finite_causes()) if objective is not None else ()
+    temperature)."""
+    return tuple(trainer.objective.non_finite_causes())
 
 
 def _save(checkpoints, step, causes):

@@ -61,10 +61,7 @@ def _list_devices():
     when it first looks for them (cuInit's failure) is filtered with its start-up
     lines. Listing them initialises nothing that
     `tf.config.set_logical_device_configuration` must precede."""
-    tensorflow = sys.modules.get("tensorflow")
-    config = getattr(tensorflow, "config", None)
-    if config is not None:
-        config.list_physical_devices()
+    sys.modules["tensorflow"].config.list_physical_devices()
 
 
 def import_tensorflow(level=1):

@@ -126,16 +126,25 @@ class StepOptions:
         object.__setattr__(self, "distill_alpha", float(self.distill_alpha))
 
 
-def step_options(options=None, **kwargs):
-    """`options`, or a `StepOptions` of `kwargs` (its fields) when None; not both."""
+def given_options(owner, options, keywords):
+    """The step's options given to `owner` (`Trainer`, `keras_fit.SimCLR`): `options`,
+    a `StepOptions`, or `StepOptions()` when None. A field of `StepOptions` among the
+    other `keywords` is refused, naming the way to pass it (they were keywords once)."""
+    fields = [name for name in keywords if name in _STEP_OPTION_FIELDS]
+    if fields:
+        example = ", ".join(f"{name}={keywords[name]!r}" for name in fields)
+        raise TypeError(
+            f"{owner} takes the step's options as one StepOptions, not as keywords: pass "
+            f"options=StepOptions({example}) (simclr_tf.train.StepOptions). Received: "
+            f"{example}")
     if options is None:
-        return StepOptions(**kwargs)
+        return StepOptions()
     if not isinstance(options, StepOptions):
         raise ValueError(f"options must be a StepOptions. Received: options={options!r}")
-    if kwargs:
-        raise ValueError("Pass the step's options either as a StepOptions or as its "
-                         f"fields, not both. Received: options and {sorted(kwargs)}")
     return options
+
+
+_STEP_OPTION_FIELDS = frozenset(field.name for field in dataclasses.fields(StepOptions))
 
 
 class Trainer:
@@ -152,7 +161,7 @@ class Trainer:
             wrapped in `keras.optimizers.LossScaleOptimizer` when the model
             computes in float16. Built here on `model.trainable_variables`.
         options: the step's `StepOptions` (train mode, temperature, blur, views,
-            gradient caching, seed); or give its fields as keywords instead.
+            gradient caching, seed); None: `StepOptions()`, pretraining's defaults.
         weight_decay_loss: the weight decay that enters the loss, an
             `optimizers.LossWeightDecay` (from `optimizers.build_optimization`,
             which resolves its variables once); None for none.
@@ -163,21 +172,25 @@ class Trainer:
         teacher: train_mode 'distill': the fixed teacher, `teacher(images) ->
             logits` (a `simclr_tf.teacher.Teacher`, built under the same
             strategy); it runs in inference mode and receives no gradient.
-        **option_fields: `StepOptions` fields, when `options` is not given.
+        **unexpected: none is taken; a `StepOptions` field among them is refused
+            with the way to pass it (`options=StepOptions(...)`).
 
     Example:
         with strategy.scope():
             model = ...; model(tf.zeros([1, 32, 32, 3]))
             optimizer, decay = optimizers.build_optimization(
                 'lars', schedule, weight_decay=1e-6, model=model)
-        trainer = Trainer(strategy, model, optimizer, temperature=0.5,
+        trainer = Trainer(strategy, model, optimizer, StepOptions(temperature=0.5),
                           weight_decay_loss=decay)
         logs = trainer.train_steps(iter(strategy.experimental_distribute_dataset(ds)), steps)
     """
 
     def __init__(self, strategy, model, optimizer, options=None, *, weight_decay_loss=None,
-                 steps_per_loop=1, jit_compile=False, teacher=None, **option_fields):
-        self.options = step_options(options, **option_fields)
+                 steps_per_loop=1, jit_compile=False, teacher=None, **unexpected):
+        self.options = given_options("Trainer", options, unexpected)
+        if unexpected:
+            raise TypeError("Trainer got unexpected keyword arguments: "
+                            f"{', '.join(sorted(unexpected))}")
         row = objectives.get(self.options.train_mode)
         if row.needs_teacher != (teacher is not None):
             raise ValueError("A train mode that learns from a teacher (distill) needs a "

@@ -31,7 +31,7 @@ def pretrain(strategy):
         optimizer = optimizers.LARS(schedule, eeta=0.1, weight_decay=1e-3,
                                     excluded_variables=optimizers.lars_excluded_variables(model))
     initial = [w.numpy() for w in model.weights]
-    trainer = train.Trainer(strategy, model, optimizer, temperature=0.2,
+    trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.2),
                             weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3))
     steps = [random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=60 + s) for s in range(NUM_STEPS)]
     iterator = distributed_pretrain_iterator(strategy, steps)

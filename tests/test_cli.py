@@ -48,8 +48,10 @@ def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
     TF_CPP_MIN_LOG_LEVEL says (oneDNN's notice on CPUs with AVX512_VNNI): run.py
     imports TensorFlow with those lines filtered by that level."""
     script = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); from simclr_tf import quiet\n"
+        "import os, sys, types; sys.path.insert(0, sys.argv[1]); from simclr_tf import quiet\n"
         "with quiet.tensorflow_start_up_filtered():\n"
+        "    sys.modules['tensorflow'] = types.SimpleNamespace(config=types.SimpleNamespace("
+        "list_physical_devices=list))  # a stand-in, imported\n"
         "    os.write(2, b'WARNING: All log messages before absl::InitializeLog() is "
         "called are written to STDERR\\n'\n"
         "             b'I0000 00:00:1796120375.784154   23873 port.cc:153] oneDNN on\\n'\n"
@@ -125,7 +127,9 @@ def test_every_entry_point_imports_tensorflow_through_one_quiet_helper(tmp_path)
         "os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called "
         "are written to STDERR\\n'\n"
         "         b'I0000 00:00:1796120375.784154   23873 port.cc:153] oneDNN on\\n'\n"
-        "         b'a line of its own\\n')\n")
+        "         b'a line of its own\\n')\n"
+        "import types\n"
+        "config = types.SimpleNamespace(list_physical_devices=list)  # what quiet lists\n")
     script = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
               "from simclr_tf import quiet; tf = quiet.import_tensorflow()\n"
               "assert tf.__file__.startswith(sys.argv[1])\n")

@@ -122,8 +122,9 @@ def _distil(num_replicas, student_weights, teacher_weights, batches, alpha):
         fixed.set_weights(teacher_weights)
         fixed.trainable = False
         optimizer = optimizers.build_optimizer("momentum", 0.5, momentum=0.9)
-    trainer = train.Trainer(strategy, student, optimizer, train_mode="distill",
-                            distill_temperature=0.5, distill_alpha=alpha,
+    trainer = train.Trainer(strategy, student, optimizer,
+                            train.StepOptions(train_mode="distill", distill_temperature=0.5,
+                                              distill_alpha=alpha),
                             teacher=_StandInTeacher(fixed))
     images = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[2] for b in batches])
@@ -175,9 +176,9 @@ def test_the_trainer_takes_a_teacher_only_to_distil():
     optimizer = optimizers.build_optimizer("momentum", 0.1)
     strategy = tf.distribute.get_strategy()
     with pytest.raises(ValueError, match="needs a teacher"):
-        train.Trainer(strategy, model, optimizer, train_mode="distill")
+        train.Trainer(strategy, model, optimizer, train.StepOptions(train_mode="distill"))
     with pytest.raises(ValueError, match="needs a teacher, and only it takes one"):
-        train.Trainer(strategy, model, optimizer, train_mode="finetune",
+        train.Trainer(strategy, model, optimizer, train.StepOptions(train_mode="finetune"),
                       teacher=_StandInTeacher(model))
 
 
@@ -501,4 +502,4 @@ def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final
 def test_fit_refuses_distillation():
     from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
     with pytest.raises(ValueError, match="custom loop only"):
-        keras_fit.SimCLR(SimCLRModel(), train_mode="distill")
+        keras_fit.SimCLR(SimCLRModel(), train.StepOptions(train_mode="distill"))

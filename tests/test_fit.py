@@ -59,13 +59,12 @@ def _weights(network):
 def test_fit_equals_the_loop(num_replicas, train_mode, grad_cache_chunk):
     steps = 3
     dataset = _dataset(train_mode, steps)
-    step_kwargs = dict(train_mode=train_mode, temperature=0.2,
-                       grad_cache_chunk=grad_cache_chunk)
+    options = train.StepOptions(train_mode=train_mode, temperature=0.2,
+                                grad_cache_chunk=grad_cache_chunk)
 
     strategy = _strategy(num_replicas)
     network, optimizer, decay = _parts(strategy, train_mode)
-    trainer = train.Trainer(strategy, network, optimizer, weight_decay_loss=decay,
-                            **step_kwargs)
+    trainer = train.Trainer(strategy, network, optimizer, options, weight_decay_loss=decay)
     expected = loop.run_steps(trainer, iter(strategy.experimental_distribute_dataset(dataset)),
                               steps)
     expected_weights = _weights(network)
@@ -73,7 +72,7 @@ def test_fit_equals_the_loop(num_replicas, train_mode, grad_cache_chunk):
     strategy = _strategy(num_replicas)
     network, optimizer, decay = _parts(strategy, train_mode)
     with strategy.scope():
-        model = simclr_tf.SimCLR(network, weight_decay_loss=decay, **step_kwargs)
+        model = simclr_tf.SimCLR(network, options, weight_decay_loss=decay)
     model.compile(optimizer=optimizer)
     history = model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
 
@@ -106,7 +105,8 @@ class _Interrupt(keras.callbacks.Callback):
 
 def _fit_two_epochs(backup_dir, callbacks=()):
     network, optimizer, decay = _parts(tf.distribute.get_strategy(), total_steps=5)
-    model = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay, blur_fn=_blur)
+    model = simclr_tf.SimCLR(network, train.StepOptions(temperature=0.2, blur_fn=_blur),
+                             weight_decay_loss=decay)
     model.compile(optimizer=optimizer)
     # Two batches repeated: every epoch of 2 steps sees them in the same order, so a
     # resumed epoch reads what an uninterrupted one does.
@@ -141,7 +141,7 @@ def test_backup_and_restore_resumes_exactly(tmp_path):
     assert any(p.name.startswith("events") for p in (tmp_path / "tb" / "train").iterdir())
     # The weights checkpoint loads into a fresh model (network and optimizer).
     network, optimizer, decay = _parts(tf.distribute.get_strategy(), total_steps=5)
-    fresh = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay)
+    fresh = simclr_tf.SimCLR(network, train.StepOptions(temperature=0.2), weight_decay_loss=decay)
     fresh.compile(optimizer=optimizer)
     fresh.load_weights(checkpoint)
     assert int(optimizer.iterations.numpy()) == 4
@@ -151,7 +151,7 @@ def test_backup_and_restore_resumes_exactly(tmp_path):
 
 def test_terminate_on_nan_stops_at_the_first_nan_loss():
     network, optimizer, decay = _parts(tf.distribute.get_strategy())
-    model = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay)
+    model = simclr_tf.SimCLR(network, train.StepOptions(temperature=0.2), weight_decay_loss=decay)
     model.compile(optimizer=optimizer)
     dataset = _dataset("pretrain", 3).map(lambda views, labels: (
         tf.nest.map_structure(lambda v: v * np.nan, views), labels))
@@ -181,7 +181,7 @@ def test_what_fit_cannot_do_is_refused_clearly(tmp_path):
     with pytest.raises(ValueError, match="metrics=\\['accuracy'\\]"):
         model.compile(optimizer=optimizer, metrics=["accuracy"])
     with pytest.raises(ValueError, match="temperature=0"):
-        simclr_tf.SimCLR(network, temperature=0)
+        simclr_tf.SimCLR(network, train.StepOptions(temperature=0))
     with pytest.raises(ValueError, match="built"):
         simclr_tf.SimCLR(keras.Sequential([keras.layers.Dense(2)]))
     model.compile(optimizer=optimizer)
@@ -237,7 +237,7 @@ def test_fit_never_lets_a_callback_save_non_finite_weights(tmp_path):  # 8 s
     TerminateOnNaN ends the epoch, so ModelCheckpoint keeps the last finite weights and
     BackupAndRestore its backup; infinite weights at an epoch's end stop it too."""
     network, optimizer, decay = _parts(tf.distribute.get_strategy(), total_steps=6)
-    model = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay)
+    model = simclr_tf.SimCLR(network, train.StepOptions(temperature=0.2), weight_decay_loss=decay)
     model.compile(optimizer=optimizer)
     finite = _dataset("pretrain", 2)
     poisoned = finite.map(lambda views, labels: ((views[0] * np.nan, views[1]), labels))
@@ -253,7 +253,7 @@ def test_fit_never_lets_a_callback_save_non_finite_weights(tmp_path):  # 8 s
     assert os.listdir(backup)  # kept: a rerun resumes from epoch 1
 
     network, optimizer, decay = _parts(tf.distribute.get_strategy(), total_steps=6)
-    model = simclr_tf.SimCLR(network, temperature=0.2, weight_decay_loss=decay)
+    model = simclr_tf.SimCLR(network, train.StepOptions(temperature=0.2), weight_decay_loss=decay)
     model.compile(optimizer=optimizer)
     later = tmp_path / "later.weights.h5"
     with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError,

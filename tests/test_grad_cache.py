@@ -1,4 +1,4 @@
-"""Gradient caching (simclr_tf.grad_cache, Trainer(grad_cache_chunk=...)).
+"""Gradient caching (simclr_tf.grad_cache, StepOptions(grad_cache_chunk=...)).
 
 Loss and gradients must equal the full-batch computation wherever the forward of a
 chunk does not depend on the other chunks: a model without BN for any chunking; the
@@ -76,7 +76,7 @@ def _trainer(chunk, optimizer_name="momentum"):
                                             model=model))
     optimizer_name = "momentum" if optimizer_name == "classic" else optimizer_name
     trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer,
-                            temperature=0.5, grad_cache_chunk=chunk,
+                            train.StepOptions(temperature=0.5, grad_cache_chunk=chunk),
                             weight_decay_loss=optimizers.weight_decay_loss(
                                 model, optimizer_name, 1e-3))
     return trainer, model
@@ -160,10 +160,10 @@ def test_bad_chunk_sizes():
     model = make_model(IMAGE_SIZE)
     with pytest.raises(ValueError, match="grad_cache_chunk=-1"):
         train.Trainer(tf.distribute.get_strategy(), model, keras.optimizers.SGD(0.1),
-                      grad_cache_chunk=-1)
+                      train.StepOptions(grad_cache_chunk=-1))
     with pytest.raises(ValueError, match="pretraining only"):
         train.Trainer(tf.distribute.get_strategy(), model, keras.optimizers.SGD(0.1),
-                      train_mode="finetune", grad_cache_chunk=2)
+                      train.StepOptions(train_mode="finetune", grad_cache_chunk=2))
 
 
 @pytest.mark.large  # 13 s
@@ -176,9 +176,9 @@ def test_two_replicas_one_chunk_each_equal_one_replica():
     with strategy.scope():
         model = make_model(IMAGE_SIZE)
         optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-3, model=model)
-    trainer = train.Trainer(strategy, model, optimizer, temperature=0.5,
-                            weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3),
-                            grad_cache_chunk=BATCH // 2)
+    trainer = train.Trainer(strategy, model, optimizer,
+                            train.StepOptions(temperature=0.5, grad_cache_chunk=BATCH // 2),
+                            weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3))
     steps = [random_batch(BATCH, IMAGE_SIZE, seed=10 + s) for s in range(2)]
     logs = trainer.train_steps(distributed_pretrain_iterator(strategy, steps), 2)
     single, model_1 = _trainer(0, "lars")
@@ -211,9 +211,10 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
 
     model_a = make_model(IMAGE_SIZE)
     optimizer_a = _step_optimizer()
-    cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a, temperature=0.5,
-                           weight_decay_loss=optimizers.weight_decay_loss(model_a, "momentum", 1e-3),
-                           view_fn=view_fn, blur_fn=blur_fn, grad_cache_chunk=CHUNK)
+    cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a,
+                           train.StepOptions(temperature=0.5, view_fn=view_fn, blur_fn=blur_fn,
+                                             grad_cache_chunk=CHUNK),
+                           weight_decay_loss=optimizers.weight_decay_loss(model_a, "momentum", 1e-3))
     dataset = tf.data.Dataset.from_tensor_slices((sources, labels)).batch(
         BATCH, drop_remainder=True)
     logs = cached.train_steps(iter(dataset), 1)

@@ -170,7 +170,7 @@ def test_lars_pretraining_step_changes_the_weights():
     model = hub_model("ViTBackbone", TINY_VIT, num_classes=5)
     optimizer, decay = optimizers.build_optimization("lars", 0.5, model=model,
                                                      weight_decay=1e-4)
-    trainer = train.Trainer(strategy, model, optimizer, temperature=0.5,
+    trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.5),
                             weight_decay_loss=decay)
     before = [w.numpy() for w in model.encoder.trainable_weights]
     v1, v2, labels = random_batch(8, IMAGE_SIZE, seed=1)

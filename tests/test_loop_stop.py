@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, loop, objectives, run_lock, stop_signals, train
+from simclr_tf import checkpoints, loop, run_lock, stop_signals, train
+from helpers.standin_trainer import standin_objective
 
 
 class _Model(tf.Module):
@@ -26,13 +27,6 @@ def _state(directory):
     return checkpoints.CheckpointState(str(directory), model, max_to_keep=3), model
 
 
-def _objective(trainer, options):
-    """The objective of `options.train_mode`, on `trainer` (a stand-in: the objective
-    only keeps it)."""
-    trainer.options = options
-    return objectives.get(options.train_mode).objective_class()(trainer)
-
-
 class _Trainer:
     """What the loop reads of a Trainer; each step reads one element of the iterator
     in a compiled call (as `train.Trainer`) and sets the weights to the step."""
@@ -42,7 +36,7 @@ class _Trainer:
         self.model = model
         self.options = options or train.StepOptions(temperature=0.5)
         # What the loop asks of it: the likely causes of a non-finite step.
-        self.objective = _objective(self, self.options)
+        self.objective = standin_objective(self, self.options)
         self.counter = tf.Variable(0, dtype=tf.int64)
 
         @tf.function
@@ -303,7 +297,7 @@ def _nan_logs(rate):
 ])
 def test_the_non_finite_loss_names_the_running_modes_flags(mode, named, not_named):
     options = train.StepOptions(train_mode=mode, temperature=0.2, distill_temperature=1e-20)
-    causes = _objective(_StandIn(), options).non_finite_causes()
+    causes = standin_objective(_StandIn(), options).non_finite_causes()
     with pytest.raises(loop.NonFiniteLossError) as info:
         loop.check_finite(_nan_logs(0.3), 5, causes=causes, loss_scaling=False)
     message = str(info.value)
@@ -317,7 +311,7 @@ def test_a_rate_of_zero_is_not_blamed(tmp_path):
     """Step 1 of a warmup trains at rate 0: the learning rate cannot have made its
     loss NaN, so it is not suggested."""
     options = train.StepOptions(train_mode="distill", distill_temperature=1e-20)
-    causes = _objective(_StandIn(), options).non_finite_causes()
+    causes = standin_objective(_StandIn(), options).non_finite_causes()
     with pytest.raises(loop.NonFiniteLossError) as info:
         loop.check_finite(_nan_logs(0.0), 1, causes=causes, loss_scaling=False)
     message = str(info.value)

@@ -32,7 +32,7 @@ def _step(precision, weights=None):
         # A moderate initial scale: the default (2**15) overflows on the first step,
         # which dynamic loss scaling then skips (correctly, but nothing to compare).
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**8)
-    trainer = train.Trainer(strategy, model, optimizer, temperature=0.5,
+    trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.5),
                             weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-4))
     v1, v2, labels = random_batch(BATCH, IMAGE_SIZE, seed=3)
     data = tf.data.Dataset.from_tensors(((v1, v2), labels)).repeat()

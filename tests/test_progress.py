@@ -5,6 +5,7 @@ import io
 import pytest
 
 from simclr_tf import progress, rules, train
+from helpers.standin_trainer import standin_objective
 
 
 class _Stream(io.StringIO):
@@ -80,11 +81,12 @@ def test_fine_tuning_shows_the_supervised_loss_by_its_one_name():
 
 class _CountingTrainer:
     """`loop.run_steps`' view of a Trainer: steps, logs, nothing compiled."""
-    steps_per_loop, temperature, optimizer = 2, 0.5, None
-    options = train.StepOptions(temperature=0.5)
+    steps_per_loop, optimizer = 2, None
 
     def __init__(self):
         self.step = 0
+        # What the loop asks of it: the likely causes of a non-finite step.
+        self.objective = standin_objective(self, train.StepOptions(temperature=0.5))
 
     def train_steps(self, iterator, calls):  # pylint: disable=unused-argument
         self.step += calls

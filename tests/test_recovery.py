@@ -19,6 +19,7 @@ from simclr_tf.modes import parts
 from simclr_tf.config import ConfigError
 
 from helpers.run_fixtures import config, write_run  # noqa: F401
+from helpers.standin_trainer import standin_objective
 
 
 class _Model(tf.Module):
@@ -174,10 +175,11 @@ class _ExplodingTrainer:
     """Finite losses, but the weights go to inf at step 3 (as a learning rate that is
     inf in float32 does)."""
     steps_per_loop, optimizer = 1, None
-    options = train.StepOptions(temperature=0.5)  # what run_steps reads
 
     def __init__(self, model):
         self.model, self.step = model, 0
+        # What the loop asks of it: the likely causes of a non-finite step.
+        self.objective = standin_objective(self, train.StepOptions(temperature=0.5))
 
     def train_steps(self, iterator, calls):  # pylint: disable=unused-argument
         self.step += calls

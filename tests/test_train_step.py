@@ -109,7 +109,7 @@ def _pretrain(num_replicas, weights, steps, *, model_fn=make_model, eeta=0.1):
         # that any replica mismatch shows above the tolerance.
         optimizer = optimizers.LARS(schedule, eeta=eeta, weight_decay=1e-3,
                                     excluded_variables=optimizers.lars_excluded_variables(model))
-    trainer = train.Trainer(strategy, model, optimizer, temperature=0.2,
+    trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.2),
                             weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3))
     iterator = distributed_pretrain_iterator(strategy, steps)
     logs = [trainer.train_steps(iterator) for _ in steps]
@@ -165,7 +165,7 @@ def _finetune(num_replicas, weights, steps, eval_set):
         model = make_model(IMAGE_SIZE, head_stop_gradient=False)
         model.set_weights(weights)
         optimizer = optimizers.build_optimizer("momentum", 0.5, momentum=0.9)
-    trainer = train.Trainer(strategy, model, optimizer, train_mode="finetune",
+    trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(train_mode="finetune"),
                             weight_decay_loss=optimizers.weight_decay_loss(
                                 model, "momentum", 1e-2))
     images = np.concatenate([s[0] for s in steps])
@@ -197,11 +197,12 @@ def test_finetune_and_eval_match_one_replica():
         np.testing.assert_allclose(result_2[name], result_1[name], rtol=1e-5)
 
 
-def _default_trainer(**kwargs):
+def _default_trainer(blur_fn=None, **kwargs):
     strategy = tf.distribute.get_strategy()
     model = make_model(IMAGE_SIZE)
     optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-4, model=model)
-    return train.Trainer(strategy, model, optimizer, temperature=0.5, **kwargs), model
+    options = train.StepOptions(temperature=0.5, blur_fn=blur_fn)
+    return train.Trainer(strategy, model, optimizer, options, **kwargs), model
 
 
 def _batches(count, seed=50, scale=1.0):
@@ -275,7 +276,7 @@ def test_float16_needs_loss_scaling(policy):
     with pytest.raises(ValueError, match="LossScaleOptimizer"):
         train.Trainer(strategy, model, optimizer)
     trainer = train.Trainer(strategy, model, keras.optimizers.LossScaleOptimizer(optimizer),
-                            temperature=0.5)
+                            train.StepOptions(temperature=0.5))
     logs = loop.run_steps(trainer, _batches(2), 2)
     assert np.isfinite(logs["loss"])
 
@@ -285,9 +286,9 @@ def test_trainer_bad_arguments():
     model = make_model(IMAGE_SIZE)
     optimizer = keras.optimizers.SGD(0.1)
     with pytest.raises(ValueError, match="train_mode='linear'"):
-        train.Trainer(strategy, model, optimizer, train_mode="linear")
+        train.Trainer(strategy, model, optimizer, train.StepOptions(train_mode="linear"))
     with pytest.raises(ValueError, match="temperature=0"):
-        train.Trainer(strategy, model, optimizer, temperature=0)
+        train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0))
     with pytest.raises(ValueError, match="steps_per_loop=0"):
         train.Trainer(strategy, model, optimizer, steps_per_loop=0)
 
@@ -325,7 +326,7 @@ def test_head_learning_rate_leaves_the_encoder_bit_exact():
         model = make_model(IMAGE_SIZE)
         optimizer, decay = optimizers.build_optimization(
             "lars", 0.5, model=model, weight_decay=1e-4, head_rate_multiplier=factor)
-        trainer = train.Trainer(strategy, model, optimizer, temperature=0.5,
+        trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.5),
                                 weight_decay_loss=decay)
         logs = trainer.train_steps(_batches(3), 3)
         return model, logs
@@ -352,12 +353,30 @@ def test_step_options_are_made_once_and_taken_by_trainer_and_fit():
     trainer = train.Trainer(strategy, model, keras.optimizers.SGD(0.1), options)
     assert trainer.options is options
     assert keras_fit.SimCLR(model, options).options is options
-    assert train.Trainer(strategy, model, keras.optimizers.SGD(0.1),
-                         temperature=0.5, seed=3).options == options  # its fields
-    with pytest.raises(ValueError, match="either as a StepOptions or as its fields"):
-        train.Trainer(strategy, model, keras.optimizers.SGD(0.1), options, seed=4)
+    # None: the defaults.
+    assert train.Trainer(strategy, model, keras.optimizers.SGD(0.1)).options == \
+        train.StepOptions()
+    assert keras_fit.SimCLR(model, name="fit").options == train.StepOptions()
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.seed = 4
+
+
+def test_step_option_fields_as_keywords_are_refused_with_the_way_to_pass_them():
+    """The form before StepOptions (its fields as keywords) tells how to migrate."""
+    from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
+    strategy = tf.distribute.get_strategy()
+    model = make_model(IMAGE_SIZE)
+    migration = r"options=StepOptions\(temperature=0\.5, seed=3\)"
+    with pytest.raises(TypeError, match=r"^Trainer takes .*" + migration):
+        train.Trainer(strategy, model, keras.optimizers.SGD(0.1), temperature=0.5, seed=3)
+    with pytest.raises(TypeError, match=r"^SimCLR takes .*" + migration):
+        keras_fit.SimCLR(model, temperature=0.5, seed=3, name="fit")
+    # Also beside a StepOptions.
+    with pytest.raises(TypeError, match=r"options=StepOptions\(seed=4\)"):
+        train.Trainer(strategy, model, keras.optimizers.SGD(0.1), train.StepOptions(),
+                      seed=4)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: temprature"):
+        train.Trainer(strategy, model, keras.optimizers.SGD(0.1), temprature=0.5)
 
 
 def _grad_norm(num_replicas, weights, batch, **options):
@@ -367,7 +386,8 @@ def _grad_norm(num_replicas, weights, batch, **options):
         model = make_model(IMAGE_SIZE, with_head=False)
         model.set_weights(weights)
         optimizer = keras.optimizers.SGD(0.1)
-    trainer = train.Trainer(strategy, model, optimizer, temperature=0.2, **options)
+    trainer = train.Trainer(strategy, model, optimizer,
+                            train.StepOptions(temperature=0.2, **options))
     return trainer.train_steps(distributed_pretrain_iterator(strategy, [batch]))["grad_norm"]
 
 
@@ -427,7 +447,8 @@ view1, view2, labels = random_batch(4, 16, seed=0)
 data = tf.data.Dataset.from_tensor_slices(((view1, view2), labels)).batch(4)
 model = make_model(16)
 optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-4, model=model)
-trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer, temperature=0.5)
+trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer,
+                        train.StepOptions(temperature=0.5))
 logs = loop.run_steps(trainer, iter(data), 1)
 assert np.isfinite(logs["loss"]) and "data_wait" not in logs and "input_share" not in logs
 print("ok")

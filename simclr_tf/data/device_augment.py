@@ -370,7 +370,7 @@ def make_view_fn(image_size: int, *, color_jitter_strength: float = 1.0,
     """The Trainer's `view_fn`: `host_preprocess` batches -> (view1, view2).
 
     Example:
-      trainer = Trainer(..., view_fn=make_view_fn(224), blur_fn=...)
+      trainer = Trainer(..., StepOptions(view_fn=make_view_fn(224), blur_fn=...))
     """
     rules.check_color_jitter_impl(impl)
     rules.check_color_jitter_strength(color_jitter_strength)

@@ -49,8 +49,6 @@ class TrainMode:
         knn_monitor: --knn_eval_split monitors the representation while training.
         monitors: `simclr_tf.evaluation.registry` names run at every checkpoint of
             training, on --eval_split (distillation: the student against its teacher).
-        flags: the Config flags it owns (its slice of the step options). What a
-            non-finite loss names is the objective's `non_finite_causes()`.
         metrics: the step's log names it may write (`train/<name>` in TensorBoard,
             'loss' as `train/total_loss`), besides the Trainer's own.
         options: its own options that are no Config field: {name: default}; run.py
@@ -70,7 +68,6 @@ class TrainMode:
     contrastive_batch: bool = False
     knn_monitor: bool = False
     monitors: tuple = ()
-    flags: tuple = ()
     metrics: tuple = ()
     options: tuple = ()
 
@@ -102,21 +99,16 @@ TRAIN_MODES = {row.name: row for row in (
               "stop_gradient(h))",
               views=2, labels="none", online_head=True, blur=True, grad_cache=True,
               contrastive_batch=True, knn_monitor=True,
-              flags=("temperature", "hidden_norm", "use_blur", "grad_cache_chunk",
-                     "augment_on", "lineareval_while_pretraining"),
               metrics=("contrast_loss", "contrast_acc", "contrast_entropy",
                        "supervised_loss", "supervised_acc")),
     TrainMode("finetune", f"{_PACKAGE}.finetune:Finetune",
               "finetune: the supervised loss on labels",
               labels="required", freezes=True,
-              flags=("label_fraction", "fine_tune_after_block"),
               metrics=("supervised_loss", "supervised_acc")),
     TrainMode("distill", f"{_PACKAGE}.distill:Distill",
               "distill: SimCLR v2's third stage, a student trained on every training "
               "image to match the fixed --teacher's tempered softmax",
               labels="optional", needs_teacher=True, freezes=True, monitors=("distill",),
-              flags=("teacher", "distill_temperature", "distill_alpha", "label_fraction",
-                     "fine_tune_after_block"),
               metrics=("distill_loss", "teacher_agreement", "supervised_loss",
                        "supervised_acc")),
 )}
