@@ -28,9 +28,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging
 
-from simclr_tf import inherit, objectives, quiet
+from simclr_tf import inherit, quiet
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.errors import disk_full
+from simclr_tf.tables import train_modes
 
 FLAGS = flags.FLAGS
 
@@ -51,7 +52,7 @@ class _NumberParser(flags.ArgumentParser):
 
 
 def load_objective_modules(argv):
-    """Runs each --objective_module file of the command line (`objectives.load_module`)
+    """Runs each --objective_module file of the command line (`train_modes.load_module`)
     before the flags are defined: its train mode is then a --train_mode choice and
     its options flags. (On the command line itself, not in a --flagfile.)"""
     for i, arg in enumerate(argv[1:], 1):
@@ -63,7 +64,7 @@ def load_objective_modules(argv):
             continue
         if path:
             try:
-                objectives.load_module(path)
+                train_modes.load_module(path)
             except ValueError as error:
                 _error(str(error))
 
@@ -73,7 +74,7 @@ def _define_flags():
         name, default, help_text = field.name, field.default, field.metadata["help"]
         choices = Config.field_choices(name)  # --mode, --train_mode: the live tables
         if name == "train_mode":  # with the rows registered since import
-            help_text = objectives.help_text()
+            help_text = train_modes.help_text()
         kind = field.type
         if typing.get_origin(kind) is typing.Union:  # Optional[str]
             kind = [t for t in typing.get_args(kind) if t is not type(None)][0]
@@ -92,7 +93,7 @@ def _define_flags():
             flags.DEFINE_string(name, default, help_text)
     # A registered objective's own options: a flag each, gathered into
     # --objective_options (`objective_options`).
-    for row in objectives.TRAIN_MODES.values():
+    for row in train_modes.TRAIN_MODES.values():
         for name, default in row.options:
             if name in FLAGS:
                 continue
@@ -105,7 +106,7 @@ def _define_flags():
 def objective_options(flag_values, values):
     """--objective_options with the chosen train mode's own option flags (as JSON):
     every option of its row, given or default, so that flags.json records them."""
-    row = objectives.TRAIN_MODES.get(values["train_mode"])
+    row = train_modes.TRAIN_MODES.get(values["train_mode"])
     if row is None or not row.options:
         return values["objective_options"]
     given = json.loads(values["objective_options"] or "{}")
@@ -160,7 +161,7 @@ def _config_and_record(flag_values, report):
         raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
     # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
     given = [f.name for f in Config.flag_fields() if flag_values[f.name].present]
-    if any(flag_values[name].present for name in objectives.all_options()):
+    if any(flag_values[name].present for name in train_modes.all_options()):
         given.append("objective_options")
     config = Config.from_dict(values, given=given)
     try:

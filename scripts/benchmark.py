@@ -190,8 +190,8 @@ def build_config(overrides):
 
 
 def _one_view(config):
-    from simclr_tf import objectives
-    return objectives.get(config.train_mode).views == 1
+    from simclr_tf.tables import train_modes
+    return train_modes.get(config.train_mode).views == 1
 
 
 def views_per_image(config):

@@ -12,9 +12,10 @@ import json
 import typing
 from typing import Optional
 
-from simclr_tf import bounds, objectives, record_types, rules, validation, variants
+from simclr_tf import bounds, record_types, rules, validation, variants
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import modes
+from simclr_tf.tables import train_modes
 # Re-exported: callers import these from here.
 from simclr_tf.architecture import (  # noqa: F401
     VARIANT_FLAGS, architecture_mismatches, check_variant_flags)
@@ -126,11 +127,11 @@ class Config:
     cache_dataset: bool = _data(False, "Whether to cache the entire dataset in memory.")
     # The live tables: a row registered after import is a choice too.
     mode: str = _run("train", modes.help_text(), lambda: tuple(modes.MODES))
-    train_mode: str = _run("pretrain", objectives.help_text(),
-                           lambda: tuple(objectives.TRAIN_MODES))
+    train_mode: str = _run("pretrain", train_modes.help_text(),
+                           lambda: tuple(train_modes.TRAIN_MODES))
     objective_module: Optional[str] = _run(
         None, "A Python file that registers a train mode of its own "
-        "(`simclr_tf.objectives.register`), loaded before the flags are read: its "
+        "(`simclr_tf.tables.train_modes.register`), loaded before the flags are read: its "
         "--train_mode and its options' flags then exist (docs/design.md, 'add an "
         "objective').")
     objective_options: str = _run(
@@ -421,7 +422,7 @@ class Config:
         Args:
             num_classes: classes of the supervised head, or None for none.
         """
-        row = objectives.get(self.train_mode)
+        row = train_modes.get(self.train_mode)
         has_head = num_classes is not None and (
             not row.online_head or self.lineareval_while_pretraining)
         spec = encoder_table.encoder_spec(self.encoder)

@@ -36,8 +36,9 @@ to and its record are found by `simclr_tf.run_dirs` (a record on a remote file s
 import dataclasses
 import os
 
-from simclr_tf import architecture, objectives, run_dirs
+from simclr_tf import architecture, run_dirs
 from simclr_tf.tables import modes
+from simclr_tf.tables import train_modes
 from simclr_tf.errors import ConfigError
 
 # Never read from a record: which run and mode this is (and what the mode evaluates:
@@ -112,7 +113,7 @@ def recorded_run(config):
             return path, True
     # The student's weights' run; only without them, distilling, the teacher's.
     other = config.checkpoint or (
-        config.teacher if objectives.get(config.train_mode).needs_teacher else None)
+        config.teacher if train_modes.get(config.train_mode).needs_teacher else None)
     if other:
         path = run_dirs.flags_file(other)
         if path:

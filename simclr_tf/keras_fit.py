@@ -26,7 +26,8 @@ saving the whole model as .keras (save weights; the network saves on its own).
 import keras
 import tensorflow as tf
 
-from simclr_tf import finite, objectives, train
+from simclr_tf import finite, train
+from simclr_tf.tables import train_modes
 
 
 class NonFiniteTrainingError(FloatingPointError):
@@ -64,7 +65,7 @@ class SimCLR(keras.Model):
 
     def __init__(self, network, options=None, *, weight_decay_loss=None, **kwargs):
         self.options = train.given_options("SimCLR", options, kwargs)
-        if objectives.get(self.options.train_mode).needs_teacher:
+        if train_modes.get(self.options.train_mode).needs_teacher:
             raise ValueError("train_mode='distill' runs in the custom loop only (run.py "
                              "--train_mode=distill, or simclr_tf.train.Trainer with a "
                              "teacher); SimCLR under fit() pretrains and fine-tunes.")

@@ -9,9 +9,9 @@ import math
 import numbers
 import struct
 
-from simclr_tf import objectives
+from simclr_tf.tables import train_modes
 
-# The built-in train modes (`simclr_tf.objectives.TRAIN_MODES` is the table, with
+# The built-in train modes (`simclr_tf.tables.train_modes.TRAIN_MODES` is the table, with
 # any registered since; the code asks its rows).
 TRAIN_MODES = ("pretrain", "finetune", "distill")
 OPTIMIZERS = ("lars", "momentum", "adam", "adamw")
@@ -127,7 +127,7 @@ def check_grad_cache_mode(chunk, train_mode):
     """Gradient caching applies to pretraining only (the train modes whose row has
     `grad_cache`): it exists for the contrastive loss, which couples the whole batch;
     the supervised loss does not."""
-    if chunk and not objectives.get(train_mode).grad_cache:
+    if chunk and not train_modes.get(train_mode).grad_cache:
         raise ValueError("grad_cache_chunk applies to pretraining only (the supervised "
                          "loss needs no whole-batch coupling): drop it or pretrain. "
                          f"Received: grad_cache_chunk={chunk!r}, train_mode={train_mode!r}")

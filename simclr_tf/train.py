@@ -20,9 +20,9 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import distribute
-from simclr_tf import objectives
 from simclr_tf import optimizers
 from simclr_tf import rules
+from simclr_tf.tables import train_modes
 
 
 # Every metric a step can return; which ones it does depends on train_mode, the
@@ -35,7 +35,7 @@ METRICS = ("loss", "contrast_loss", "contrast_acc", "contrast_entropy", "supervi
 
 def metric_names():
     """`METRICS` and those a registered train mode's step adds (its row's `metrics`)."""
-    extra = [name for row in objectives.TRAIN_MODES.values() for name in row.metrics
+    extra = [name for row in train_modes.TRAIN_MODES.values() for name in row.metrics
              if name not in METRICS]
     return METRICS + tuple(dict.fromkeys(extra))
 # Metrics that are counts: summed over replicas. All others are per-replica means
@@ -58,7 +58,7 @@ class StepOptions:
     and `simclr_tf.keras_fit.SimCLR`. Checked when made.
 
     Attributes:
-        train_mode: a row of `simclr_tf.objectives.TRAIN_MODES`, whose objective
+        train_mode: a row of `simclr_tf.tables.train_modes.TRAIN_MODES`, whose objective
             the step computes: 'pretrain' (two views, NT-Xent plus the supervised
             loss on the labelled examples), 'finetune' (one view, supervised loss
             only) or 'distill' (one view, the distillation loss against the
@@ -101,7 +101,7 @@ class StepOptions:
     objective_options: tuple = ()
 
     def __post_init__(self):
-        row = objectives.get(self.train_mode)
+        row = train_modes.get(self.train_mode)
         given = dict(self.objective_options)
         unknown = sorted(set(given) - {name for name, _ in row.options})
         if unknown:
@@ -191,7 +191,7 @@ class Trainer:
         if unexpected:
             raise TypeError("Trainer got unexpected keyword arguments: "
                             f"{', '.join(sorted(unexpected))}")
-        row = objectives.get(self.options.train_mode)
+        row = train_modes.get(self.options.train_mode)
         if row.needs_teacher != (teacher is not None):
             raise ValueError("A train mode that learns from a teacher (distill) needs a "
                              "teacher, and only it takes one. Received: train_mode="

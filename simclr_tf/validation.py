@@ -3,10 +3,11 @@ each value, then the rules between flags. Checks that need the dataset or the st
 (split names, labels, replica count) run in `simclr_tf.preflight`."""
 import json
 
-from simclr_tf import objectives, rules
+from simclr_tf import rules
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import evaluators as evaluator_table
 from simclr_tf.tables import modes
+from simclr_tf.tables import train_modes
 from simclr_tf.errors import ConfigError
 
 
@@ -19,7 +20,7 @@ def validate(config):
     """
     if config.objective_module:  # its train mode is a choice (run.py loads it first)
         try:
-            objectives.load_module(config.objective_module)
+            train_modes.load_module(config.objective_module)
         except ValueError as error:
             raise ConfigError.from_rule("objective_module", error) from None
     check_fields(config)
@@ -40,7 +41,7 @@ def check_fields(config):
 def _check_combinations(config):
     """Rules between flags."""
     mode = modes.get(config.mode)
-    objective = objectives.get(config.train_mode)
+    objective = train_modes.get(config.train_mode)
     _check_objective_options(config, objective)
     if mode.trains:
         _check_training(config, objective)

@@ -95,7 +95,7 @@ def test_the_tables_the_flags_ask_import_no_tensorflow():
     import sys  # pylint: disable=import-outside-toplevel
     code = ("import sys\n"
             "import simclr_tf.config, simclr_tf.validation, simclr_tf.architecture, "
-            "simclr_tf.modes, simclr_tf.tables.modes, simclr_tf.tables.encoders, simclr_tf.objectives, simclr_tf.rules, simclr_tf.variants, "
+            "simclr_tf.modes, simclr_tf.tables.modes, simclr_tf.tables.encoders, simclr_tf.tables.train_modes, simclr_tf.objectives, simclr_tf.rules, simclr_tf.variants, "
             "simclr_tf.errors\n"
             "heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)\n"
             "assert not heavy, heavy\n")

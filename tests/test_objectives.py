@@ -1,6 +1,6 @@
-"""What docs/design.md promises of train modes: a row of `simclr_tf.objectives` each,
-asked by the code instead of the name, and a new objective added from one file (its
-loss, its own option as a flag of run.py, its own state in the checkpoint)."""
+"""What docs/design.md promises of train modes: a row of `simclr_tf.tables.train_modes`
+each, asked by the code instead of the name, and a new objective added from one file
+(its loss, its own option as a flag of run.py, its own state in the checkpoint)."""
 import json
 import os
 import subprocess
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from simclr_tf import objectives, rules
+from simclr_tf import rules
+from simclr_tf.tables import train_modes
 from simclr_tf.objectives import base
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = '''"""A toy objective: label-smoothed cross-entropy on one crop-and-flip view."""
 import tensorflow as tf
 
-from simclr_tf import objectives
+from simclr_tf.tables import train_modes
 from simclr_tf.objectives import base
 
 
@@ -53,7 +54,7 @@ class Smoothed(base.Objective):
         return metrics
 
 
-objectives.register(objectives.TrainMode(
+train_modes.register(train_modes.TrainMode(
     "toy_smoothed", f"{__name__}:Smoothed", "toy_smoothed: label-smoothed cross-entropy",
     labels="required", freezes=True, metrics=("toy_loss", "toy_loss_ema", "supervised_acc"),
     options=dict(toy_smoothing=0.1)))
@@ -61,15 +62,15 @@ objectives.register(objectives.TrainMode(
 
 
 def test_every_train_mode_has_a_row_and_an_objective():
-    assert tuple(objectives.TRAIN_MODES)[:3] == rules.TRAIN_MODES
-    for row in objectives.TRAIN_MODES.values():
+    assert tuple(train_modes.TRAIN_MODES)[:3] == rules.TRAIN_MODES
+    for row in train_modes.TRAIN_MODES.values():
         assert issubclass(row.objective_class(), base.Objective), row.name
-    pretrain, finetune, distill = (objectives.get(n) for n in rules.TRAIN_MODES)
+    pretrain, finetune, distill = (train_modes.get(n) for n in rules.TRAIN_MODES)
     assert (pretrain.views, finetune.views, distill.views) == (2, 1, 1)
     assert pretrain.online_head and not finetune.online_head and not distill.online_head
     assert distill.needs_teacher and finetune.needs_labels and pretrain.labels == "none"
     with pytest.raises(ValueError, match="train_mode must be one of pretrain, finetune"):
-        objectives.get("byol")
+        train_modes.get("byol")
 
 
 def test_an_objectives_state_is_saved_and_restored_with_the_checkpoint(tmp_path):

@@ -34,10 +34,11 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import objectives, rules
+from simclr_tf import rules
 from simclr_tf.data import augment, device_augment
 from simclr_tf.data import sources
 from simclr_tf.data.sources import DatasetSource
+from simclr_tf.tables import train_modes
 
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
 # memory, the reference's choice; smaller datasets are shuffled whole.
@@ -105,10 +106,10 @@ def build_input_fn(
     _positive_int("global_batch_size", global_batch_size)
     _positive_int("image_size", image_size)
     _positive_int("shuffle_buffer_size", shuffle_buffer_size)
-    if train_mode not in objectives.TRAIN_MODES:
-        raise ValueError(f"`train_mode` must be one of {tuple(objectives.TRAIN_MODES)}. "
+    if train_mode not in train_modes.TRAIN_MODES:
+        raise ValueError(f"`train_mode` must be one of {tuple(train_modes.TRAIN_MODES)}. "
                          f"Received: train_mode={train_mode!r}")
-    objective = objectives.get(train_mode)
+    objective = train_modes.get(train_mode)
     rules.check_color_jitter_impl(impl)
     rules.check_color_jitter_strength(color_jitter_strength)
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.

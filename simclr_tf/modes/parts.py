@@ -6,10 +6,11 @@ import json
 
 from absl import logging
 
-from simclr_tf import checkpoints, objectives, optimizers, preflight, schedules, teacher
+from simclr_tf import checkpoints, optimizers, preflight, schedules, teacher
 from simclr_tf.config import ConfigError
 from simclr_tf.data import augment, device_augment
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
+from simclr_tf.tables import train_modes
 from simclr_tf.train import StepOptions, Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -25,7 +26,7 @@ def build_model(config, strategy, num_classes):
         model = SimCLRModel(**config.model_kwargs(num_classes),
                             dtype=POLICIES[config.mixed_precision])
         model.build((None, config.image_size, config.image_size, 3))
-        if objectives.get(config.train_mode).freezes:
+        if train_modes.get(config.train_mode).freezes:
             freeze_for_finetuning(model, config.fine_tune_after_block)
     return model
 
@@ -81,7 +82,7 @@ def step_options(config):
 
 def blur_fn(config):
     """The train step's batched blur (None when off); the Trainer seeds it."""
-    if not objectives.get(config.train_mode).blur or not config.use_blur:
+    if not train_modes.get(config.train_mode).blur or not config.use_blur:
         return None
     return functools.partial(augment.batch_random_blur, height=config.image_size,
                              width=config.image_size)

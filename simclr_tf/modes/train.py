@@ -8,19 +8,19 @@ import time
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from simclr_tf import checkpoints, distribute, loop, objectives, preflight, records, rules, \
-    schedules
+from simclr_tf import checkpoints, distribute, loop, preflight, records, rules, schedules
 from simclr_tf import teacher as teacher_module
 from simclr_tf.data import pipeline, subsets
 from simclr_tf.modes import evaluations, parts
 from simclr_tf.modes import export as export_mode
 from simclr_tf.progress import TrainingProgress
 from simclr_tf.tables import evaluators as evaluator_table
+from simclr_tf.tables import train_modes
 
 
 def train(config, strategy, context):
     source = context.source
-    objective = objectives.get(config.train_mode)
+    objective = train_modes.get(config.train_mode)
     split, subset_ids, labelled_ids = config.train_split, None, None
     num_examples = context.num_train_examples
     if objective.labels == "required" and config.label_fraction < 1.0:
@@ -185,7 +185,7 @@ def planned_steps(config, context):
     """The step `train` trains this run to (`context`: preflight's), counted over
     the --label_fraction subset when fine-tuning on one; writes nothing."""
     num_examples = context.num_train_examples
-    if objectives.get(config.train_mode).labels == "required" and config.label_fraction < 1.0:
+    if train_modes.get(config.train_mode).labels == "required" and config.label_fraction < 1.0:
         num_examples = subsets.make_label_subset(
             context.source, config.train_split, config.label_fraction,
             seed=config.seed).num_examples
@@ -209,7 +209,7 @@ def training_protocols(config, results, *, split, steps, checkpoint):
     the last logging interval's training batches, not an evaluation: augmented
     views of the training split, at the weights of each step)."""
     first, last = steps
-    if objectives.get(config.train_mode).views == 2:
+    if train_modes.get(config.train_mode).views == 2:
         augmentation = (
             "two random views per image: random resized crop, horizontal flip, colour "
             f"jitter (strength {config.color_jitter_strength:g}) and grayscale"
@@ -298,7 +298,7 @@ def initialize(config, model, state):
         initialized_from = weights.prefix
     else:
         initialized_from = "random"
-        if objectives.get(config.train_mode).labels == "required":
+        if train_modes.get(config.train_mode).labels == "required":
             print("Fine-tuning from randomly initialised weights: no --checkpoint was "
                   "given and model_dir has none, so this is supervised training from "
                   "scratch (recorded as train/initialized_from=random). Pass "
@@ -355,7 +355,7 @@ def write_view_summary(config, source, split, writer, num_images=8):
         color_jitter_strength=config.color_jitter_strength,
         shuffle_buffer_size=num_images)(None)
     images, _ = next(iter(data))
-    if objectives.get(config.train_mode).views == 2:
+    if train_modes.get(config.train_mode).views == 2:
         images = tf.concat(images, axis=2)  # view 1 | view 2, side by side
     with writer.as_default(step=0):
         tf.summary.image("train/views", images, max_outputs=num_images)

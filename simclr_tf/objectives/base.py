@@ -1,7 +1,7 @@
 """The base class of a train mode's objective: its loss, on the Trainer's step.
 
 A `simclr_tf.train.Trainer` owns the model, the optimizer and the compiled loop; it
-builds the objective of its `StepOptions.train_mode` (`simclr_tf.objectives`'s row
+builds the objective of its `StepOptions.train_mode` (`simclr_tf.tables.train_modes`' row
 names the class) and calls `train_step(batch)` in each replica's context. The
 objective computes its loss under `trainer.optimize(compute_loss)` (forward and weight
 decay under a tape, one optimizer update) and returns this replica's metrics.

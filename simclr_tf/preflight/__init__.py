@@ -11,10 +11,11 @@ import os
 
 import tensorflow as tf
 
-from simclr_tf import architecture, checkpoints, errors, objectives, records, rules, teacher
+from simclr_tf import architecture, checkpoints, errors, records, rules, teacher
 from simclr_tf.tables import encoders as encoder_table
 from simclr_tf.tables import evaluators as evaluator_table
 from simclr_tf.tables import modes
+from simclr_tf.tables import train_modes
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry, subsets
 from simclr_tf.models import hub
@@ -88,7 +89,7 @@ def check(config, strategy, source):
     if mode.trains:
         num_train_examples = _check_training(config, strategy, source)
         _check_more_than_one_class(config, mode, source)
-    if mode.trains and objectives.get(config.train_mode).needs_teacher:
+    if mode.trains and train_modes.get(config.train_mode).needs_teacher:
         teacher_info = _check_teacher(config, source)
         num_classes = teacher_info.num_classes
         if config.eval_split:  # the distillation monitor's split
@@ -152,7 +153,7 @@ def _require_keras_hub(flag, subject):
 def _check_training(config, strategy, source):
     """Train split, per-replica batch and labels; returns the split's size."""
     num_examples = _check_split(source, "train_split", config.train_split)
-    objective = objectives.get(config.train_mode)
+    objective = train_modes.get(config.train_mode)
     if objective.contrastive_batch and config.train_batch_size > num_examples:
         # The input repeats the split to fill a batch: an image would meet its own
         # copies among NT-Xent's negatives. (A fine-tune's repeats do no such harm.)
@@ -209,7 +210,7 @@ def _check_more_than_one_class(config, mode, source):
     head, which learns to answer the one class: loss 0, top-1 1.0; the kNN monitor;
     the final probe; train_then_eval's eval of the head) measures nothing. Refused,
     naming the flag of each: the run is then a plain pretraining, as written."""
-    if objectives.get(config.train_mode).labels != "none" or source.num_classes != 1:
+    if train_modes.get(config.train_mode).labels != "none" or source.num_classes != 1:
         return
     used = [(flag, fix) for flag, fix, on in (
         ("lineareval_while_pretraining", "--lineareval_while_pretraining=false",
@@ -268,7 +269,7 @@ def _check_evaluating(config, source, mode):
     if not source.has_labels(config.eval_split):
         raise ConfigError("eval_split", f"split {config.eval_split!r} of "
                           f"{source.name!r} has no labels to evaluate against.")
-    if objectives.get(config.train_mode).online_head \
+    if train_modes.get(config.train_mode).online_head \
             and not config.lineareval_while_pretraining and mode.evaluates_head:
         raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
                           "run has no classifier to evaluate; turn it on or use "

@@ -4,11 +4,12 @@ instead of comparing names.
 
 - `modes`: one `Mode` row per --mode (what it needs, the functions it runs);
 - `encoders`: one `EncoderSpec` row per --encoder (the flags it reads, which of them
-  decide its variables, its rules, and its builder named as 'module:function').
+  decide its variables, its rules, and its builder named as 'module:function');
+- `train_modes`: one `TrainMode` row per --train_mode (what it asks of the data, the
+  model and the checks; its objective named as 'module:Class');
+- `evaluators`: one `EvaluatorRow` per evaluator --evaluators may name (what it needs).
 
 Each table is written once, here; the code a row names is imported when it runs.
-The table of the training objectives (--train_mode), as TF-free, sits beside the
-objectives it names, in `simclr_tf/objectives/__init__.py`.
 """
 
 

@@ -7,7 +7,7 @@ table holds their names and needs, so that `validation` refuses a bad --evaluato
 before TensorFlow is imported. `registry.register_evaluator` adds a row here too.
 
 Which a run runs, with --evaluators empty (its default), as before the flag:
-- a training mode: its train mode's monitors (`objectives.TrainMode`): kNN when
+- a training mode: its train mode's monitors (`train_modes.TrainMode`): kNN when
   the row has `knn_monitor` and --knn_eval_split is set, then the row's `monitors`
   when --eval_split is set (distillation's student against its teacher);
 - a mode that reads a checkpoint: its `tables.modes.Mode.evaluators`
@@ -17,9 +17,8 @@ Which a run runs, with --evaluators empty (its default), as before the flag:
 import dataclasses
 from typing import Optional
 
-from simclr_tf import objectives
 from simclr_tf.errors import ConfigError
-from simclr_tf.tables import modes
+from simclr_tf.tables import modes, train_modes
 
 FLAG = "evaluators"
 
@@ -104,7 +103,7 @@ def resolve(config):
 
 def default_monitors(config):
     """A training run's monitors without --evaluators: its train mode's."""
-    objective = objectives.get(config.train_mode)
+    objective = train_modes.get(config.train_mode)
     return (("knn",) if objective.knn_monitor and config.knn_eval_split else ()) + (
         tuple(objective.monitors) if config.eval_split else ())
 
@@ -125,7 +124,7 @@ def check(config):
         raise ConfigError(FLAG, f"is {config.evaluators!r}, but --mode={config.mode} runs "
                           "no evaluators; drop --evaluators, or use --mode=eval or "
                           "--mode=linear_probe.")
-    provided = ("teacher",) if mode.trains and objectives.get(
+    provided = ("teacher",) if mode.trains and train_modes.get(
         config.train_mode).needs_teacher else ()
     for position, name in enumerate(given):
         if name not in EVALUATORS:
