@@ -15,6 +15,7 @@ import tensorflow as tf
 from absl import logging
 
 from simclr_tf import checkpoints, distribute, preflight, records
+from simclr_tf.tables import evaluators as evaluator_table
 from simclr_tf.tables import modes
 from simclr_tf import run_lock
 from simclr_tf.config import ConfigError
@@ -91,7 +92,8 @@ def _run(config, mode, strategy):
 
 
 # What a training command measures after training, with the flag of the split each
-# is measured on: its mode's eval (`evaluates_head`), the final probe's two halves.
+# is measured on: its mode's eval (`tables.evaluators.evaluates_head`), the final
+# probe's two halves.
 _EVAL_ENTRIES = ("eval/label_top_1_accuracy",)
 _PROBE_ENTRIES = ("linear_probe/pretrained", "linear_probe/random_init")
 
@@ -120,7 +122,7 @@ def recorded_results(config, mode, context):
         config.model_dir, records.RESULT, config.mode), step)
     if result is None or result.get("global_step") != step:
         return None
-    wanted = ((_EVAL_ENTRIES if mode.evaluates_head else ())
+    wanted = ((_EVAL_ENTRIES if evaluator_table.evaluates_head(config) else ())
               + (_PROBE_ENTRIES if config.final_linear_probe else ()))
     for name in wanted:
         protocol = records.protocol_of(result, name) or {}

@@ -95,3 +95,30 @@ def test_eval_mode_runs_the_evaluators_given(tiny_run, tmp_path):
         protocols = check_protocols(entries)
         assert protocols["eval/label_top_1_accuracy"]["evaluator"] == "supervised"
         assert protocols["knn/top_1_accuracy"]["split"] == "test"
+
+
+def test_the_head_is_needed_only_where_supervised_is_run():
+    # What needs labels on --eval_split and a supervised head follows the evaluators
+    # resolved: --mode=eval --evaluators=knn reads neither.
+    assert evaluator_table.evaluates_head(Config(mode="eval"))
+    assert evaluator_table.evaluates_head(Config(mode="train_then_eval"))
+    assert evaluator_table.evaluates_head(Config(mode="train_then_eval", evaluators="knn",
+                                                 knn_eval_split="test"))
+    for flags in (dict(mode="train"), dict(mode="linear_probe"), dict(mode="export"),
+                  dict(mode="eval", evaluators="knn", knn_eval_split="test")):
+        assert not evaluator_table.evaluates_head(Config(**flags)), flags
+
+
+def test_knn_alone_evaluates_a_run_without_the_online_head(tiny_run, tmp_path):
+    """--mode=eval --evaluators=knn measures a pretraining checkpoint that has no
+    supervised head to evaluate (--lineareval_while_pretraining=false): refused
+    before the head check followed the evaluators ("no classifier to evaluate")."""
+    cfg = tiny_run.copy_to(tmp_path / "run", mode="eval", evaluators="knn",
+                           knn_eval_split="test", lineareval_while_pretraining=False)
+    result = experiment.run(cfg)
+    assert "knn/top_1_accuracy" in result and "eval/label_top_1_accuracy" not in result
+    assert 0.0 <= result["knn/top_1_accuracy"] <= 1.0
+    with pytest.raises(ConfigError, match="^--lineareval_while_pretraining: is off, so a "
+                       "pretraining run has no classifier to evaluate"):
+        experiment.run(tiny_run.copy_to(tmp_path / "other", mode="eval",
+                                        lineareval_while_pretraining=False))

@@ -100,8 +100,9 @@ def check(config, strategy, source):
                 raise ConfigError("eval_split", f"{reason} The distillation monitor "
                                   "evaluates the student on it at every checkpoint; "
                                   "--eval_split='' turns it off.") from None
-    if mode.evaluates_head or (mode.trains and config.final_linear_probe):
-        _check_evaluating(config, source, mode)
+    if evaluator_table.evaluates_head(config) or (
+            mode.trains and config.final_linear_probe):
+        _check_evaluating(config, source)
     _check_evaluation_splits(config, source, mode)
     if config.checkpoint:
         _check_checkpoint(config, mode, num_classes)
@@ -217,7 +218,7 @@ def _check_more_than_one_class(config, mode, source):
          config.lineareval_while_pretraining),
         ("knn_eval_split", "no --knn_eval_split", bool(config.knn_eval_split)),
         ("final_linear_probe", "no --final_linear_probe", config.final_linear_probe),
-        ("mode", "--mode=train", mode.evaluates_head)) if on]
+        ("mode", "--mode=train", evaluator_table.evaluates_head(config))) if on]
     if not used:
         return
     names = getattr(source, "class_names", ())
@@ -263,14 +264,15 @@ def _check_teacher(config, source):
     return info
 
 
-def _check_evaluating(config, source, mode):
+def _check_evaluating(config, source):
     """The eval split has labels, and the run has a classifier to evaluate."""
     _check_split(source, "eval_split", config.eval_split)
     if not source.has_labels(config.eval_split):
         raise ConfigError("eval_split", f"split {config.eval_split!r} of "
                           f"{source.name!r} has no labels to evaluate against.")
     if train_modes.get(config.train_mode).online_head \
-            and not config.lineareval_while_pretraining and mode.evaluates_head:
+            and not config.lineareval_while_pretraining \
+            and evaluator_table.evaluates_head(config):
         raise ConfigError("lineareval_while_pretraining", "is off, so a pretraining "
                           "run has no classifier to evaluate; turn it on or use "
                           "--final_linear_probe.")

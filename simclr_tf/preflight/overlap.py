@@ -31,6 +31,7 @@ def evaluated_pairs(config, mode):
     """
     pairs = []
     run = evaluator_table.resolve(config)
+    head = "supervised" in run.at_checkpoint  # `evaluator_table.evaluates_head`
     if "knn" in run.training + run.at_checkpoint:
         pairs.append(("train_split", config.train_split, "knn_eval_split",
                       config.knn_eval_split,
@@ -41,11 +42,11 @@ def evaluated_pairs(config, mode):
     if mode.trains:
         monitors_eval_split = any("eval_split" in evaluator_table.row(name).splits
                                   for name in run.training)
-        if config.eval_split and (mode.evaluates_head or config.final_linear_probe
+        if config.eval_split and (head or config.final_linear_probe
                                   or monitors_eval_split):
             pairs.append(("train_split", config.train_split, "eval_split",
                           config.eval_split, "the training data"))
-    elif config.eval_split and (mode.evaluates_head or "eval_split" in mode.labelled_splits):
+    elif config.eval_split and (head or "eval_split" in mode.labelled_splits):
         what = "the probe's training data and the kNN bank" if "train_split" in \
             mode.labelled_splits else "the training data"
         pairs.append(("train_split", config.train_split, "eval_split", config.eval_split,

@@ -101,6 +101,14 @@ def resolve(config):
     return RunEvaluators(at_checkpoint=given or mode.evaluators)
 
 
+def evaluates_head(config):
+    """Whether the run evaluates the supervised head on --eval_split at a checkpoint
+    (`resolve`'s at_checkpoint names 'supervised': --mode=eval unless --evaluators
+    leaves it out, train_then_eval's eval after training): it then needs labels on
+    --eval_split and a run that has the head."""
+    return "supervised" in resolve(config).at_checkpoint
+
+
 def default_monitors(config):
     """A training run's monitors without --evaluators: its train mode's."""
     objective = train_modes.get(config.train_mode)

@@ -34,14 +34,14 @@ class Mode:
         needs_checkpoint: model_dir (or --checkpoint, where `needs_model_dir` is
             False) must hold weights before anything is built. A mode that does
             not take the lock may instead wait for them (--eval_wait_secs).
-        evaluates_head: it evaluates the supervised head on --eval_split (labels,
-            and a run that has the head).
         labelled_splits: the split flags it reads labels from (checked to exist and
             be labelled before anything is built).
         evaluators: the evaluators (`simclr_tf.evaluation.registry` names, in the
             order they run) it runs on each checkpoint it reads: --evaluators'
             default (`tables.evaluators.resolve`); a training mode's monitors during
-            training are its train mode's instead. Empty: it runs none.
+            training are its train mode's instead. Empty: it runs none. With
+            'supervised' it evaluates the head on --eval_split
+            (`tables.evaluators.evaluates_head`: labels, and a run with the head).
     """
     name: str
     parts: tuple
@@ -50,7 +50,6 @@ class Mode:
     needs_model_dir: bool = True
     takes_lock: bool = True
     needs_checkpoint: bool = False
-    evaluates_head: bool = False
     labelled_splits: tuple = ()
     evaluators: tuple = ()
 
@@ -69,11 +68,9 @@ MODES = {mode.name: mode for mode in (
     Mode("train", (f"{_PACKAGE}.train:train",), "train", trains=True),
     Mode("eval", (f"{_PACKAGE}.evaluate:evaluate",),
          "eval (the supervised head of model_dir's latest checkpoint on --eval_split)",
-         needs_model_dir=False, takes_lock=False, needs_checkpoint=True,
-         evaluates_head=True, evaluators=("supervised",)),
+         needs_model_dir=False, takes_lock=False, needs_checkpoint=True, evaluators=("supervised",)),
     Mode("train_then_eval", (f"{_PACKAGE}.train:train", f"{_PACKAGE}.evaluate:evaluate"),
-         "train_then_eval", trains=True, evaluates_head=True,
-         evaluators=("supervised",)),
+         "train_then_eval", trains=True, evaluators=("supervised",)),
     Mode("export", (f"{_PACKAGE}.export:export_latest",),
          "export (a SavedModel of the latest checkpoint)", needs_checkpoint=True),
     Mode("linear_probe", (f"{_PACKAGE}.linear_probe:linear_probe_mode",),
