@@ -83,6 +83,7 @@ def test_each_bad_value_is_an_error_of_the_flag(tmp_path, flags, message):
         run_fixtures.config(**dict(dict(model_dir=str(tmp_path / "run")), **flags))
 
 
+@pytest.mark.large  # an evaluation of the tiny run: 44 s measured beside the suite
 def test_eval_mode_runs_the_evaluators_given(tiny_run, tmp_path):
     """--mode=eval --evaluators=supervised,knn on the tiny run: both measured, both
     recorded in result.json with their protocols."""
@@ -109,6 +110,7 @@ def test_the_head_is_needed_only_where_supervised_is_run():
         assert not evaluator_table.evaluates_head(Config(**flags)), flags
 
 
+@pytest.mark.large  # an evaluation of the tiny run: 44 s measured beside the suite
 def test_knn_alone_evaluates_a_run_without_the_online_head(tiny_run, tmp_path):
     """--mode=eval --evaluators=knn measures a pretraining checkpoint that has no
     supervised head to evaluate (--lineareval_while_pretraining=false): refused
