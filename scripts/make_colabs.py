@@ -13,7 +13,10 @@ import importlib.util, os, subprocess, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up lines
 REPO = os.path.abspath("..")  # the checkout this notebook lives in
 if importlib.util.find_spec("simclr_tf") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", REPO])""")
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", REPO])
+    # An editable install is seen by new processes; this kernel imports it from REPO.
+    sys.path.insert(0, REPO)
+    importlib.invalidate_caches()""")
 
 RUN = ("code", """import json
 
@@ -50,9 +53,11 @@ notebook pretrains a tiny model on the offline `digits` dataset for a few steps 
 exports it, so it runs anywhere in about a minute."""),
  INSTALL,
  RUN,
- ("code", """import io, os, tempfile
+ ("code", """from simclr_tf import quiet
+tf = quiet.import_tensorflow()  # first: TensorFlow's start-up notices filtered, as run.py's
+
+import io, os, tempfile
 import numpy as np
-import tensorflow as tf
 import keras
 
 SAVED_MODEL = os.environ.get("SIMCLR_SAVED_MODEL", "")
@@ -129,9 +134,11 @@ Runs on the offline `digits` dataset in a couple of minutes on a CPU. Set
 `PRETRAINED` to a pretraining run's `model_dir` to use your own."""),
  INSTALL,
  RUN,
- ("code", """import tempfile
+ ("code", """from simclr_tf import quiet
+tf = quiet.import_tensorflow()  # first: TensorFlow's start-up notices filtered, as run.py's
+
+import tempfile
 import numpy as np
-import tensorflow as tf
 import keras
 
 PRETRAINED = os.environ.get("SIMCLR_PRETRAINED", "")
@@ -189,10 +196,12 @@ so `compile()` + `fit()` pretrain with any Keras callback: here `BackupAndRestor
 dataset in about a minute on a CPU; under `tf.distribute.MirroredStrategy()` the same
 code trains on every GPU."""),
  INSTALL,
- ("code", """import tempfile
+ ("code", """from simclr_tf import quiet
+tf = quiet.import_tensorflow()  # first: TensorFlow's start-up notices filtered, as run.py's
+
+import tempfile
 import keras
 import numpy as np
-import tensorflow as tf
 
 import simclr_tf
 from simclr_tf import optimizers, schedules

@@ -6,6 +6,7 @@ import pytest
 from nbclient import NotebookClient
 
 from helpers import official_fixtures
+from simclr_tf import quiet
 
 COLABS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "colabs")
 
@@ -32,6 +33,14 @@ def test_colabs_are_saved_with_outputs_and_use_the_public_interface(name):
         assert "run.py" in source
     assert "experiment.run" not in source and "Config" not in source
     assert "shared/" not in source
+    # TensorFlow is imported the entry points' way, so its start-up notices (oneDNN, no
+    # CUDA driver, cuInit) are not saved as what a reader sees first.
+    assert "tf = quiet.import_tensorflow()" in source
+    assert "import tensorflow" not in source
+    printed = [line for cell in code for o in cell.get("outputs", [])
+               for line in "".join(o.get("text", "")).splitlines()]
+    assert not [line for line in printed if line.startswith(quiet.PRE_INIT_NOTICE)
+                or quiet.PRE_INIT_LINE.match(line) or "pip as the 'root' user" in line]
 
 
 def _released_model(request, directory):
