@@ -116,7 +116,7 @@ def objective_options(flag_values, values):
     return json.dumps(given, sort_keys=True)
 
 
-# --help, by topic: each Config field names its topic (`config._field`).
+# --help, by topic: each Config field names its topic (`fields.field`).
 HELP_GROUPS = Config.help_groups()
 
 

@@ -1,6 +1,6 @@
 """What a Config field declares about its value, TF-free: `positive`, `at_least`,
 `within` and `rule` (a `simclr_tf.rules` check), given to the field's declaration
-(`config._field(..., checks=...)`). Each is a callable `(config, name)` that raises
+(`fields.field(..., checks=...)`). Each is a callable `(config, name)` that raises
 ConfigError naming the flag; `simclr_tf.validation.check_fields` runs every field's
 checks in one loop, the implicit ones first (`one_of` for a field with choices,
 `float32` for a float field). A field whose type is Optional skips its checks when
