@@ -137,3 +137,19 @@ def test_an_encoder_registered_later_has_its_variable_flags_inherited_and_checke
     with pytest.raises(ConfigError, match=r"another architecture .*pass --vit_pool=mean"):
         preflight._check_recorded_architecture(  # pylint: disable=protected-access
             dataclasses.replace(config, vit_pool="token"), weights, "checkpoint")
+
+
+def test_no_library_module_is_over_500_lines():
+    """A module a newcomer opens reads in one sitting: over 500 lines, it is split by
+    job (as train.py was into grad_cache.py, official.py into the official package)."""
+    package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "simclr_tf")
+    sizes = {}
+    for folder, _, names in os.walk(package):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    sizes[os.path.relpath(path, package)] = sum(1 for _ in f)
+    assert len(sizes) > 50 and "config.py" in sizes  # the package was found
+    assert not {name: lines for name, lines in sizes.items() if lines > 500}
