@@ -253,10 +253,82 @@ def _error(message, status=2):
     sys.exit(status)
 
 
+def _flag_setting(args, i):
+    """(name, value, the index after it) of the flag at args[i] (`--name=value`,
+    `--name value`, `--name` or `--noname` for a boolean), or None for anything else
+    (an unknown flag is absl's to report)."""
+    arg = args[i]
+    if not arg.startswith("-") or arg in ("-", "--"):
+        return None
+    name, equals, value = arg.lstrip("-").partition("=")
+    if name not in FLAGS and name.startswith("no") and name[2:] in FLAGS and not equals:
+        return name[2:], "false", i + 1
+    if name not in FLAGS:
+        return None
+    if equals:
+        return name, value, i + 1
+    if FLAGS[name].boolean:
+        return name, "true", i + 1
+    return (name, args[i + 1], i + 2) if i + 1 < len(args) else None
+
+
+def check_flagfile_order(argv):
+    """Raises flags.Error when a flag on the command line comes before a --flagfile
+    that sets it to another value, and nothing after gives it again: absl's last one
+    wins, so the value typed would be ignored without a word (`--train_batch_size=0
+    --flagfile=f` trained with f's). A flag after the flagfile, overriding it, is the
+    way documented; a flagfile overriding another flagfile is layering, and allowed."""
+    typed, lost, args, i = {}, {}, list(argv[1:]), 0
+    while i < len(args):
+        arg = args[i]
+        if arg.lstrip("-").split("=", 1)[0] == "flagfile":
+            path_given = "=" in arg
+            if not path_given and i + 1 >= len(args):
+                return  # absl says that --flagfile needs a file
+            directive = [arg] if path_given else args[i:i + 2]
+            try:
+                lines = FLAGS.read_flags_from_files(directive)
+            except flags.Error:
+                return  # an unreadable flagfile: absl's error
+            j = 0
+            while j < len(lines):
+                setting = _flag_setting(lines, j)
+                if setting is None:
+                    j += 1
+                    continue
+                name, value, j = setting
+                if name in typed and not _same_value(name, typed[name], value):
+                    lost.setdefault(name, ("=".join(directive), value))
+            i += len(directive)
+            continue
+        setting = _flag_setting(args, i)
+        if setting is None:
+            i += 1
+            continue
+        name, value, i = setting
+        typed[name] = value
+        lost.pop(name, None)  # given again after the flagfile: this value wins
+    for name, (source, value) in lost.items():
+        raise flags.Error(
+            f"--{name}={typed[name]} comes before {source}, which sets "
+            f"--{name}={value}: the last value given wins, so {typed[name]!r} would be "
+            f"ignored. Give --{name} after the --flagfile (a flag after it overrides it).")
+
+
+def _same_value(name, first, second):
+    """Whether two strings give flag `name` the same value (0.5 and .5 do)."""
+    try:
+        return FLAGS[name].parser.parse(first) == FLAGS[name].parser.parse(second)
+    except (ValueError, TypeError, flags.Error):
+        return first == second
+
+
 def parse_flags(argv):
     """absl's parsing, its errors (an unknown flag, a value of the wrong type, an
-    unreadable flagfile) said as every other flag error is."""
+    unreadable flagfile) said as every other flag error is; a flag typed before a
+    --flagfile that overrides it is refused (`check_flagfile_order`)."""
     try:
+        check_flagfile_order(argv)
         return FLAGS(argv)
     except flags.Error as error:
         message = re.sub(r"^(ERROR::\s*|flag (?=--))", "", str(error).strip())

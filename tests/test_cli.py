@@ -108,9 +108,13 @@ def test_absl_parse_errors_are_flag_errors_in_the_one_format():
     cases = {"--train_steps=abc": "run.py: error: --train_steps=abc: invalid literal",
              "--tempreature=0.5": "run.py: error: unknown command line flag 'tempreature'",
              "--flagfile=/nonexistent.flags": "run.py: error: unable to open flagfile",
-             "stray": "run.py: error: unexpected arguments 'stray'"}
+             "stray": "run.py: error: unexpected arguments 'stray'",
+             "--train_batch_size=0 --flagfile=flags/quickstart.flags":
+                 "run.py: error: --train_batch_size=0 comes before "
+                 "--flagfile=flags/quickstart.flags, which sets --train_batch_size=256"}
     for argument, expected in cases.items():
-        result = subprocess.run([sys.executable, os.path.join(REPO, "run.py"), argument],
+        result = subprocess.run([sys.executable, os.path.join(REPO, "run.py"),
+                                 *argument.split()],
                                 capture_output=True, text=True, timeout=60, cwd=REPO)
         assert result.returncode == 2, (argument, result.stderr)
         assert result.stderr.startswith(expected), (argument, result.stderr)

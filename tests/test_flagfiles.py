@@ -118,3 +118,36 @@ def test_the_shared_machine_commands_give_each_user_the_quick_starts_paths(monke
         for flag in ("model_dir", "checkpoint", "teacher"):
             path = getattr(config, flag)
             assert path is None or path.startswith("/tmp/someone/"), (flag, path)
+
+
+@pytest.mark.parametrize("argv, error", [
+    # Typed before a flagfile that sets it otherwise: the typed value would be lost.
+    ("--train_batch_size=0 --flagfile={q}", r"--train_batch_size=0 comes before "
+     r"--flagfile=.*quickstart.flags, which sets --train_batch_size=256: .* '0' would "
+     r"be ignored\. Give --train_batch_size after the --flagfile"),
+    ("--train_batch_size 0 --flagfile {q}", r"--train_batch_size=0 comes before"),
+    ("--use_blur --flagfile={q}", r"--use_blur=true comes before .*--use_blur=false"),
+    ("--temperature=0.5 --flagfile={nested}", r"--temperature=0.5 comes before "
+     r"--flagfile=.*outer.flags, which sets --temperature=0.2"),  # via a nested one
+    # After it (the documented override), the same value, or flagfile over flagfile.
+    ("--flagfile={q} --train_batch_size=0", None),
+    ("--nouse_blur --temperature=.2 --flagfile={q}", None),
+    ("--flagfile={q} --flagfile={other}", None),
+    ("--model_dir /tmp/x --flagfile={other}", None),
+    ("--train_batch_size=0 --flagfile={q} --train_batch_size=0", None),  # given again
+])
+def test_a_flag_typed_before_a_flagfile_that_overrides_it_is_refused(
+        argv, error, tmp_path):
+    """absl lets the last value win: `--train_batch_size=0 --flagfile=f` trained with
+    f's 256 and recorded it, without a word; run.py refuses it before parsing."""
+    quickstart = os.path.join(ROOT, "flags", "quickstart.flags")
+    other = tmp_path / "other.flags"
+    other.write_text("--train_batch_size=64\n--temperature=0.1\n")
+    nested = tmp_path / "outer.flags"
+    nested.write_text(f"# includes the quick start\n--flagfile={quickstart}\n")
+    args = ["run.py"] + argv.format(q=quickstart, other=other, nested=nested).split()
+    if error is None:
+        run.check_flagfile_order(args)
+    else:
+        with pytest.raises(flags.Error, match=error):
+            run.check_flagfile_order(args)
