@@ -117,10 +117,12 @@ def test_export_mode_writes_the_latest_checkpoint_and_keeps_the_record(tiny_run,
         "saved_model"] == result["saved_model"]
 
 
-@pytest.mark.large  # 14 s
-def test_export_of_an_earlier_checkpoint_keeps_the_newer_export(tiny_run, tmp_path):
+@pytest.mark.large  # 14 s; with its second export 66 s beside the full suite (3 jobs, 2 cores)
+def test_export_of_an_earlier_checkpoint_keeps_the_newer_export(tiny_run, tmp_path,
+                                                                capsys):
     """ckpt-4 unreadable: --mode=export writes ckpt-2's model and leaves
-    saved_model/4, the last intact copy of step 4 (keep_hub_module_max=1)."""
+    saved_model/4, the last intact copy of step 4 (keep_hub_module_max=1). Run again,
+    it replaces saved_model/2 and says so."""
     cfg = tiny_run.copy_to(tmp_path / "run", mode="export")
     data = os.path.join(cfg.model_dir, "ckpt-4.data-00000-of-00001")
     with open(data, "r+b") as f:
@@ -130,6 +132,12 @@ def test_export_of_an_earlier_checkpoint_keeps_the_newer_export(tiny_run, tmp_pa
     assert result["saved_model"] == os.path.join(base, "2")
     assert sorted(os.listdir(base)) == ["2", "4"]
     assert os.path.exists(os.path.join(base, "4", "saved_model.pb"))
+    printed = capsys.readouterr().out
+    assert f"to {base}/2\n" in printed and "replacing" not in printed
+    experiment.run(cfg)
+    assert f"to {base}/2 (replacing the export of the same checkpoint)\n" in (
+        capsys.readouterr().out)
+    assert sorted(os.listdir(base)) == ["2", "4"]
 
 
 def test_embed_mode_writes_the_checkpoints_h_for_every_example(tiny_run, tmp_path):

@@ -46,7 +46,10 @@ def export_latest(config, strategy, context):
     # preflight checked that model_dir has a checkpoint; the newest that loads.
     with preflight.flag_errors("model_dir"):
         latest = checkpoints.load_into(model, config.model_dir, whole_model=True).prefix
-    path = export_model(model, config, checkpoints.step_of(latest, 0),
-                              write_guard=context.write_guard)
-    print(f"Exported {latest} to {path}", flush=True)
+    step = checkpoints.step_of(latest, 0)
+    replaced = step in export.exported_steps(config.model_dir)
+    path = export_model(model, config, step, write_guard=context.write_guard)
+    print(f"Exported {latest} to {path}"
+          + (" (replacing the export of the same checkpoint)" if replaced else ""),
+          flush=True)
     return dict(saved_model=path)
