@@ -1,6 +1,7 @@
 """Tests for simclr_tf.data.tfds_source: TFDS sources (mocked)."""
 import _thread
 import socket
+import signal
 import threading
 import time
 
@@ -200,8 +201,15 @@ def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
 
     monkeypatch.setattr(_Stuck, "downloads", [])
     monkeypatch.setattr(tfds_source.tfds, "builder", _Stuck)
+    # interrupt_main does nothing unless Python's own handler has SIGINT: a handler
+    # an earlier test left would make this test hang rather than fail.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, (
+        f"SIGINT's handler is {signal.getsignal(signal.SIGINT)!r}, left by an earlier test")
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
+    # Were the interrupt lost, the download ends after 30 s and the test fails.
+    deadline = threading.Timer(30, release.set)
+    deadline.start()
     start = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -210,3 +218,4 @@ def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
     finally:
         release.set()
         timer.cancel()
+        deadline.cancel()
