@@ -272,33 +272,14 @@ def _flag_setting(args, i):
     return (name, args[i + 1], i + 2) if i + 1 < len(args) else None
 
 
-def check_flagfile_order(argv):
-    """Raises flags.Error when a flag on the command line comes before a --flagfile
-    that sets it to another value, and nothing after gives it again: absl's last one
-    wins, so the value typed would be ignored without a word (`--train_batch_size=0
-    --flagfile=f` trained with f's). A flag after the flagfile, overriding it, is the
-    way documented; a flagfile overriding another flagfile is layering, and allowed."""
-    typed, lost, args, i = {}, {}, list(argv[1:]), 0
+def _settings(args):
+    """(name, value) of each flag of `args` in order; a --flagfile directive as
+    ('flagfile', its one or two arguments)."""
+    i = 0
     while i < len(args):
-        arg = args[i]
-        if arg.lstrip("-").split("=", 1)[0] == "flagfile":
-            path_given = "=" in arg
-            if not path_given and i + 1 >= len(args):
-                return  # absl says that --flagfile needs a file
-            directive = [arg] if path_given else args[i:i + 2]
-            try:
-                lines = FLAGS.read_flags_from_files(directive)
-            except flags.Error:
-                return  # an unreadable flagfile: absl's error
-            j = 0
-            while j < len(lines):
-                setting = _flag_setting(lines, j)
-                if setting is None:
-                    j += 1
-                    continue
-                name, value, j = setting
-                if name in typed and not _same_value(name, typed[name], value):
-                    lost.setdefault(name, ("=".join(directive), value))
+        if args[i].lstrip("-").split("=", 1)[0] == "flagfile":
+            directive = args[i:i + (1 if "=" in args[i] else 2)]
+            yield "flagfile", directive
             i += len(directive)
             continue
         setting = _flag_setting(args, i)
@@ -306,9 +287,30 @@ def check_flagfile_order(argv):
             i += 1
             continue
         name, value, i = setting
-        typed[name] = value
-        lost.pop(name, None)  # given again after the flagfile: this value wins
-    for name, (source, value) in lost.items():
+        yield name, value
+
+
+def check_flagfile_order(argv):
+    """Raises flags.Error when a flag on the command line comes before a --flagfile
+    that sets it to another value, and nothing after gives it again: absl's last one
+    wins, so the value typed would be ignored without a word (`--train_batch_size=0
+    --flagfile=f` trained with f's). A flag after the flagfile, overriding it, is the
+    way documented; a flagfile overriding another flagfile is layering, and allowed."""
+    typed, lost = {}, {}
+    for name, value in _settings(list(argv[1:])):
+        if name != "flagfile":
+            typed[name] = value
+            lost.pop(name, None)  # given again after the flagfile: this value wins
+            continue
+        try:
+            lines = FLAGS.read_flags_from_files(value)  # nested flagfiles expanded
+        except flags.Error:
+            return  # no file named, or one unreadable: absl's error
+        for set_name, set_value in _settings(lines):
+            if set_name in typed and not _same_value(set_name, typed[set_name], set_value):
+                lost.setdefault(set_name, ("=".join(value), set_value))
+    if lost:
+        name, (source, value) = next(iter(lost.items()))
         raise flags.Error(
             f"--{name}={typed[name]} comes before {source}, which sets "
             f"--{name}={value}: the last value given wins, so {typed[name]!r} would be "
