@@ -202,7 +202,8 @@ class Config(fields.FlagTable):
         "resnet", "The encoder f: 'resnet' (ResNet v1: --resnet_depth, "
         "--width_multiplier, --sk_ratio, --se_ratio, --stem, or --variant), 'vit_s16' "
         "or 'vit_b16' (ViT-S/16, ViT-B/16; h per --vit_pool; image_size a multiple of "
-        "16), or 'hub:<name>' (a keras-hub image backbone; docs/encoders.md).")
+        "16), 'hub:<name>' (a keras-hub image backbone; docs/encoders.md), or 'tiny' "
+        "(two conv-BN-ReLU stages as wide as --width_multiplier says; smoke runs, tests).")
     encoder_config: Optional[str] = _model(
         None, "--encoder=hub:<BackboneClass>: the class's arguments as JSON, e.g. "
         "'{\"stackwise_num_filters\": [64, 128], ...}' (random init); not needed for "

@@ -286,6 +286,33 @@ def test_freeze_for_finetuning_freezes_weights_and_bn_statistics(after_block, fr
                for v in model.supervised_head.weights)
 
 
+@pytest.mark.parametrize("after_block, frozen_stages", [(-1, 0), (0, 1), (1, 2), (4, 2)])
+def test_the_tiny_encoder_has_two_stages_to_freeze_and_h_of_its_width(after_block,
+                                                                      frozen_stages):
+    """--encoder=tiny (the suite's run-layer model): conv-BN-ReLU twice, stride 2 each,
+    then the mean: h is 2 x 64 x width wide; its stages freeze as the ResNet's do,
+    kernels, BN weights and moving statistics alike."""
+    model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.25),
+                        num_classes=3)
+    model.build((None, 16, 16, 3))
+    outputs = model.encoder(np.zeros((2, 16, 16, 3), np.float32))
+    assert outputs["stage1"].shape == (2, 8, 8, 16) and outputs["stage2"].shape == (2, 4, 4, 32)
+    assert outputs["final_avg_pool"].shape == (2, 32)
+    assert [v.path.split("/tiny/", 1)[1] for v in model.encoder.weights] == [
+        f"{layer}/{name}" for layer, names in (
+            ("conv1/conv2d", ["kernel"]), ("bn1/batch_normalization", ["gamma", "beta",
+                                           "moving_mean", "moving_variance"]),
+            ("conv2/conv2d", ["kernel"]), ("bn2/batch_normalization", ["gamma", "beta",
+                                           "moving_mean", "moving_variance"]))
+        for name in names]
+    frozen = freeze_for_finetuning(model, after_block)
+    assert frozen == [layer for stage in model.encoder.stages()[:frozen_stages]
+                      for layer in stage]
+    assert len(model.encoder.trainable_weights) == 6 - 3 * frozen_stages
+    with pytest.raises(ValueError, match="needs an encoder with more than 2 stages"):
+        freeze_for_finetuning(model, 2)
+
+
 def test_freeze_rejects_unknown_block():
     model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"))
     with pytest.raises(ValueError, match="fine_tune_after_block"):

@@ -47,6 +47,11 @@ vit_s16 = _vit("vit_s16")
 vit_b16 = _vit("vit_b16")
 
 
+def tiny(options, dtype):
+    from simclr_tf.models.tiny import TinyNet  # pylint: disable=import-outside-toplevel
+    return TinyNet(**options, dtype=dtype, name="tiny")
+
+
 def build_encoder(name, dtype=None, *, batch_norm_decay=0.9, global_bn=True, **options):
     """The encoder called `name` (see `simclr_tf.tables.encoders.ENCODERS`).
 

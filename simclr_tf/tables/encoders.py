@@ -79,6 +79,14 @@ ENCODERS = {
     "resnet": _RESNET,
     "vit_s16": dataclasses.replace(_VIT16, builder=f"{_BUILDERS}:vit_s16"),
     "vit_b16": dataclasses.replace(_VIT16, builder=f"{_BUILDERS}:vit_b16"),
+    # Two conv-BN-ReLU stages and a mean (simclr_tf/models/tiny.py): smoke runs and tests.
+    "tiny": EncoderSpec(
+        flags=dict(width_multiplier="width_multiplier"),
+        variable_flags=("width_multiplier",),
+        fine_tune_after_block=(-1, 0, 1, 4),
+        fine_tune_reason="the tiny encoder has two stages: -1 trains both, 0 freezes "
+                         "the first, 1 both, 4 the whole encoder",
+        builder=f"{_BUILDERS}:tiny"),
 }
 
 
