@@ -1,7 +1,8 @@
 """Preemption soak: SIGKILL a tiny pretraining run at random moments, restart it until
 it finishes, and compare it with a run that was never interrupted.
 
-Each attempt runs `python run.py` (offline 'digits', 16 px, ResNet-18 x0.125) on one
+Each attempt runs `python run.py` (offline 'digits', 16 px, ResNet-18 x0.125, or
+--encoder=tiny) on one
 model_dir and is killed with SIGKILL either
   - while a checkpoint is being written (the script watches model_dir for the files
     of a save in progress: `ckpt-N_temp/` shards, or `ckpt-N.*` files of a step the
@@ -61,6 +62,18 @@ TINY_FLAGS = dict(
     proj_out_dim=16, train_batch_size=32, use_blur=True, color_jitter_strength=0.5,
     temperature=0.5, learning_rate=0.5, weight_decay=1e-4, warmup_epochs=0.1,
     keep_checkpoint_max=3, mode="train")
+# --encoder=tiny: the same run with simclr_tf/models/tiny.py's encoder (two conv-BN-ReLU
+# stages), which builds and traces several times faster: the suite's soak uses it.
+ENCODERS = ("resnet", "tiny")
+_RESNET_ONLY = ("stem", "resnet_depth")
+
+
+def model_flags(args):
+    """TINY_FLAGS with the encoder of --encoder (the tiny one reads no ResNet flag)."""
+    if args.encoder == "resnet":
+        return dict(TINY_FLAGS)
+    return dict({k: v for k, v in TINY_FLAGS.items() if k not in _RESNET_ONLY},
+                encoder=args.encoder)
 
 # The save counter counts the saves a process made, not training progress.
 _IGNORED_TENSORS = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE",)
@@ -99,6 +112,9 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=None, help="Report path (default: "
                         "<workdir>/report.json).")
     parser.add_argument("--attempt_timeout", type=float, default=300.0)
+    parser.add_argument("--encoder", choices=ENCODERS, default="resnet",
+                        help="The run's encoder: a ResNet-18 at width 1/8 (default) or "
+                        "the tiny encoder (several times faster to start).")
     parser.add_argument("--flag", action="append", default=[],
                         help="Extra run.py flag, e.g. --flag=--use_blur=false.")
     return parser.parse_args(argv)
@@ -108,7 +124,7 @@ def parse_args(argv=None):
 
 
 def run_command(args, model_dir, **overrides):
-    flags = dict(TINY_FLAGS, train_steps=args.train_steps,
+    flags = dict(model_flags(args), train_steps=args.train_steps,
                  checkpoint_steps=args.checkpoint_steps, model_dir=model_dir)
     flags.update(overrides)
     command = [sys.executable, os.path.join(REPO, "run.py")]
@@ -596,7 +612,7 @@ def check_remaining_checkpoints(model_dir, args):
     from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
     from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
-    config = Config.from_dict(dict(TINY_FLAGS, train_steps=args.train_steps,
+    config = Config.from_dict(dict(model_flags(args), train_steps=args.train_steps,
                                    model_dir=model_dir)).validate()
     state = tf.train.get_checkpoint_state(model_dir)
     results = {}
