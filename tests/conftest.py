@@ -73,6 +73,12 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.pluginmanager.register(_UnmarkedDurations(), "unmarked-durations")
+    # Under pytest-xdist (-n 2), hand the workers one test at a time, in the order
+    # below (the longest tiers first): by default each worker is sent a block of
+    # consecutive tests up front, which put every extra-large test in one worker's
+    # block while the other ran out of work at the end.
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
 
 
 def pytest_collection_modifyitems(config, items):
@@ -83,7 +89,13 @@ def pytest_collection_modifyitems(config, items):
         (selected if tiers <= wanted else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = selected
+    # The longest tiers first (a stable sort keeps each file's order within a tier):
+    # under pytest-xdist the long tests start at once and the short ones fill the
+    # workers at the end, instead of one worker finishing a long test alone (with
+    # --maxschedchunk=1, set in pytest_configure).
+    order = {"extra_large": 0, "large": 1}
+    items[:] = sorted(selected, key=lambda item: min(
+        [order[tier] for tier in TIERS if item.get_closest_marker(tier)] or [2]))
 
 
 _SHARED = "set-up seconds of the shared fixture "
@@ -172,9 +184,13 @@ def released_r50():
 def tiny_run(tmp_path_factory):
     """The session's one tiny pretraining run (helpers.run_fixtures.TinyRun): the
     eval, export, embed, probe and fine-tune tests start from it instead of training
-    their own. Read-only: copy it (`tiny_run.copy_to(tmp_path / "run")`) to write."""
+    their own. Read-only: copy it (`tiny_run.copy_to(tmp_path / "run")`) to write.
+    Under pytest-xdist the workers share it (trained by the first that asks)."""
     from helpers.run_fixtures import TinyRun  # pylint: disable=import-outside-toplevel
-    return TinyRun(tmp_path_factory.mktemp("tiny_run") / "run")
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    return TinyRun.shared(root / "tiny_run")
 
 
 @pytest.fixture

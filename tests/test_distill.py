@@ -374,8 +374,8 @@ def test_the_student_is_the_teachers_model_unless_flags_say_otherwise(tmp_path):
     argv = ["--train_mode=distill", f"--teacher={tmp_path / 'teacher'}",
             f"--model_dir={tmp_path / 'student'}"]
     cfg = run.config_from_flags(flag_values(argv))
-    assert (cfg.dataset, cfg.width_multiplier, cfg.image_size, cfg.resnet_depth) == \
-        ("digits", 0.25, 24, 18)
+    assert (cfg.dataset, cfg.width_multiplier, cfg.image_size, cfg.encoder) == \
+        ("digits", 0.25, 24, "tiny")
     cfg = run.config_from_flags(flag_values(argv + ["--width_multiplier=0.125"]))
     assert (cfg.width_multiplier, cfg.image_size) == (0.125, 24)
     # With --checkpoint the student's weights decide: a checkpoint without a record
@@ -446,7 +446,7 @@ def test_run_py_distils_evaluates_and_exports_a_student(tmp_path):
     np.testing.assert_allclose(built(images), served, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.extra_large  # 94 s beside the full suite
+@pytest.mark.large  # 12 s on the tiny encoder (94 s on the ResNet beside the full suite)
 def test_distillation_under_mirrored_strategy(tmp_path, monkeypatch, skip_final_export):
     """The training mode under MirroredStrategy on 2 replicas: the teacher's variables
     are the strategy's, and the monitor's student top-1 over the replicas equals the
@@ -481,11 +481,12 @@ def test_distillation_under_mirrored_strategy(tmp_path, monkeypatch, skip_final_
 def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final_export):
     """Stopped after its first checkpoint and started again, a distillation run ends
     with the weights of one never stopped (the teacher is loaded again from its path;
-    data order and crops are restored with the step)."""
-    _teacher_run(tmp_path / "teacher")
+    data order and crops are restored with the step). The distillation path's proof
+    on a real model: a ResNet-18 teacher and student (docs/testing.md)."""
+    _teacher_run(tmp_path / "teacher", **run_fixtures.RESNET)
     common = dict(train_mode="distill", teacher=str(tmp_path / "teacher"), mode="train",
                   checkpoint_steps=3, train_steps=6, train_batch_size=32,
-                  log_every_steps=3, learning_rate=0.1)
+                  log_every_steps=3, learning_rate=0.1, **run_fixtures.RESNET)
     straight = run_fixtures.config(model_dir=str(tmp_path / "straight"), **common)
     resumed = run_fixtures.config(model_dir=str(tmp_path / "resumed"), **common)
     experiment.run(straight)

@@ -109,18 +109,34 @@ def test_pretrain_resume_finetune_eval(tmp_path):
     assert from_export["global_step"] == 1
 
 
-@pytest.mark.extra_large  # 59 s and 144 s
+@pytest.mark.extra_large  # full suite at -n 2: 30 s (resnet), 120 s (device views)
 @pytest.mark.parametrize("variant", [
-    {},
-    # Views drawn in the step, chunk by chunk in both passes of gradient caching.
-    dict(augment_on="device", use_blur=True, grad_cache_chunk=16)])
+    # The pretraining path's proof on a real model (docs/testing.md).
+    run_fixtures.RESNET,
+    # Fine-tuning (one view, labels, the first stages frozen): the fine-tune path's
+    # proof on a real model.
+    dict(run_fixtures.RESNET, train_mode="finetune", fine_tune_after_block=1),
+    # Pretraining on two replicas (MirroredStrategy over two of the test CPUs), on the
+    # tiny encoder: on the ResNet with four replicas it took 167 s in the full suite.
+    dict(strategy="mirrored"),
+    # Views drawn in the step, chunk by chunk in both passes of gradient caching: the
+    # subject is the views, on the tiny encoder.
+    dict(augment_on="device", use_blur=True, grad_cache_chunk=32)],
+    ids=["resnet", "resnet_finetune", "2_replicas", "device_views_grad_cache"])
 def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
                                                                      monkeypatch, variant,
                                                                      skip_final_export):
     """Model, optimizer slots, step and data position (order and augmentations) are
     all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
-    again ends with the weights of a run that was never stopped."""
+    again ends with the weights of a run that was never stopped. On the ResNet, for
+    pretraining and fine-tuning; on the tiny encoder, on two replicas, and for views
+    drawn on the device in two chunks of gradient caching."""
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    if variant.get("strategy") == "mirrored":  # two of conftest's four CPU devices
+        from simclr_tf import distribute  # pylint: disable=import-outside-toplevel
+        create = distribute.create_strategy
+        monkeypatch.setattr(distribute, "create_strategy",
+                            lambda name, **kwargs: create(name, num_devices=2, **kwargs))
     # One segment to the first checkpoint: run_steps' first call trains steps 1-3.
     common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
                   train_split="train[:200]", log_every_steps=3, **variant)
@@ -129,8 +145,8 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
                                                  config(model_dir=resumed, **common))
     assert tf.train.latest_checkpoint(resumed).endswith("ckpt-3")
     experiment.run(config(model_dir=resumed, **common))
-    a = run_fixtures.final_weights(config(model_dir=straight))
-    b = run_fixtures.final_weights(config(model_dir=resumed))
+    a = run_fixtures.final_weights(config(model_dir=straight, **common))
+    b = run_fixtures.final_weights(config(model_dir=resumed, **common))
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
@@ -229,7 +245,7 @@ def test_finetune_from_a_released_model_checks_its_architecture(tmp_path):
     model's flags: refused before any model is built, naming the flags it needs."""
     released = official_fixtures.write_r50_names_and_shapes(tmp_path / "released")
     cfg = config(train_mode="finetune", checkpoint=released, train_steps=1,
-                 model_dir=str(tmp_path / "run"))
+                 model_dir=str(tmp_path / "run"), **run_fixtures.RESNET)
     with pytest.raises(ConfigError, match="--resnet_depth=50") as info:
         experiment.run(cfg)
     assert "--width_multiplier=1" in str(info.value)
@@ -285,8 +301,9 @@ def test_finetune_from_a_released_model(tmp_path):
 
 
 def test_odd_finetune_batch_on_onednn_cpu_fails_before_crashing(tmp_path):
+    """The crash is the ResNet's (its strided 1x1 shortcuts): refused before it."""
     cfg = config(train_mode="finetune", train_batch_size=3, train_steps=1,
-                 model_dir=str(tmp_path / "run"))
+                 model_dir=str(tmp_path / "run"), **run_fixtures.RESNET)
     with pytest.raises(ConfigError, match="--train_batch_size: gives 3 images per replica"):
         experiment.run(cfg)
 

@@ -12,6 +12,7 @@ from simclr_tf.modes import train as modes_train
 
 from helpers.model_fixtures import randomise
 from helpers.official_layout import export_official_layout
+from helpers import run_fixtures
 from helpers.run_fixtures import config
 
 
@@ -53,9 +54,9 @@ def test_zero_init_logits_layer_zeroes_the_head_of_a_model_in_the_released_layou
     """The 1%/10% fine-tuning path (both flagfiles set the flag) from one of the
     authors' released models: the released head, which fits, was loaded over the zeros
     before (the released R50's kernel max 0.208). The released model here is the tiny
-    model with random weights, written in the authors' layout."""
+    ResNet-18 with random weights, written in the authors' layout."""
     common = dict(model_dir=str(tmp_path / "ft"), train_mode="finetune",
-                  checkpoint=str(tmp_path / "released"))
+                  checkpoint=str(tmp_path / "released"), **run_fixtures.RESNET)
     cfg = config(zero_init_logits_layer=False, **common)
     model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     randomise(model)

@@ -19,7 +19,7 @@ from simclr_tf.evaluation import features
 from simclr_tf.modes import parts
 
 from helpers.model_fixtures import randomise
-from helpers.run_fixtures import config
+from helpers.run_fixtures import RESNET, config
 
 BATCH = 8
 
@@ -37,9 +37,9 @@ def _values(variables):
 
 def _finetuned(strategy, steps=2, **overrides):
     """(encoder variables before, after, head before, after) of `steps` fine-tuning
-    steps of the tiny model built and trained as a run would."""
+    steps of a ResNet-18 (width 1/8) built and trained as a run would."""
     cfg = config(train_mode="finetune", train_batch_size=BATCH, train_steps=steps,
-                 model_dir="/nonexistent/not_written",
+                 model_dir="/nonexistent/not_written", **RESNET,
                  **overrides)
     model = parts.build_model(cfg, strategy, 10)
     randomise(model, seed=1)  # moving statistics away from their 0 / 1 start

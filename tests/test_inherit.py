@@ -12,7 +12,11 @@ import run
 from simclr_tf import inherit
 from simclr_tf.config import Config, ConfigError
 from helpers import cli_flags
-from helpers.run_fixtures import TINY
+from helpers.run_fixtures import RESNET, TINY
+
+# The recorded run's flags: TINY's data with the ResNet, whose flags (--variant and
+# the depth, width and kernels it sets) are what inheritance has to pair up.
+RECORDED = dict(TINY, **RESNET)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -27,7 +31,7 @@ def _config(argv):
 def _recorded_run(directory, **overrides):
     """A run directory with only its flags.json (what inherit reads)."""
     os.makedirs(directory, exist_ok=True)
-    values = Config.from_dict(dict(dict(TINY, mode="train_then_eval", train_steps=4,
+    values = Config.from_dict(dict(dict(RECORDED, mode="train_then_eval", train_steps=4,
                                         strategy="mirrored",
                                         checkpoint="/elsewhere/ckpt-9"),
                                    **overrides)).to_dict()
@@ -39,7 +43,7 @@ def _recorded_run(directory, **overrides):
 def test_a_reader_mode_reads_every_flag_but_the_runs_identity_and_machine(tmp_path):
     run_dir = _recorded_run(tmp_path / "run", train_mode="finetune", label_fraction=0.5)
     config, lines = _config([f"--model_dir={run_dir}", "--mode=eval"])
-    for name, value in TINY.items():  # the model and the data
+    for name, value in RECORDED.items():  # the model and the data
         assert getattr(config, name) == value, name
     assert config.label_fraction == 0.5 and config.train_steps == 4
     # Never read: the mode given, the init checkpoint, the machine.
@@ -124,9 +128,9 @@ def test_every_mode_after_training_needs_only_the_run(tiny_run, tmp_path):
                            "--label_fraction=0.1", "--train_steps=1",
                            "--train_batch_size=16", f"--model_dir={tmp_path / 'ft'}"])
     assert experiment.run(finetune)["global_step"] == 1
-    with pytest.raises(ConfigError, match=r"--resnet_depth=18"):
+    with pytest.raises(ConfigError, match=r"--width_multiplier=0.125"):
         experiment.run(_config(["--mode=eval", f"--model_dir={run_dir}",
-                                "--resnet_depth=50"])[0])
+                                "--width_multiplier=0.25"])[0])
 
 
 def test_a_fine_tune_onto_a_pretraining_run_is_told_to_use_a_directory_of_its_own(

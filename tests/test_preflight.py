@@ -11,7 +11,7 @@ from simclr_tf.modes import parts
 from simclr_tf.config import Config, ConfigError
 
 from simclr_tf import checkpoints
-from helpers.run_fixtures import config, write_run
+from helpers.run_fixtures import RESNET, config, write_run
 
 
 def _check(cfg, strategy=None):
@@ -131,12 +131,10 @@ def test_a_tfds_dataset_not_in_data_dir_is_a_dataset_error(tmp_path):
         preflight.load_source(cfg)
 
 
-@pytest.fixture(scope="module")
-def our_run(tmp_path_factory):
-    """A run of the tiny model (depth 18, width 0.125, 2-layer head of 16) with its
-    flags.json, and an export-shaped copy of its variables (saved_model/1)."""
-    directory = tmp_path_factory.mktemp("run")
-    write_run(directory)
+def _run_with_export(directory, **overrides):
+    """A run of `config(**overrides)` with its flags.json, and an export-shaped copy of
+    its variables (saved_model/1)."""
+    write_run(directory, **overrides)
     prefix = tf.train.latest_checkpoint(str(directory))
     export_dir = directory / "saved_model" / "1"
     tf.io.gfile.makedirs(str(export_dir / "variables"))
@@ -144,6 +142,19 @@ def our_run(tmp_path_factory):
         suffix = name[len(prefix):]
         tf.io.gfile.copy(name, str(export_dir / "variables" / ("variables" + suffix)))
     return directory
+
+
+@pytest.fixture(scope="module")
+def our_run(tmp_path_factory):
+    """The tiny encoder's run (width 0.125, 2-layer head of 16)."""
+    return _run_with_export(tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture(scope="module")
+def our_resnet_run(tmp_path_factory):
+    """A ResNet-18's run (width 0.125, CIFAR stem, 2-layer head of 16): the
+    architecture flags that a checkpoint binds are the ResNet's."""
+    return _run_with_export(tmp_path_factory.mktemp("resnet_run"), **RESNET)
 
 
 @pytest.mark.parametrize("where, overrides, needed", [
@@ -155,10 +166,11 @@ def our_run(tmp_path_factory):
      "--proj_head_mode=nonlinear --num_proj_layers=2"),
     ("saved_model/1", dict(proj_out_dim=128), "--proj_out_dim=16"),
 ])
-def test_our_checkpoint_of_another_architecture_is_refused(where, overrides, needed, our_run,
-                                                          tmp_path):
-    cfg = config(train_mode="finetune", checkpoint=os.path.join(our_run, where), train_steps=1,
-                 model_dir=str(tmp_path / "finetune"), **overrides)
+def test_our_checkpoint_of_another_architecture_is_refused(where, overrides, needed,
+                                                          our_resnet_run, tmp_path):
+    cfg = config(train_mode="finetune", checkpoint=os.path.join(our_resnet_run, where),
+                 train_steps=1, model_dir=str(tmp_path / "finetune"),
+                 **dict(RESNET, **overrides))
     with pytest.raises(ConfigError) as info:
         _check(cfg)
     assert info.value.flag == "checkpoint"
@@ -186,19 +198,19 @@ def test_the_same_architecture_passes(our_run, tmp_path):
 
 
 @pytest.mark.large  # 9 s
-def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
+def test_without_flags_json_loading_raises_a_config_error(our_resnet_run, tmp_path):
     """No record to compare before the build: loading names the flags to check."""
     bare = tmp_path / "bare"
     bare.mkdir()
-    for name in os.listdir(our_run):
+    for name in os.listdir(our_resnet_run):
         if name.startswith("ckpt-") or name == "checkpoint":
-            tf.io.gfile.copy(str(our_run / name), str(bare / name))
+            tf.io.gfile.copy(str(our_resnet_run / name), str(bare / name))
     wrong = config(train_mode="finetune", checkpoint=str(bare), train_steps=1,
-                   model_dir=str(tmp_path / "run"), resnet_depth=34)
+                   model_dir=str(tmp_path / "run"), **dict(RESNET, resnet_depth=34))
     _check(wrong)  # nothing to compare with
     strategy = tf.distribute.get_strategy()
     for overrides in (dict(resnet_depth=34), dict(width_multiplier=0.25)):
-        model = parts.build_model(config(model_dir=str(tmp_path), **overrides),
+        model = parts.build_model(config(model_dir=str(tmp_path), **dict(RESNET, **overrides)),
                                        strategy, 10)
         for whole_model, flag in ((True, "model_dir"), (False, "checkpoint")):
             with pytest.raises(checkpoints.CheckpointMismatchError, match="does not fit"):
@@ -208,7 +220,7 @@ def test_without_flags_json_loading_raises_a_config_error(our_run, tmp_path):
             message = str(info.value)
             assert info.value.flag == flag and "does not fit the model" in message
             assert "--resnet_depth --width_multiplier" in message, message
-    right = parts.build_model(config(model_dir=str(tmp_path)), strategy, 10)
+    right = parts.build_model(config(model_dir=str(tmp_path), **RESNET), strategy, 10)
     checkpoints.load_into(right, str(bare), whole_model=True)
 
 

@@ -7,6 +7,7 @@ import os
 
 from simclr_tf import checkpoints, records
 
+from helpers import run_fixtures
 from helpers.protocols import check_protocols
 
 
@@ -32,7 +33,7 @@ def test_the_tiny_runs_accuracies_carry_their_protocol(tiny_run):
                                         resize="bicubic", pixels="[0, 1]")
     rankme = records.protocol_of(result, "knn/rankme")
     assert (rankme["split"], rankme["examples"], rankme["epsilon"],
-            rankme["feature_dim"]) == ("train", 1437, 1e-7, 64)
+            rankme["feature_dim"]) == ("train", 1437, 1e-7, run_fixtures.H_DIM)
     for name in ("train/contrast_acc", "train/supervised_acc"):
         trained = protocols[name]
         assert trained["evaluator"] == "training" and trained["split"] == "train"

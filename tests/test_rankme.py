@@ -13,6 +13,8 @@ from simclr_tf.evaluation import features
 from simclr_tf.evaluation.rankme import rankme, singular_values
 from simclr_tf.modes import parts
 
+from helpers import run_fixtures
+
 
 def _reference(z, epsilon=1e-7):
     """The paper's eq. 1-2 through numpy's SVD."""
@@ -75,9 +77,9 @@ def test_the_knn_monitor_of_the_tiny_run_writes_rankme(tiny_run):
     bank = features.extract(tf.distribute.get_strategy(), model,
                             preflight.load_source(tiny_run.config), "train",
                             image_size=16, batch_size=256)
-    assert bank[features.H].shape == (1437, 64)
+    assert bank[features.H].shape == (1437, run_fixtures.H_DIM)
     expected = rankme(bank[features.H])
-    assert 1.0 < expected < 64.0
+    assert 1.0 < expected < run_fixtures.H_DIM
     assert result["knn/rankme"] == pytest.approx(expected, rel=1e-4)
     lines = [line for line in records.read_metrics(
         os.path.join(directory, records.METRICS_FILE)) if "knn/rankme" in line]

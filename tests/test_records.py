@@ -6,7 +6,7 @@ import pytest
 
 from simclr_tf import files, records
 from simclr_tf.config import Config, ConfigError
-from helpers.run_fixtures import TINY, config, write_run
+from helpers.run_fixtures import RESNET, TINY, config, write_run
 
 
 def test_record_paths_of_the_modes():
@@ -60,7 +60,8 @@ def _warnings(monkeypatch):
 
 def test_read_config_ignores_unknown_keys_with_one_warning_and_defaults_missing_ones(
         tmp_path, monkeypatch):
-    values = dict(config(model_dir="/m").to_dict(), a_flag_from_the_future=1,
+    # A ResNet's record from before --encoder and --grad_cache_chunk existed.
+    values = dict(config(model_dir="/m", **RESNET).to_dict(), a_flag_from_the_future=1,
                   another_one="x")
     del values["grad_cache_chunk"], values["encoder"]  # flags added after the record
     path = str(tmp_path / "flags.json")
@@ -72,7 +73,7 @@ def test_read_config_ignores_unknown_keys_with_one_warning_and_defaults_missing_
     defaults = Config()
     assert recorded.grad_cache_chunk == defaults.grad_cache_chunk
     assert recorded.encoder == defaults.encoder
-    assert recorded.resnet_depth == TINY["resnet_depth"] and recorded.model_dir == "/m"
+    assert recorded.resnet_depth == RESNET["resnet_depth"] and recorded.model_dir == "/m"
     records.write_json(path, config(model_dir="/m").to_dict())
     said.clear()
     assert records.read_config(path) == config(model_dir="/m") and not said
@@ -96,9 +97,10 @@ def test_start_run_record_writes_the_flags_and_keeps_the_old_result(tmp_path):
 @pytest.fixture(scope="module")
 def old_run(tmp_path_factory):
     """A run directory written by another version: its flags.json has a key this
-    version does not know and lacks one added since."""
+    version does not know and lacks one added since (a ResNet's: the versions before
+    --encoder had no other)."""
     directory = tmp_path_factory.mktemp("old_run")
-    write_run(directory)
+    write_run(directory, **RESNET)
     path = str(directory / "flags.json")
     values = records.read_json(path)
     values["a_flag_removed_since"] = True
@@ -118,10 +120,10 @@ def test_an_old_run_directory_passes_preflight(old_run):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from simclr_tf import checkpoints, preflight  # pylint: disable=import-outside-toplevel
     recorded = checkpoints.recorded_run_config(checkpoints.resolve(str(old_run)))
-    assert recorded is not None and recorded.resnet_depth == TINY["resnet_depth"]
-    cfg = config(model_dir=str(old_run), mode="export")
+    assert recorded is not None and recorded.resnet_depth == RESNET["resnet_depth"]
+    cfg = config(model_dir=str(old_run), mode="export", **RESNET)
     preflight.check(cfg, tf.distribute.get_strategy(), preflight.load_source(cfg))
-    wrong = config(model_dir=str(old_run), mode="export", resnet_depth=34)
+    wrong = config(model_dir=str(old_run), mode="export", **dict(RESNET, resnet_depth=34))
     with pytest.raises(ConfigError, match="pass --resnet_depth=18"):  # the record is read
         preflight.check(wrong, tf.distribute.get_strategy(), preflight.load_source(wrong))
 

@@ -32,7 +32,7 @@ from scripts import soak_preemption  # noqa: E402  pylint: disable=wrong-import-
 
 from helpers import cli_flags
 from helpers.process_fixtures import free_ports, wait_all
-from helpers.run_fixtures import TINY, config, write_run  # noqa: E402,F401  pylint: disable=wrong-import-position
+from helpers.run_fixtures import RESNET, TINY, config, write_run  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
 def _env():
@@ -42,16 +42,18 @@ def _env():
 # ------------------------------------------------------------------ preemption
 
 
-@pytest.mark.extra_large  # 176-330 s (206 s before issue 34's two cases, 150 s before all)
+@pytest.mark.extra_large  # 216 s with the fault cases, on the tiny encoder
 def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
-    """scripts/soak_preemption.py with 3 kills: bit-exact final weights (--deterministic),
-    a sound state file after every kill, every remaining checkpoint loads, and each
-    fault case once: Ctrl-C, a changed-flag rerun, the lock taken over, a second
-    writer whose clock is 700 s ahead, a vanishing image folder (blocked reads then
-    SIGTERM; then rm -rf)."""
+    """scripts/soak_preemption.py with 3 kills on the tiny encoder: bit-exact final
+    weights (--deterministic), a sound state file after every kill (SIGTERMs, damaged
+    state files and a second run.py refused among them), every remaining checkpoint
+    loads. Its five fault cases (Ctrl-C, a changed-flag rerun, the lock taken over, a
+    writer whose clock is ahead, a vanishing image folder) have a test each in the
+    suite, and run in the script's own soak on the ResNet (docs/testing.md)."""
     report_path = tmp_path / "report.json"
     result = subprocess.run(
         [sys.executable, os.path.join(REPO, "scripts", "soak_preemption.py"), "--kills=3",
+         "--encoder=tiny", "--no-fault_cases",
          "--train_steps=6", "--checkpoint_steps=1", "--max_random_delay=12",
          f"--workdir={tmp_path / 'soak'}", f"--json={report_path}", "--seed=3"],
         capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
@@ -59,10 +61,8 @@ def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     report = json.loads(report_path.read_text())
     assert report["passed"], json.dumps(report["checks"]) + result.stdout[-3000:]
     assert report["kills"] >= 3 and report["weights"]["num_differing"] == 0
-    assert report["weights"]["num_tensors"] > 100  # model and optimizer slots
-    assert sorted(report["fault_cases"]) == ["changed_flags", "clock_jump", "lost_lock",
-                                             "sigint", "vanishing_input"]
-    assert all(case["passed"] for case in report["fault_cases"].values())
+    # The tiny encoder's model (21 variables) and optimizer slots (13), and more.
+    assert report["weights"]["num_tensors"] > 34
     assert result.returncode == 0
 
 
@@ -499,9 +499,10 @@ _flag_values = cli_flags.flag_values
 
 @pytest.fixture(scope="module")
 def our_run(tmp_path_factory):
-    """A run directory of the TINY model: its checkpoint and flags.json."""
+    """A run directory of TINY's data on the ResNet (the catalogue's architecture
+    flags are the ResNet's): its checkpoint and flags.json."""
     directory = tmp_path_factory.mktemp("our_run")
-    write_run(directory)
+    write_run(directory, **RESNET)
     return str(directory)
 
 
@@ -645,7 +646,7 @@ def test_bad_flags_fail_before_the_model_is_built(extra, flag, bad_inputs, tmp_p
 
     monkeypatch.setattr(parts, "build_model", never)
     monkeypatch.setattr(parts, "Trainer", never)
-    argv = [f"--{k}={v}" for k, v in TINY.items()]
+    argv = [f"--{k}={v}" for k, v in dict(TINY, **RESNET).items()]
     argv += [f"--model_dir={tmp_path / 'run'}", "--train_steps=1", "--mode=train"]
     argv += [arg.format(**bad_inputs) for arg in extra]
     with pytest.raises(ConfigError) as info:
@@ -720,7 +721,8 @@ def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_p
     b = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(resumed)))
     names = [n for n in a.get_variable_to_shape_map() if "save_counter" not in n
              and not n.startswith("_CHECKPOINTABLE")]
-    assert len(names) > 100 and set(names) <= set(b.get_variable_to_shape_map())
+    # The model (21 variables, BN statistics included) and the optimizer slots (13).
+    assert len(names) > 34 and set(names) <= set(b.get_variable_to_shape_map())
     for name in names:
         np.testing.assert_array_equal(b.get_tensor(name), a.get_tensor(name), err_msg=name)
     # Worker 1 saved into its scratch directory only, and removed it at the end.

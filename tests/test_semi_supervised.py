@@ -101,9 +101,8 @@ def test_seeds_are_a_comma_separated_list(semi):
 
 
 # Six run.py processes (one seed of six stages; the mean and spread over seeds are
-# test_summary_and_claims_over_seeds'). With two seeds (twelve processes) it took 406 s
-# in the full suite at 133da51 (2-core EPYC, ONEDNN_MAX_CPU_ISA=AVX2); one seed is not
-# yet timed.
+# test_summary_and_claims_over_seeds'): 213 s in the extra-large tier on a 2-core EPYC with
+# AVX-512 (406 s with two seeds in the full suite, ONEDNN_MAX_CPU_ISA=AVX2).
 @pytest.mark.extra_large
 def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(tmp_path):
     workdir, report = tmp_path / "work", tmp_path / "report.json"

@@ -20,8 +20,8 @@ R50_SK1_VARIABLES = os.path.join(DATA, "official_r50_1x_sk1_variables.tsv")
 SMALL_R50 = dict(encoder_options=dict(depth=50, width_multiplier=0.125), num_proj_layers=3,
                  proj_out_dim=16, num_classes=10)
 # The flags (run_fixtures.config) that describe SMALL_R50.
-SMALL_R50_FLAGS = dict(resnet_depth=50, width_multiplier=0.125, num_proj_layers=3,
-                       proj_out_dim=16, stem="imagenet")
+SMALL_R50_FLAGS = dict(encoder="resnet", resnet_depth=50, width_multiplier=0.125,
+                       num_proj_layers=3, proj_out_dim=16, stem="imagenet")
 
 
 def write_small_official(directory, seed=0, **kwargs):

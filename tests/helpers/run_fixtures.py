@@ -1,11 +1,21 @@
-"""A tiny run on the offline 'digits' dataset, shared by the end-to-end tests."""
+"""A tiny run on the offline 'digits' dataset, shared by the end-to-end tests.
+
+Its encoder is `--encoder=tiny` (two conv-BN-ReLU stages, simclr_tf/models/tiny.py):
+the run-layer tests (records, locks, flags, modes, signals) are about the machinery,
+and a ResNet-18 takes two to three times as long to build, trace and export. A test
+whose subject is the ResNet adds `**RESNET` (docs/testing.md).
+"""
 from simclr_tf.config import Config
 
 TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
-            stem="cifar", resnet_depth=18, width_multiplier=0.125, num_proj_layers=2,
+            encoder="tiny", width_multiplier=0.125, num_proj_layers=2,
             proj_out_dim=16, train_batch_size=32, eval_batch_size=128, use_blur=False,
             color_jitter_strength=0.5, temperature=0.5, learning_rate=0.5,
             weight_decay=1e-4, warmup_epochs=0.1)
+# The width of TINY's h: the tiny encoder's second stage, 2 x 64 x 1/8 channels.
+H_DIM = 16
+# The ResNet of the tests whose subject it is: ResNet-18 at width 1/8, CIFAR stem.
+RESNET = dict(encoder="resnet", resnet_depth=18, width_multiplier=0.125, stem="cifar")
 
 
 def config(**overrides):
@@ -81,11 +91,31 @@ class TinyRun:
     OVERRIDES = dict(train_steps=STEPS, checkpoint_steps=2, mode="train",
                      knn_eval_split="test")
 
-    def __init__(self, directory):
-        from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    def __init__(self, directory, result):
         self.directory = str(directory)
         self.config = self.config_for(self.directory)
-        self.result = experiment.run(self.config)
+        self.result = result
+
+    @classmethod
+    def shared(cls, root):
+        """The run in `root`/run, trained by the first process that asks (the others
+        wait on a lock, then read what it returned from `root`/returned.json): the
+        workers of one pytest-xdist session share one run."""
+        import fcntl  # pylint: disable=import-outside-toplevel
+        import json  # pylint: disable=import-outside-toplevel
+        import os  # pylint: disable=import-outside-toplevel
+        from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+        os.makedirs(root, exist_ok=True)
+        directory, returned = os.path.join(root, "run"), os.path.join(root, "returned.json")
+        with open(os.path.join(root, "lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not os.path.exists(returned):
+                result = experiment.run(cls.config_for(directory))
+                with open(returned + ".tmp", "w") as f:
+                    json.dump(result, f)
+                os.replace(returned + ".tmp", returned)
+            with open(returned) as f:
+                return cls(directory, json.load(f))
 
     @classmethod
     def config_for(cls, model_dir, **overrides):
