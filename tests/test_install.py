@@ -111,8 +111,8 @@ def _readme_commands():
 
 def test_ci_runs_the_readmes_full_suite_command_with_the_install_line():
     fast, full = _readme_commands()
-    assert fast == f"{INSTALL} && python -m pytest"
-    assert full == fast + " --run_large --run_extra_large -n 2"
+    assert fast == f"{INSTALL} && python -m pytest -n 2"
+    assert full == f"{INSTALL} && python -m pytest --run_large --run_extra_large -n 2"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert [line for line in ci if line.startswith(full + " ")] == [
         full + " --durations=25 -rs"]
