@@ -1,9 +1,8 @@
 """Preemption soak: SIGKILL a tiny pretraining run at random moments, restart it until
 it finishes, and compare it with a run that was never interrupted.
 
-Each attempt runs `python run.py` (offline 'digits', 16 px, ResNet-18 x0.125, or
---encoder=tiny) on one
-model_dir and is killed with SIGKILL either
+Each attempt runs `python run.py` (offline 'digits', 16 px, ResNet-18 x0.125, or the
+tiny encoder with --encoder=tiny) on one model_dir and is killed with SIGKILL either
   - while a checkpoint is being written (the script watches model_dir for the files
     of a save in progress: `ckpt-N_temp/` shards, or `ckpt-N.*` files of a step the
     `checkpoint` state file does not yet record, and kills at the 1st-3rd such write), or
@@ -65,14 +64,17 @@ TINY_FLAGS = dict(
 # --encoder=tiny: the same run with simclr_tf/models/tiny.py's encoder (two conv-BN-ReLU
 # stages), which builds and traces several times faster: the suite's soak uses it.
 ENCODERS = ("resnet", "tiny")
-_RESNET_ONLY = ("stem", "resnet_depth")
 
 
 def model_flags(args):
-    """TINY_FLAGS with the encoder of --encoder (the tiny one reads no ResNet flag)."""
+    """TINY_FLAGS with the encoder of --encoder, without the ResNet's flags that it
+    does not read (its row of the encoder table says which it reads)."""
     if args.encoder == "resnet":
         return dict(TINY_FLAGS)
-    return dict({k: v for k, v in TINY_FLAGS.items() if k not in _RESNET_ONLY},
+    from simclr_tf.tables import encoders  # pylint: disable=import-outside-toplevel
+    unread = (set(encoders.encoder_spec("resnet").flags)
+              - set(encoders.encoder_spec(args.encoder).flags))
+    return dict({k: v for k, v in TINY_FLAGS.items() if k not in unread},
                 encoder=args.encoder)
 
 # The save counter counts the saves a process made, not training progress.

@@ -477,7 +477,7 @@ def test_distillation_under_mirrored_strategy(tmp_path, monkeypatch, skip_final_
         .endswith("ckpt-1")
 
 
-@pytest.mark.extra_large  # 53 s beside another job (two runs and a resume)
+@pytest.mark.large  # 49 s in the full suite at bffb33f (two runs and a resume)
 def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final_export):
     """Stopped after its first checkpoint and started again, a distillation run ends
     with the weights of one never stopped (the teacher is loaded again from its path;

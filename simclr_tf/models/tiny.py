@@ -3,21 +3,18 @@ the machinery around it, for smoke runs and the test suite.
 
 Two stages, each a strided 3x3 convolution (no bias), batch norm (cross-replica with
 --global_bn, momentum --batch_norm_decay, as the ResNet's) and ReLU, then a global
-mean: h has 2 x 8 x --width_multiplier x 8 channels (16 at width 1/8). It learns
-little; what it gives is a model that builds, traces and exports in a few seconds (a
-2-step run in one process: 8.4 s, against 20.4 s for a ResNet-18 at width 1/8), with
-the variables a training run keeps (convolution kernels, BN's gamma and beta, its
-moving statistics) and the stages that --fine_tune_after_block freezes (0: the first, 1: both; 4: the
-whole encoder, as for every encoder).
+mean: h has 2 x 64 x --width_multiplier channels (16 at width 1/8). It learns little;
+what it gives is a model that builds, traces and exports in a few seconds (a 2-step
+run in one process: 8.4 s, against 20.4 s for a ResNet-18 at width 1/8), with the
+variables a training run keeps (convolution kernels, BN's gamma and beta, its moving
+statistics) and the stages that --fine_tune_after_block freezes (0: the first, 1:
+both; 4: the whole encoder, as for every encoder; its row in tables/encoders.py).
 """
 import keras
 from keras import ops
 
 from simclr_tf.models import layers as L
 from simclr_tf.models import outputs
-
-# --fine_tune_after_block values that mean something for two stages.
-FINE_TUNE_AFTER_BLOCK = (-1, 0, 1, 4)
 
 
 @keras.saving.register_keras_serializable(package=L.PACKAGE)

@@ -12,8 +12,8 @@ TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size
             proj_out_dim=16, train_batch_size=32, eval_batch_size=128, use_blur=False,
             color_jitter_strength=0.5, temperature=0.5, learning_rate=0.5,
             weight_decay=1e-4, warmup_epochs=0.1)
-# The width of TINY's h: the tiny encoder's second stage, 2 x 64 x 1/8 channels.
-H_DIM = 16
+# The width of TINY's h: the tiny encoder's second stage, 2 x 64 x width channels (16).
+H_DIM = 2 * round(64 * TINY["width_multiplier"])
 # The ResNet of the tests whose subject it is: ResNet-18 at width 1/8, CIFAR stem.
 RESNET = dict(encoder="resnet", resnet_depth=18, width_multiplier=0.125, stem="cifar")
 
