@@ -66,6 +66,7 @@ def toy_encoder_and_dataset(monkeypatch):
     return toy_encoder, toy_dataset
 
 
+@pytest.mark.large  # 8.6 s alone, 7.7 s in the default tier (a training run)
 def test_an_encoder_and_a_dataset_in_one_module_each_train_evaluate_and_are_checked(
         tmp_path, toy_encoder_and_dataset, skip_final_export):
     from helpers.run_fixtures import config  # pylint: disable=import-outside-toplevel
