@@ -13,7 +13,7 @@ Examples:
 --help lists the flags by topic; --helpfull adds absl's own.
 """
 # The only module that reads absl FLAGS: it builds one frozen, validated
-# `simclr_tf.config.Config` and hands it to `simclr_tf.experiment.run`. Invalid values
+# `simclr_tf.config.Config` and hands it to `simclr_tf.run.experiment.run`. Invalid values
 # fail here, naming the flag and the fix, before TensorFlow is imported.
 import contextlib
 import json
@@ -28,10 +28,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging
 
-from simclr_tf import inherit, quiet
+from simclr_tf.config import inherit
+from simclr_tf.run import quiet
 from simclr_tf.config import Config, ConfigError
-from simclr_tf.errors import disk_full
-from simclr_tf.tables import train_modes
+from simclr_tf.config.errors import disk_full
+from simclr_tf.config.tables import train_modes
 
 FLAGS = flags.FLAGS
 
@@ -146,7 +147,7 @@ def config_from_flags(flag_values=FLAGS, report=None):
     """The validated Config for parsed flags; raises ConfigError on a bad value.
 
     A flag not given is read from the run the command reads (model_dir's flags.json,
-    or --checkpoint's run: `simclr_tf.inherit`); `report(line)` is told which, and an
+    or --checkpoint's run: `simclr_tf.config.inherit`); `report(line)` is told which, and an
     error about such a flag says so (`inherit.explained`).
     """
     return _config_and_record(flag_values, report)[0]
@@ -191,11 +192,11 @@ def main(argv):
         _error(error)
     # Imported late so that --help and flag errors never wait for TensorFlow.
     with quiet.tensorflow_start_up_filtered(), _sigterm_held_back():
-        from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
-        from simclr_tf.loop import InputError, NonFiniteLossError  # pylint: disable=import-outside-toplevel
-        from simclr_tf.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
-        from simclr_tf.run_lock import LockLostError  # pylint: disable=import-outside-toplevel
-        from simclr_tf.cluster import ClusterError, WaitInterrupted  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run.loop import InputError, NonFiniteLossError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.weights.checkpoints import CheckpointWriteError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run.run_lock import LockLostError  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run.cluster import ClusterError, WaitInterrupted  # pylint: disable=import-outside-toplevel
     try:
         results = experiment.run(config)
     except ConfigError as error:
@@ -231,7 +232,7 @@ def _sigterm_held_back():
     meanwhile stops the process as before). The threads that TensorFlow starts at
     import inherit the held-back mask and keep it, so a SIGTERM always reaches the main
     thread: TensorFlow's preemption notifier, installed by MultiWorkerMirroredStrategy,
-    would otherwise take one in those threads and drop it (`simclr_tf.cluster`)."""
+    would otherwise take one in those threads and drop it (`simclr_tf.run.cluster`)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         yield

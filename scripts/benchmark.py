@@ -53,7 +53,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
-from simclr_tf import quiet  # noqa: E402
+from simclr_tf.run import quiet  # noqa: E402
 
 tf = quiet.import_tensorflow()
 
@@ -190,7 +190,7 @@ def build_config(overrides):
 
 
 def _one_view(config):
-    from simclr_tf.tables import train_modes
+    from simclr_tf.config.tables import train_modes
     return train_modes.get(config.train_mode).views == 1
 
 
@@ -212,7 +212,7 @@ def _synthetic_batch(config, rng):
                              "--grad_cache_chunk apply to pretraining only.")
         return rng.random(size=(n, size, size, 3), dtype=np.float32), labels
     if config.augment_on == "device":
-        from simclr_tf.data import device_augment
+        from simclr_tf.augment import device as device_augment
         source = device_augment.source_size(size)
         # uint8 directly: an int64 intermediate would be 8x the batch (6 GB at 4096).
         images = rng.integers(0, 256, size=(n, source, source, 3), dtype=np.uint8)
@@ -234,12 +234,12 @@ def teacher_config(config, teacher_overrides):
 
 
 def build_teacher(config, strategy, teacher_overrides=None):
-    """A `simclr_tf.teacher.Teacher` for timing: a SimCLRModel with a supervised head,
+    """A `simclr_tf.weights.teacher.Teacher` for timing: a SimCLRModel with a supervised head,
     built like the student (or with the teacher_* overrides), random weights, not
     trainable, in the run's compute dtype."""
-    from simclr_tf import teacher
+    from simclr_tf.weights import teacher
     from simclr_tf.models import SimCLRModel
-    from simclr_tf.modes import parts
+    from simclr_tf.run.modes import parts
     tconfig = teacher_config(config, teacher_overrides)
     with strategy.scope():
         model = SimCLRModel(**tconfig.model_kwargs(NUM_CLASSES),
@@ -253,7 +253,7 @@ def _make_trainer(overrides, prefetch=2, teacher_overrides=None):
     """(config, model, trainer, iterator) for `overrides`, on synthetic data; the
     trainer's teacher (distill) is `trainer.teacher`."""
     import keras
-    from simclr_tf.modes import parts
+    from simclr_tf.run.modes import parts
     config = build_config(overrides)
     keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
@@ -397,7 +397,7 @@ def _source_image(image_size, rng):
 
 def bench_input(image_size, *, num_images=256, encoded=False, augment_on="host"):
     """Images / s (two views each) through the pretraining preprocessing on one core."""
-    from simclr_tf.data import augment
+    from simclr_tf import augment
     rng = np.random.default_rng(0)
     image = _source_image(image_size, rng)
     if encoded:
@@ -413,7 +413,7 @@ def bench_input(image_size, *, num_images=256, encoded=False, augment_on="host")
     dataset = tf.data.Dataset.zip(source.repeat(num_images), seeds)
 
     if augment_on == "device":
-        from simclr_tf.data import device_augment
+        from simclr_tf.augment import device as device_augment
 
         def preprocess(data, seed):
             return device_augment.host_preprocess(decode(data), image_size, seed)
@@ -452,7 +452,7 @@ def _peak_memory_bytes():
 
 def bench_ntxent(batch_size, dim=128, temperature=0.1, windows=3):
     """NT-Xent forward + backward seconds and peak memory for a batch of n images."""
-    from simclr_tf import losses
+    from simclr_tf.method import losses
     z1 = tf.random.normal([batch_size, dim])
     z2 = tf.random.normal([batch_size, dim])
 
@@ -559,7 +559,7 @@ def parse_args(argv):
     settings["teacher"] = {k: getattr(args, k) for k in TEACHER_FLAGS
                            if getattr(args, k) is not None}
     settings["train_modes"] = [m for m in args.train_modes.split(",") if m]
-    from simclr_tf import rules
+    from simclr_tf.config import rules
     for mode in settings["train_modes"] + [train_overrides.get("train_mode", "pretrain")]:
         if mode not in rules.TRAIN_MODES:
             parser.error(f"train mode {mode!r} is not one of {rules.TRAIN_MODES}")

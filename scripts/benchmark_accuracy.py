@@ -240,7 +240,7 @@ def run_py_command(budget, row, seed, model_dir, data_dir):
 
 def seconds_per_step_from_metrics(model_dir):
     """Training loop time per step after the first step, from metrics.jsonl."""
-    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     rows = [r for r in records.read_metrics(os.path.join(model_dir, "metrics.jsonl"))
             if "time" in r]
     first, last = rows[0], rows[-1]
@@ -271,7 +271,7 @@ def logged_times(cell_dir, row):
     if row == "lightly":
         timing = json.loads(str(np.load(os.path.join(cell_dir, "features.npz"))["timing"]))
         return [(entry[0], entry[2]) for entry in timing["losses"] if len(entry) > 2]
-    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     rows = records.read_metrics(os.path.join(cell_dir, "run", "metrics.jsonl"))
     return [(r["step"], r["time"]) for r in rows if "time" in r and r["step"] > 1]
 
@@ -405,7 +405,7 @@ def run_cell(row, seed, args, budget, feats, cell_dir):
         model.build((None, budget.image_size, budget.image_size, 3))
         bank_h, test_h = feats.of_model(model)
     else:
-        from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+        from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
         model_dir = os.path.join(cell_dir, "run")
         command = run_py_command(budget, row, seed, model_dir, args.data_dir)
         record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"),
@@ -560,7 +560,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     budget = BUDGETS["fast" if args.fast else args.budget]
-    from simclr_tf import quiet  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
     os.makedirs(args.workdir, exist_ok=True)
     feats = Features(budget, args.data_dir)

@@ -45,16 +45,16 @@ def run(out, repo=REPO):
         raise SystemExit(f"error: {out!r} is not empty; give a new output folder.")
     sys.path.insert(0, repo)  # this checkout's simclr_tf, not an installed one
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from simclr_tf import quiet  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     tf = quiet.import_tensorflow()
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
 
     configs = {name: dict(TINY, **extra) for name, extra in RUNS.items()}
     configs["finetune"] = dict(TINY, train_mode="finetune", label_fraction=0.5,
                                checkpoint=os.path.join(out, "pretrain_blur"),
                                fine_tune_after_block=2, mode="train_then_eval")
-    from simclr_tf import rules  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import rules  # pylint: disable=import-outside-toplevel
     if "distill" in rules.TRAIN_MODES:  # a checkout from before distillation has none
         # A width-0.0625 student of the fine-tune, with half the labels mixed in.
         configs["distill"] = dict(TINY, train_mode="distill", width_multiplier=0.0625,

@@ -18,11 +18,11 @@ import json
 import os
 import sys
 
-from simclr_tf import quiet
+from simclr_tf.run import quiet
 
 tf = quiet.import_tensorflow()
 
-from simclr_tf import official  # noqa: E402  pylint: disable=wrong-import-position
+from simclr_tf.weights import official  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def convert(src, dst, ft_proj_selector=None):

@@ -53,7 +53,7 @@ notebook pretrains a tiny model on the offline `digits` dataset for a few steps 
 exports it, so it runs anywhere in about a minute."""),
  INSTALL,
  RUN,
- ("code", """from simclr_tf import quiet
+ ("code", """from simclr_tf.run import quiet
 tf = quiet.import_tensorflow()  # first: TensorFlow's start-up notices filtered, as run.py's
 
 import io, os, tempfile
@@ -73,7 +73,8 @@ RELEASED_MODEL = os.environ.get("SIMCLR_RELEASED_MODEL", "")"""),
         color_jitter_strength=0.5, model_dir=run_dir, mode="train")["saved_model"]
 print("SavedModel:", SAVED_MODEL)"""),
  ("md", "## The authors' interface: named features"),
- ("code", """from simclr_tf.data import augment, registry
+ ("code", """from simclr_tf import augment
+from simclr_tf.data import registry
 
 source = registry.get_dataset("digits")
 images = np.stack([image for image, _ in source.load("test").take(8).as_numpy_iterator()])
@@ -134,7 +135,7 @@ Runs on the offline `digits` dataset in a couple of minutes on a CPU. Set
 `PRETRAINED` to a pretraining run's `model_dir` to use your own."""),
  INSTALL,
  RUN,
- ("code", """from simclr_tf import quiet
+ ("code", """from simclr_tf.run import quiet
 tf = quiet.import_tensorflow()  # first: TensorFlow's start-up notices filtered, as run.py's
 
 import tempfile
@@ -161,7 +162,7 @@ print({k: v for k, v in results.items() if k.startswith("eval/")})
 assert results["eval/num_examples"] == 360
 print(open(os.path.join(finetune_dir, "label_subset_ids.txt")).read()[:200])"""),
  ("md", "## 2. By hand: the exported SavedModel with a new head"),
- ("code", """from simclr_tf import export
+ ("code", """from simclr_tf.weights import export
 from simclr_tf.data import pipeline, registry
 
 hub = tf.saved_model.load(export.latest_export(PRETRAINED))
@@ -196,7 +197,7 @@ so `compile()` + `fit()` pretrain with any Keras callback: here `BackupAndRestor
 dataset in about a minute on a CPU; under `tf.distribute.MirroredStrategy()` the same
 code trains on every GPU."""),
  INSTALL,
- ("code", """from simclr_tf import quiet
+ ("code", """from simclr_tf.run import quiet
 tf = quiet.import_tensorflow()  # first: TensorFlow's start-up notices filtered, as run.py's
 
 import tempfile
@@ -204,10 +205,10 @@ import keras
 import numpy as np
 
 import simclr_tf
-from simclr_tf import optimizers, schedules
+from simclr_tf.method import optimizers, schedules
 from simclr_tf.data import pipeline, registry
 from simclr_tf.models import SimCLRModel
-from simclr_tf.train import StepOptions
+from simclr_tf.method.train import StepOptions
 
 strategy = tf.distribute.get_strategy()  # or tf.distribute.MirroredStrategy()
 steps_per_epoch, epochs, batch = 10, 2, 64

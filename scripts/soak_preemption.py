@@ -71,7 +71,7 @@ def model_flags(args):
     does not read (its row of the encoder table says which it reads)."""
     if args.encoder == "resnet":
         return dict(TINY_FLAGS)
-    from simclr_tf.tables import encoders  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import encoders  # pylint: disable=import-outside-toplevel
     unread = (set(encoders.encoder_spec("resnet").flags)
               - set(encoders.encoder_spec(args.encoder).flags))
     return dict({k: v for k, v in TINY_FLAGS.items() if k not in unread},
@@ -560,7 +560,7 @@ def state_file_is_sound(model_dir, expect_checkpoint):
     next start rebuilds it."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, REPO)
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     latest = checkpoints.latest(model_dir) if os.path.isdir(model_dir) else None
     if latest is None:
         return not expect_checkpoint, "no checkpoint"
@@ -611,8 +611,8 @@ def check_remaining_checkpoints(model_dir, args):
     """Every recorded checkpoint loads into the model; lists unrecorded leftovers."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, REPO)
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
-    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import parts  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
     config = Config.from_dict(dict(model_flags(args), train_steps=args.train_steps,
                                    model_dir=model_dir)).validate()

@@ -84,9 +84,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     # Imported after parsing so that --help never waits for TensorFlow, and quietly.
-    from simclr_tf import quiet  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     quiet.import_tensorflow()
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
     from simclr_tf.evaluation import probe, transfer  # pylint: disable=import-outside-toplevel
 

@@ -199,6 +199,6 @@ def skip_final_export(monkeypatch):
     of a tiny run's time: for tests that never look at the export (the result's
     `saved_model` is then None). `--mode=export` is stubbed too: tests of exporting
     do not take this fixture."""
-    from simclr_tf.modes import export  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import export  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(export, "export_model",
                         lambda model, config, step, write_guard=None: None)

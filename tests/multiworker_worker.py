@@ -20,7 +20,7 @@ NUM_STEPS = 3
 
 def pretrain(strategy):
     """Runs NUM_STEPS LARS pretraining steps; returns (initial, final weights, losses)."""
-    from simclr_tf import optimizers, schedules, train
+    from simclr_tf.method import optimizers, schedules, train
     from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
 
     with strategy.scope():
@@ -41,7 +41,7 @@ def pretrain(strategy):
 
 def main(out_path):
     # The strategy must exist before any other op runs in this process.
-    from simclr_tf import distribute
+    from simclr_tf.run import distribute
     strategy = distribute.create_strategy("multiworker")
     assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
     initial, final, losses = pretrain(strategy)

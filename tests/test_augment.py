@@ -1,4 +1,4 @@
-"""Tests for simclr_tf.data.augment: semantics and statistics against the reference.
+"""Tests for simclr_tf.augment: semantics and statistics against the reference.
 
 Statistical checks draw thousands of samples inside tf.data (fast) with a fixed seed,
 and compare rates with 5-sigma binomial bounds, so they do not flake even unseeded.
@@ -11,7 +11,8 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
-from simclr_tf.data import augment, color
+from simclr_tf import augment
+from simclr_tf.augment import color
 
 N = 4000
 

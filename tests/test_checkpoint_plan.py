@@ -1,5 +1,5 @@
 """checkpoints.plan: recover's decisions, from plain dicts (no TensorFlow files)."""
-from simclr_tf.checkpoints import plan
+from simclr_tf.weights.checkpoints import plan
 
 
 def files(*steps, temp=(), no_index=()):

@@ -1,4 +1,4 @@
-"""simclr_tf.cluster: TF_CONFIG's tasks, the bounded wait for peers, SIGTERM during it,
+"""simclr_tf.run.cluster: TF_CONFIG's tasks, the bounded wait for peers, SIGTERM during it,
 and the names of peers lost mid-run (tests/test_multiworker.py runs run.py workers)."""
 import json
 import os
@@ -12,8 +12,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from simclr_tf import cluster, distribute
-from simclr_tf.errors import ConfigError
+from simclr_tf.run import cluster, distribute
+from simclr_tf.config.errors import ConfigError
 
 from helpers.process_fixtures import free_ports
 
@@ -142,7 +142,7 @@ def test_this_workers_port_in_use_is_named():
 # Runs in a child (a SIGTERM must not reach pytest): waits for a peer that never comes.
 _WAIT_FOREVER = """
 import json, sys
-from simclr_tf import cluster
+from simclr_tf.run import cluster
 ports = json.loads(sys.argv[1])
 topology = cluster.from_tf_config({"TF_CONFIG": json.dumps({
     "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
@@ -176,7 +176,7 @@ def test_sigterm_stops_the_wait_at_once():
 # The call that holds SIGTERM back stands for TensorFlow's rendezvous.
 _DEFERRED = """
 import os, signal, sys, time
-from simclr_tf import cluster
+from simclr_tf.run import cluster
 try:
     with cluster.sigterm_deferred("the workers connected"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as TensorFlow's notifier does

@@ -6,7 +6,7 @@ import pytest
 from nbclient import NotebookClient
 
 from helpers import official_fixtures
-from simclr_tf import quiet
+from simclr_tf.run import quiet
 
 COLABS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "colabs")
 

@@ -266,7 +266,7 @@ def test_device_views_with_fine_tuning_are_a_flag_error_not_a_silent_host():
 
 
 def test_grad_cache_is_for_pretraining_with_one_rule_for_flags_and_library():
-    from simclr_tf import train  # pylint: disable=import-outside-toplevel
+    from simclr_tf.method import train  # pylint: disable=import-outside-toplevel
     with pytest.raises(ConfigError) as flag_error:
         Config.from_dict(_bad(grad_cache_chunk=8, train_mode="finetune")).validate()
     with pytest.raises(ValueError) as library_error:
@@ -341,7 +341,8 @@ def test_every_declared_bound_is_checked_by_the_one_loop(name):
 def test_a_new_field_is_checked_by_its_declaration_alone():
     # What adding a flag takes: the field, its checks declared on it; nothing in
     # validation.py.
-    from simclr_tf import bounds, config as config_module, rules
+    from simclr_tf import config as config_module
+    from simclr_tf.config import bounds, rules
 
     @dataclasses.dataclass(frozen=True)
     class Extended(Config):

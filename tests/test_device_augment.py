@@ -1,4 +1,4 @@
-"""--augment_on=device (simclr_tf.data.device_augment): the host path's distributions.
+"""--augment_on=device (simclr_tf.augment.device): the host path's distributions.
 
 Reuses the statistical checks of tests/test_augment.py (5-sigma binomial bounds, KS
 tests against TF's own sampler) on the batched device implementation, and checks the
@@ -12,7 +12,8 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
-from simclr_tf.data import augment, device_augment
+from simclr_tf import augment
+from simclr_tf.augment import device as device_augment
 from test_augment import _bound, _coordinate_image, _crop_sizes
 
 N = 4000

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import errors, experiment
+from simclr_tf.config import errors
+from simclr_tf.run import experiment
 from simclr_tf.evaluation import writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,7 +157,7 @@ def test_an_atomic_write_on_a_full_disk_names_the_file_and_keeps_it(tmp_path):
     """Every record goes through files.atomic_write: a full disk there is a
     DiskFullError naming the record (not its temporary file) and the space left,
     with the old record intact and no temporary file left behind."""
-    from simclr_tf import files
+    from simclr_tf.rundir import files
 
     record = tmp_path / "result.json"
     record.write_text('{"old": 1}')

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, losses, optimizers, preflight, records, \
-    teacher, train
+from simclr_tf.method import losses, optimizers, train
+from simclr_tf.run import experiment, preflight
+from simclr_tf.rundir import records
+from simclr_tf.weights import checkpoints, teacher
 from simclr_tf.config import ConfigError
 from simclr_tf.models import SimCLRModel
-from simclr_tf.modes import parts
+from simclr_tf.run.modes import parts
 from helpers import official_fixtures as fx
 from helpers import run_fixtures
 from helpers.protocols import check_protocols
@@ -452,7 +454,7 @@ def test_distillation_under_mirrored_strategy(tmp_path, monkeypatch, skip_final_
     are the strategy's, and the monitor's student top-1 over the replicas equals the
     saved student's evaluated on one device."""
     from simclr_tf.evaluation import supervised  # pylint: disable=import-outside-toplevel
-    from simclr_tf.modes import train as modes_train  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import train as modes_train  # pylint: disable=import-outside-toplevel
     _teacher_run(tmp_path / "teacher")
     strategy = _strategy(2)
     cfg = _distill_config(tmp_path, tmp_path / "teacher", train_steps=2, checkpoint_steps=2)
@@ -501,6 +503,6 @@ def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final
 
 
 def test_fit_refuses_distillation():
-    from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
+    from simclr_tf.method import keras_fit  # pylint: disable=import-outside-toplevel
     with pytest.raises(ValueError, match="custom loop only"):
         keras_fit.SimCLR(SimCLRModel(), train.StepOptions(train_mode="distill"))

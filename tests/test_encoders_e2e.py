@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment
-from simclr_tf.modes import parts
+from simclr_tf.run import experiment
+from simclr_tf.weights import checkpoints
+from simclr_tf.run.modes import parts
 from simclr_tf.models import hub, vit
-from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.config.tables import encoders as encoder_table
 from helpers.run_fixtures import config
 
 # A ViT small enough for a test, under a name of the table like vit_s16's (4 blocks:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import experiment, preflight
-from simclr_tf.tables import modes
+from simclr_tf.run import experiment, preflight
+from simclr_tf.config.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import overlap
 

@@ -6,10 +6,12 @@ import os
 
 import pytest
 
-from simclr_tf import experiment, inherit, records
+from simclr_tf.config import inherit
+from simclr_tf.run import experiment
+from simclr_tf.rundir import records
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.evaluation import registry
-from simclr_tf.tables import evaluators as evaluator_table
+from simclr_tf.config.tables import evaluators as evaluator_table
 
 from helpers import run_fixtures
 from helpers.protocols import check_protocols

@@ -12,12 +12,12 @@ import tensorflow as tf
 # What TensorFlow's checkpoint reader calls: a test deletes files as it reads them.
 from tensorflow.python.ops import io_ops
 
-from simclr_tf import checkpoints
+from simclr_tf.weights import checkpoints
 from simclr_tf.config import Config
 from simclr_tf.data import registry as datasets
 from simclr_tf.evaluation import base, features, registry
-from simclr_tf.modes import evaluations, linear_probe, parts
-from simclr_tf.run_context import RunContext
+from simclr_tf.run.modes import evaluations, linear_probe, parts
+from simclr_tf.run.run_context import RunContext
 
 from helpers.protocols import check_protocols
 
@@ -158,7 +158,7 @@ def test_a_waiting_evaluator_skips_a_checkpoint_deleted_before_it_is_read(
     evaluator reads it (RestoreV2's NotFoundError) or just before (no index): it is
     skipped, without TensorFlow's lines about values left unread, and ckpt-6
     evaluated; both results in one events file."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     cfg = tiny_run.copy_to(tmp_path / "run", mode="eval", eval_wait_secs=1)
     run, later = tmp_path / "run", tmp_path / "later"
     events_before = set(tf.io.gfile.glob(str(run / "events.out.tfevents.*")))
@@ -200,7 +200,7 @@ def test_the_newest_checkpoint_deleted_while_it_is_read_gives_way_to_the_next(
     """A mode reading a live run's newest checkpoint (`checkpoints.load_latest`: a
     one-shot --mode=eval here) whose rotation deletes it mid-read loads the one that
     replaced it: no failure, no fallback to an older one."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     cfg = tiny_run.copy_to(tmp_path / "run", mode="eval")
     _rotated_while_read(monkeypatch, tmp_path / "run", "ckpt-4", "ckpt-6")
     result = experiment.run(cfg)

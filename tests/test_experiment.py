@@ -1,4 +1,4 @@
-"""End to end on the offline 'digits' dataset through `simclr_tf.experiment.run`:
+"""End to end on the offline 'digits' dataset through `simclr_tf.run.experiment.run`:
 pretrain -> checkpoint -> resume -> fine-tune on 10% labels -> eval, and the checks
 that need the dataset or the strategy, all before any model is built."""
 import dataclasses
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, preflight
-from simclr_tf.modes import parts
-from simclr_tf import export as simclr_export
+from simclr_tf.run import experiment, preflight
+from simclr_tf.weights import checkpoints
+from simclr_tf.run.modes import parts
+from simclr_tf.weights import export as simclr_export
 from simclr_tf.config import ConfigError
 from simclr_tf.evaluation import features
 
@@ -134,7 +135,7 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     drawn on the device in two chunks of gradient caching."""
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     if variant.get("strategy") == "mirrored":  # two of conftest's four CPU devices
-        from simclr_tf import distribute  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run import distribute  # pylint: disable=import-outside-toplevel
         create = distribute.create_strategy
         monkeypatch.setattr(distribute, "create_strategy",
                             lambda name, **kwargs: create(name, num_devices=2, **kwargs))

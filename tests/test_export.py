@@ -22,8 +22,9 @@ import tensorflow as tf
 
 from PIL import Image
 
-from simclr_tf import export, rules, serving, serving_input
-from simclr_tf.data import augment
+from simclr_tf.config import rules
+from simclr_tf.weights import export, serving, serving_input
+from simclr_tf import augment
 from simclr_tf.models import SimCLRModel
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))

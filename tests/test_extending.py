@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment
-from simclr_tf.tables import modes
+from simclr_tf.run import experiment
+from simclr_tf.weights import checkpoints
+from simclr_tf.config.tables import modes
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import parts
+from simclr_tf.run.modes import parts
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_a_mode_needing_a_checkpoint_fails_before_any_model_is_built(
 def toy_encoder_and_dataset(monkeypatch):
     """tiny_conv and stripes registered for this test only."""
     from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
-    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
     from helpers import toy_dataset, toy_encoder  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(encoder_table, "ENCODERS", dict(encoder_table.ENCODERS))
     monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))  # pylint: disable=protected-access
@@ -95,9 +96,11 @@ def test_the_tables_the_flags_ask_import_no_tensorflow():
     import subprocess  # pylint: disable=import-outside-toplevel
     import sys  # pylint: disable=import-outside-toplevel
     code = ("import sys\n"
-            "import simclr_tf.config, simclr_tf.validation, simclr_tf.architecture, "
-            "simclr_tf.modes, simclr_tf.tables.modes, simclr_tf.tables.encoders, simclr_tf.tables.train_modes, simclr_tf.objectives, simclr_tf.rules, simclr_tf.variants, "
-            "simclr_tf.errors\n"
+            "import simclr_tf.config, simclr_tf.config.validation, "
+            "simclr_tf.config.architecture, simclr_tf.run.modes, simclr_tf.config.tables.modes, "
+            "simclr_tf.config.tables.encoders, simclr_tf.config.tables.train_modes, "
+            "simclr_tf.method.objectives, simclr_tf.config.rules, simclr_tf.config.variants, "
+            "simclr_tf.config.errors\n"
             "heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -113,9 +116,10 @@ def test_an_encoder_registered_later_has_its_variable_flags_inherited_and_checke
     --vit_pool decides, has --vit_pool read from the run its --checkpoint names and
     checked against that checkpoint's record."""
     import dataclasses  # pylint: disable=import-outside-toplevel
-    from simclr_tf import inherit, preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config import inherit  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import preflight
     from simclr_tf.config import Config  # pylint: disable=import-outside-toplevel
-    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(encoder_table, "ENCODERS", dict(encoder_table.ENCODERS))
     assert "vit_pool" not in inherit.model_and_data()  # decides no variables yet
     encoder_table.register_encoder("pooled_conv", encoder_table.EncoderSpec(
@@ -152,5 +156,5 @@ def test_no_library_module_is_over_500_lines():
                 path = os.path.join(folder, name)
                 with open(path, encoding="utf-8") as f:
                     sizes[os.path.relpath(path, package)] = sum(1 for _ in f)
-    assert len(sizes) > 50 and "config.py" in sizes  # the package was found
+    assert len(sizes) > 50 and "config/__init__.py" in sizes  # the package was found
     assert not {name: lines for name, lines in sizes.items() if lines > 500}

@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 from helpers.fashion_mnist_files import (SIZES, _labels, _pixels, _write_idx,
                                         write_fashion_mnist)
 from helpers.run_fixtures import config
-from simclr_tf import preflight
+from simclr_tf.run import preflight
 from simclr_tf.config import ConfigError
 from simclr_tf.data import fashion_mnist, registry, tfds_source
 

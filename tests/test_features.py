@@ -9,11 +9,13 @@ import pytest
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment
-from simclr_tf.modes import parts
+from simclr_tf.run import experiment
+from simclr_tf.weights import checkpoints
+from simclr_tf.run.modes import parts
 from simclr_tf.evaluation import features
 from simclr_tf.config import Config
-from simclr_tf.data import augment, registry
+from simclr_tf import augment
+from simclr_tf.data import registry
 
 TINY = dict(image_size=16, stem="cifar", resnet_depth=18, width_multiplier=0.125,
             num_proj_layers=2, proj_out_dim=16, eval_batch_size=4)

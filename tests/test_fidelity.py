@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import experiment, train
-from simclr_tf.modes import parts
-from simclr_tf.modes import train as modes_train
+from simclr_tf.method import train
+from simclr_tf.run import experiment
+from simclr_tf.run.modes import parts
+from simclr_tf.run.modes import train as modes_train
 
 from helpers.model_fixtures import randomise
 from helpers.official_layout import export_official_layout

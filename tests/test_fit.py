@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 
 import simclr_tf
-from simclr_tf import loop, optimizers, schedules, train
+from simclr_tf.method import optimizers, schedules, train
+from simclr_tf.run import loop
 from helpers.standin_model import make_model, random_batch
 
 GLOBAL_BATCH = 8
@@ -157,7 +158,7 @@ def test_terminate_on_nan_stops_at_the_first_nan_loss():
         tf.nest.map_structure(lambda v: v * np.nan, views), labels))
     # Stopped by SimCLR's guard, which runs before TerminateOnNaN would only end the
     # epoch (and let the epoch-end callbacks save the NaN weights).
-    with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError, match="loss is nan"):
+    with pytest.raises(simclr_tf.method.keras_fit.NonFiniteTrainingError, match="loss is nan"):
         model.fit(dataset, epochs=2, steps_per_epoch=3, verbose=0,
                   callbacks=[keras.callbacks.TerminateOnNaN()])
     assert int(optimizer.iterations.numpy()) == 1
@@ -245,7 +246,7 @@ def test_fit_never_lets_a_callback_save_non_finite_weights(tmp_path):  # 8 s
     callbacks = [keras.callbacks.TerminateOnNaN(),
                  keras.callbacks.ModelCheckpoint(str(checkpoint), save_weights_only=True),
                  keras.callbacks.BackupAndRestore(str(backup))]
-    with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError,
+    with pytest.raises(simclr_tf.method.keras_fit.NonFiniteTrainingError,
                        match=r"loss is nan by step 3.*No callback has seen"):
         model.fit(finite.concatenate(poisoned), epochs=2, steps_per_epoch=2, verbose=0,
                   callbacks=callbacks)
@@ -256,7 +257,7 @@ def test_fit_never_lets_a_callback_save_non_finite_weights(tmp_path):  # 8 s
     model = simclr_tf.SimCLR(network, train.StepOptions(temperature=0.2), weight_decay_loss=decay)
     model.compile(optimizer=optimizer)
     later = tmp_path / "later.weights.h5"
-    with pytest.raises(simclr_tf.keras_fit.NonFiniteTrainingError,
+    with pytest.raises(simclr_tf.method.keras_fit.NonFiniteTrainingError,
                        match=r"after step 2 \(epoch 1\), 1 weight.*" + network.proj.kernel.path):
         model.fit(finite, epochs=1, steps_per_epoch=2, verbose=0, callbacks=[
             _Poison(network), keras.callbacks.ModelCheckpoint(str(later),

@@ -6,7 +6,7 @@ import sys
 import pytest
 from absl import flags
 
-from simclr_tf import inherit
+from simclr_tf.config import inherit
 from simclr_tf.config import Config
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))

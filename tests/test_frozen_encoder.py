@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf.evaluation import features
-from simclr_tf.modes import parts
+from simclr_tf.run.modes import parts
 
 from helpers.model_fixtures import randomise
 from helpers.run_fixtures import RESNET, config
@@ -107,7 +107,7 @@ def test_feature_extraction_touches_no_batch_norm_statistic():
     model = parts.build_model(cfg, strategy, 10)
     randomise(model, seed=2)
     before = _values(model.weights)
-    from simclr_tf import preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import preflight  # pylint: disable=import-outside-toplevel
     source = preflight.load_source(cfg)
     extracted = features.extract(strategy, model, source, "test[:40]", image_size=16,
                                  batch_size=16)

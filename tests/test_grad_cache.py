@@ -1,4 +1,4 @@
-"""Gradient caching (simclr_tf.grad_cache, StepOptions(grad_cache_chunk=...)).
+"""Gradient caching (simclr_tf.method.grad_cache, StepOptions(grad_cache_chunk=...)).
 
 Loss and gradients must equal the full-batch computation wherever the forward of a
 chunk does not depend on the other chunks: a model without BN for any chunking; the
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import grad_cache, losses, optimizers, train
+from simclr_tf.method import grad_cache, losses, optimizers, train
 from helpers.standin_model import make_model, random_batch
 
 IMAGE_SIZE = 8
@@ -194,7 +194,8 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     # source images inside each pass (never the whole batch's views at once). If the
     # two passes drew different views, the cached embedding gradients would belong to
     # other images and the step would differ from this reference.
-    from simclr_tf.data import augment, device_augment
+    from simclr_tf import augment
+    from simclr_tf.augment import device as device_augment
     view_fn = device_augment.make_view_fn(IMAGE_SIZE)
 
     def blur_fn(views, seed):

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from helpers.model_fixtures import randomise
 from helpers.standin_model import random_batch
-from simclr_tf import optimizers, train
+from simclr_tf.method import optimizers, train
 from simclr_tf.config import Config
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning, hub
 

@@ -1,4 +1,4 @@
-"""A finished run's flags read back (simclr_tf.inherit): every mode after training needs
+"""A finished run's flags read back (simclr_tf.config.inherit): every mode after training needs
 only --model_dir (or --checkpoint), flags given on the command line win, a given flag
 that contradicts the weights is refused naming both values."""
 import json
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import run
-from simclr_tf import inherit
+from simclr_tf.config import inherit
 from simclr_tf.config import Config, ConfigError
 from helpers import cli_flags
 from helpers.run_fixtures import RESNET, TINY
@@ -104,7 +104,7 @@ def test_an_unreadable_record_is_a_flag_error(tmp_path):
 
 
 def test_inheriting_needs_no_tensorflow():
-    code = ("import sys, simclr_tf.inherit; "
+    code = ("import sys, simclr_tf.config.inherit; "
             "assert 'tensorflow' not in sys.modules, 'TensorFlow imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
@@ -113,7 +113,7 @@ def test_inheriting_needs_no_tensorflow():
 def test_every_mode_after_training_needs_only_the_run(tiny_run, tmp_path):
     """eval, export, linear_probe, embed with --model_dir alone; fine-tuning with
     --checkpoint alone; a given flag that contradicts the weights is refused."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     run_dir = str(tmp_path / "run")
     tiny_run.copy_to(run_dir)
     eval_config, _ = _config(["--mode=eval", f"--model_dir={run_dir}"])
@@ -202,7 +202,8 @@ def test_extending_a_run_by_epochs_trains_the_epochs_and_records_what_it_applied
         tmp_path):
     """The issue's case: the plan is the epochs given, and flags_history.json records
     the steps' override dropped as well as the epochs (what the run applies)."""
-    from simclr_tf import records, schedules  # pylint: disable=import-outside-toplevel
+    from simclr_tf.method import schedules  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records
     run_dir = _recorded_run(tmp_path / "run", mode="train")
     config, _ = _config([f"--model_dir={run_dir}", "--train_epochs=2"])
     plan = schedules.compute_steps(
@@ -224,7 +225,7 @@ def test_a_variant_run_is_extended_without_retyping_the_variant(tmp_path):
     """--variant is read from the record with the flags it sets (it was never read, so
     an extension without it changed --variant and was refused); one of those flags
     given keeps it unread, and the variant alone is not a change of the model."""
-    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     run_dir = _recorded_run(tmp_path / "run", mode="train", variant="r18_0.125x_sk0")
     config, _ = _config([f"--model_dir={run_dir}", "--train_steps=8"])
     assert config.variant == "r18_0.125x_sk0" and config.resnet_depth == 18

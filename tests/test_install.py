@@ -11,7 +11,7 @@ import re
 import pytest
 
 from helpers.run_fixtures import config
-from simclr_tf import preflight
+from simclr_tf.run import preflight
 from simclr_tf.config import ConfigError
 from simclr_tf.models import hub
 

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from simclr_tf import run_lock
+from simclr_tf.run import run_lock
 from simclr_tf.config import ConfigError
 
 JUMP = run_lock.STALE_SECS + 100  # the export read its clock 700 s ahead

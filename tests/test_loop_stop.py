@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, loop, run_lock, stop_signals, train
+from simclr_tf.method import train
+from simclr_tf.run import loop, run_lock, stop_signals
+from simclr_tf.weights import checkpoints
 from helpers.standin_trainer import standin_objective
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import losses
+from simclr_tf.method import losses
 
 
 def _normalise(x):

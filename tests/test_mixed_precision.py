@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import optimizers, train
+from simclr_tf.method import optimizers, train
 from simclr_tf.config import Config
-from simclr_tf.modes.parts import POLICIES, build_model
+from simclr_tf.run.modes.parts import POLICIES, build_model
 from helpers.standin_model import random_batch
 
 IMAGE_SIZE = 16

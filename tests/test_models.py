@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from helpers.model_fixtures import randomise as _randomise
 from helpers.official_fixtures import R50_SK0_VARIABLES, R50_SK1_VARIABLES
-from simclr_tf import variants
+from simclr_tf.config import variants
 from simclr_tf.models import (FEATURE_NAMES, ProjectionHead, ResNet, SimCLRModel,
                               freeze_for_finetuning, layers as model_layers)
 
@@ -376,7 +376,7 @@ def test_model_takes_encoder_options_only_and_old_configs_still_load():
 
 
 def test_every_row_of_the_encoder_table_names_a_builder_that_imports():
-    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
     import importlib  # pylint: disable=import-outside-toplevel
     for name, spec in encoder_table.ENCODERS.items():
         module, _, function = spec.builder.partition(":")
@@ -385,7 +385,7 @@ def test_every_row_of_the_encoder_table_names_a_builder_that_imports():
 
 def test_the_encoder_table_states_the_vit_patch_sizes():
     from simclr_tf.models import vit  # pylint: disable=import-outside-toplevel
-    from simclr_tf.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import encoders as encoder_table  # pylint: disable=import-outside-toplevel
     assert set(vit.PRESETS) <= set(encoder_table.ENCODERS)
     for name, preset in vit.PRESETS.items():
         assert encoder_table.ENCODERS[name].patch_size == preset["patch_size"], name

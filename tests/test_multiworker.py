@@ -4,7 +4,7 @@ and run.py workers whose peer never starts or dies mid-run.
 Each worker runs tests/multiworker_worker.py with its own TF_CONFIG; both must end
 with the same weights (sync BN statistics included) as one process that trains on
 the global batch. The run.py tests check the bounded wait for peers, SIGTERM during
-it and the error naming a lost peer (simclr_tf.cluster; docs/design.md).
+it and the error naming a lost peer (simclr_tf.run.cluster; docs/design.md).
 """
 import json
 import os

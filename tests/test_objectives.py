@@ -1,4 +1,4 @@
-"""What docs/design.md promises of train modes: a row of `simclr_tf.tables.train_modes`
+"""What docs/design.md promises of train modes: a row of `simclr_tf.config.tables.train_modes`
 each, asked by the code instead of the name, and a new objective added from one file
 (its loss, its own option as a flag of run.py, its own state in the checkpoint)."""
 import json
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from simclr_tf import rules
-from simclr_tf.tables import train_modes
-from simclr_tf.objectives import base
+from simclr_tf.config import rules
+from simclr_tf.config.tables import train_modes
+from simclr_tf.method.objectives import base
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,8 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = '''"""A toy objective: label-smoothed cross-entropy on one crop-and-flip view."""
 import tensorflow as tf
 
-from simclr_tf.tables import train_modes
-from simclr_tf.objectives import base
+from simclr_tf.config.tables import train_modes
+from simclr_tf.method.objectives import base
 
 
 class Smoothed(base.Objective):
@@ -74,7 +74,7 @@ def test_every_train_mode_has_a_row_and_an_objective():
 
 def test_an_objectives_state_is_saved_and_restored_with_the_checkpoint(tmp_path):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
     model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
                         proj_out_dim=8, num_proj_layers=1)

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from helpers import official_fixtures as fx
 from helpers import official_layout
-from simclr_tf import checkpoints, official
-from simclr_tf.official import infer as official_infer
+from simclr_tf.weights import checkpoints, official
+from simclr_tf.weights.official import infer as official_infer
 from simclr_tf.models import ResNet, SimCLRModel, layers as model_layers
 
 HERE = os.path.dirname(os.path.abspath(__file__))

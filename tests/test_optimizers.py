@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import optimizers, schedules
+from simclr_tf.method import optimizers, schedules
 from helpers.standin_model import make_model
 
 

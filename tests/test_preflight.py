@@ -1,4 +1,4 @@
-"""simclr_tf.preflight: every check before a model exists, with no side effects."""
+"""simclr_tf.run.preflight: every check before a model exists, with no side effects."""
 import glob
 import os
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import experiment, preflight
-from simclr_tf.modes import parts
+from simclr_tf.run import experiment, preflight
+from simclr_tf.run.modes import parts
 from simclr_tf.config import Config, ConfigError
 
-from simclr_tf import checkpoints
+from simclr_tf.weights import checkpoints
 from helpers.run_fixtures import RESNET, config, write_run
 
 
@@ -56,7 +56,7 @@ def test_grad_cache_chunk_must_divide_the_per_replica_batch(tmp_path):
 
 
 def test_every_mode_of_the_table_is_a_flag_choice_and_its_functions_import():
-    from simclr_tf.tables import modes  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import modes  # pylint: disable=import-outside-toplevel
     assert set(modes.MODES) == set(Config.field_choices("mode"))
     for mode in modes.MODES.values():
         assert all(callable(part) for part in mode.functions()), mode.name
@@ -258,7 +258,7 @@ def test_the_encoder_is_checked_before_any_weights(overrides, flag, message, tmp
 def test_an_encoder_added_to_the_table_is_known_to_the_flags(tmp_path, monkeypatch):
     """One call: a registered builder and its spec make a valid --encoder."""
     from simclr_tf.models import vit
-    from simclr_tf.tables import encoders as encoder_table
+    from simclr_tf.config.tables import encoders as encoder_table
     monkeypatch.setattr(encoder_table, "ENCODERS", dict(encoder_table.ENCODERS))
     encoder_table.register_encoder("vit_t8", encoder_table.EncoderSpec(
         flags={}, patch_size=8, builder=lambda options, dtype: vit.ViT(
@@ -336,7 +336,7 @@ def test_a_training_record_is_a_contract(tmp_path):
     """Checkpoints in model_dir: a flag of the optimisation or the data that differs
     from flags.json is refused, naming each with both values; the run's length,
     progress and evaluation flags may change; --allow_changed_flags overrides."""
-    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     write_run(tmp_path)
     before = open(tmp_path / "flags.json").read()
     strategy = tf.distribute.get_strategy()

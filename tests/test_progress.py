@@ -4,7 +4,9 @@ import io
 
 import pytest
 
-from simclr_tf import progress, rules, train
+from simclr_tf.config import rules
+from simclr_tf.method import train
+from simclr_tf.run import progress
 from helpers.standin_trainer import standin_objective
 
 
@@ -94,7 +96,7 @@ class _CountingTrainer:
 
 
 def test_the_loop_updates_the_run_progress_after_every_call(capsys):
-    from simclr_tf import loop  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import loop  # pylint: disable=import-outside-toplevel
 
     class Recorder:
         def __init__(self):

@@ -5,7 +5,8 @@ are checked in tests/test_tiny_run.py, the final probe's in tests/test_experimen
 import json
 import os
 
-from simclr_tf import checkpoints, records
+from simclr_tf.rundir import records
+from simclr_tf.weights import checkpoints
 
 from helpers import run_fixtures
 from helpers.protocols import check_protocols

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, records
+from simclr_tf.rundir import records
+from simclr_tf.weights import checkpoints
 from simclr_tf.evaluation import features
 from simclr_tf.evaluation.rankme import rankme, singular_values
-from simclr_tf.modes import parts
+from simclr_tf.run.modes import parts
 
 from helpers import run_fixtures
 
@@ -73,7 +74,7 @@ def test_the_knn_monitor_of_the_tiny_run_writes_rankme(tiny_run):
     result = json.load(open(os.path.join(directory, "result.json")))
     model = parts.build_model(tiny_run.config, tf.distribute.get_strategy(), 10)
     checkpoints.restore_model(model, os.path.join(directory, "ckpt-4"))
-    from simclr_tf import preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import preflight  # pylint: disable=import-outside-toplevel
     bank = features.extract(tf.distribute.get_strategy(), model,
                             preflight.load_source(tiny_run.config), "train",
                             image_size=16, batch_size=256)

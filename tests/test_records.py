@@ -1,10 +1,11 @@
-"""simclr_tf.records: the run directory's flags and results; simclr_tf.files: the one atomic write."""
+"""simclr_tf.rundir.records: the run directory's flags and results;
+simclr_tf.rundir.files: the one atomic write."""
 import json
 import os
 
 import pytest
 
-from simclr_tf import files, records
+from simclr_tf.rundir import files, records
 from simclr_tf.config import Config, ConfigError
 from helpers.run_fixtures import RESNET, TINY, config, write_run
 
@@ -110,7 +111,7 @@ def old_run(tmp_path_factory):
 
 
 def test_an_old_run_directory_opens_in_open_encoder(old_run):
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     model, image_size, description = checkpoints.open_encoder(str(old_run))
     assert image_size == TINY["image_size"] and description.endswith("ckpt-1")
     assert model.encoder is not None
@@ -118,7 +119,8 @@ def test_an_old_run_directory_opens_in_open_encoder(old_run):
 
 def test_an_old_run_directory_passes_preflight(old_run):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf import checkpoints, preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints
     recorded = checkpoints.recorded_run_config(checkpoints.resolve(str(old_run)))
     assert recorded is not None and recorded.resnet_depth == RESNET["resnet_depth"]
     cfg = config(model_dir=str(old_run), mode="export", **RESNET)

@@ -11,8 +11,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import plugin_event_accumulator
 
 import run
-from simclr_tf import records
-from simclr_tf.modes import train
+from simclr_tf.rundir import records
+from simclr_tf.run.modes import train
 from helpers import cli_flags
 from helpers.run_fixtures import TINY
 
@@ -87,7 +87,7 @@ def test_after_a_kill_and_a_resume_tensorboard_agrees_with_metrics_jsonl(
     """Issue 34, item 13, end to end: the run's own event files, read by
     TensorBoard's reader, hold each step once, with the values metrics.jsonl holds
     (the resumed run's for steps 3 and 4)."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     from helpers.run_fixtures import config  # pylint: disable=import-outside-toplevel
     run_dir = tmp_path / "run"
     cfg = config(model_dir=str(run_dir), mode="train", train_steps=4, checkpoint_steps=2,
@@ -122,8 +122,8 @@ def test_an_extension_by_epochs_and_a_failed_changed_flags_one_through_run_py(
     2 done'); an extension with --allow_changed_flags --learning_rate=1e30 that
     fails before its first checkpoint leaves flags.json and the history as they
     were, so the next command without it is not refused and reads 0.5, not 1e30."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
-    from simclr_tf.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.loop import NonFiniteLossError  # pylint: disable=import-outside-toplevel
     run_dir = tmp_path / "run"
     first = [f"--{name}={value}" for name, value in TINY.items() if name != "train_split"]
     experiment.run(_command(*first, f"--model_dir={run_dir}", "--mode=train",

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, loop, preflight, run_lock, stop_signals, train
-from simclr_tf.modes import evaluate as modes_evaluate
-from simclr_tf.modes import parts
+from simclr_tf.method import train
+from simclr_tf.run import experiment, loop, preflight, run_lock, stop_signals
+from simclr_tf.weights import checkpoints
+from simclr_tf.run.modes import evaluate as modes_evaluate
+from simclr_tf.run.modes import parts
 from simclr_tf.config import ConfigError
 
 from helpers.run_fixtures import config, write_run  # noqa: F401

@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, preflight, rules
-from simclr_tf.modes import parts
+from simclr_tf.config import rules
+from simclr_tf.run import experiment, preflight
+from simclr_tf.weights import checkpoints
+from simclr_tf.run.modes import parts
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, image_scan
-from simclr_tf.loop import NonFiniteLossError
+from simclr_tf.run.loop import NonFiniteLossError
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)

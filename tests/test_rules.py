@@ -1,7 +1,7 @@
-"""simclr_tf.rules: each value rule defined once, for the flags and the library alike."""
+"""simclr_tf.config.rules: each value rule defined once, for the flags and the library alike."""
 import pytest
 
-from simclr_tf import rules
+from simclr_tf.config import rules
 from simclr_tf.config import Config, ConfigError
 
 # (rule, good arguments, bad arguments, the argument the message names)

@@ -1,4 +1,4 @@
-"""simclr_tf.run_dirs: the run a path belongs to and its flags.json, the one reader that
+"""simclr_tf.config.run_dirs: the run a path belongs to and its flags.json, the one reader that
 inherit, the checkpoints' record (preflight, the teacher) and open_encoder ask."""
 import io
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from simclr_tf import inherit, run_dirs
+from simclr_tf.config import inherit, run_dirs
 from simclr_tf.config import Config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +93,7 @@ def test_a_path_inherit_reads_a_run_of_is_one_open_encoder_opens(tiny_run, tmp_p
     inherit reads the run's flags.json, and open_encoder opens each (the prefixes
     with the model that flags.json records); a copied prefix without its run's record
     is neither."""
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     run = tiny_run.directory
     for path in _forms(run):
         config = Config(mode="eval", checkpoint=path).with_given({"mode", "checkpoint"})

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from simclr_tf import schedules
+from simclr_tf.method import schedules
 
 
 @pytest.mark.parametrize("kwargs,expected", [

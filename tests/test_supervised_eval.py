@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf.data import augment, registry
+from simclr_tf import augment
+from simclr_tf.data import registry
 from simclr_tf.evaluation import features, supervised
 from simclr_tf.models import SimCLRModel
 

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, export, preflight
-from simclr_tf import teacher
+from simclr_tf.run import preflight
+from simclr_tf.weights import checkpoints, export
+from simclr_tf.weights import teacher
 from simclr_tf.config import ConfigError
-from simclr_tf.modes import parts
+from simclr_tf.run.modes import parts
 
 from helpers import official_fixtures as fx
 from helpers import run_fixtures
@@ -137,7 +138,7 @@ def test_a_resumed_distillation_refuses_a_redone_teacher_and_keeps_its_checkpoin
     same ckpt-1), the same command refused as a --teacher error; the student's
     checkpoint and records are as they were. A teacher.json without a digest (an
     older version's) is taken at its word and gets one."""
-    from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     path = _teacher(tmp_path, "run", seed=1)
     student = _student(tmp_path, path, train_steps=6)  # stopped at ckpt-2, then ckpt-4
     run_fixtures.run_stopped_after_first_segment(monkeypatch, student)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import checkpoints, experiment, preflight
-from simclr_tf.modes import parts
+from simclr_tf.run import experiment, preflight
+from simclr_tf.weights import checkpoints
+from simclr_tf.run.modes import parts
 from simclr_tf.evaluation import features
 
 from helpers import run_fixtures
@@ -193,7 +194,7 @@ def test_a_fine_tune_from_the_run_starts_from_its_online_head(tiny_run, tmp_path
     optimizer's path (model and optimizer together): read through the object graph,
     the online head is found and, fitting, loaded without --zero_init_logits_layer
     (read by key prefix it was missed, and the head started random)."""
-    from simclr_tf.modes import train as modes_train  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import train as modes_train  # pylint: disable=import-outside-toplevel
     prefix = os.path.join(tiny_run.directory, "ckpt-4")
     assert sorted(checkpoints.object_variable_shapes(prefix, "model", "supervised_head")
                   .values()) == [(10,), (run_fixtures.H_DIM, 10)]
@@ -222,7 +223,7 @@ def test_a_fine_tune_from_the_run_starts_from_its_online_head(tiny_run, tmp_path
 def test_the_run_is_a_teacher(tiny_run):
     """Its online head makes it a teacher: the classes are read from the training
     checkpoint through the object graph, the architecture from its flags.json."""
-    from simclr_tf import teacher  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import teacher  # pylint: disable=import-outside-toplevel
     info = teacher.inspect_teacher(tiny_run.directory)
     assert (info.num_classes, info.image_size) == (10, 16)
     assert info.model_kwargs == tiny_run.config.model_kwargs(10)
@@ -268,7 +269,7 @@ def test_a_rerun_or_a_failed_extension_keeps_the_training_record(tiny_run, tmp_p
     metrics = [k for k in before if k.startswith("train/") and "initialized" not in k]
     assert len(metrics) > 5 and {k: after[k] for k in metrics} == {
         k: before[k] for k in metrics}
-    from simclr_tf.modes import train  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import train  # pylint: disable=import-outside-toplevel
 
     def fails(*args):
         raise RuntimeError("the machine went away (simulated)")
@@ -285,7 +286,7 @@ def test_changed_flags_on_a_run_are_refused_or_recorded(tiny_run, tmp_path,
     built (its export stays); with --allow_changed_flags the change is in the
     history and flags.json has the new flags, with the first checkpoint they write
     (issue 34, item 6)."""
-    from simclr_tf import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     from simclr_tf.config import ConfigError  # pylint: disable=import-outside-toplevel
     cfg = tiny_run.copy_to(tmp_path / "run", train_mode="finetune")
     with pytest.raises(ConfigError, match="'pretrain' recorded, 'finetune' given"):
@@ -311,7 +312,7 @@ def test_a_finished_run_asked_again_prints_what_it_recorded(tiny_run, tmp_path,
     and both final probes) returns the recorded numbers and builds, trains and
     measures nothing; --reevaluate, another eval split, an unrecorded probe or a
     longer run do run."""
-    from simclr_tf.modes import evaluate, linear_probe, train  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import evaluate, linear_probe, train  # pylint: disable=import-outside-toplevel
     cfg = tiny_run.copy_to(tmp_path / "run", mode="train_then_eval",
                            final_linear_probe=True)
     path = os.path.join(cfg.model_dir, "result.json")

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import distribute, loop, losses, models, optimizers, schedules, train
+from simclr_tf import models
+from simclr_tf.method import losses, optimizers, schedules, train
+from simclr_tf.run import distribute, loop
 from simclr_tf.evaluation import supervised
 from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
 
@@ -344,7 +346,7 @@ def test_head_learning_rate_leaves_the_encoder_bit_exact():
 
 
 def test_step_options_are_made_once_and_taken_by_trainer_and_fit():
-    from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
+    from simclr_tf.method import keras_fit  # pylint: disable=import-outside-toplevel
     strategy = tf.distribute.get_strategy()
     model = models.SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125,
                                                     stem="cifar"), num_classes=10)
@@ -363,7 +365,7 @@ def test_step_options_are_made_once_and_taken_by_trainer_and_fit():
 
 def test_step_option_fields_as_keywords_are_refused_with_the_way_to_pass_them():
     """The form before StepOptions (its fields as keywords) tells how to migrate."""
-    from simclr_tf import keras_fit  # pylint: disable=import-outside-toplevel
+    from simclr_tf.method import keras_fit  # pylint: disable=import-outside-toplevel
     strategy = tf.distribute.get_strategy()
     model = make_model(IMAGE_SIZE)
     migration = r"options=StepOptions\(temperature=0\.5, seed=3\)"
@@ -441,7 +443,8 @@ def test_under_op_determinism_the_step_runs_without_data_wait():
     code = """
 import numpy as np, tensorflow as tf
 tf.config.experimental.enable_op_determinism()
-from simclr_tf import loop, optimizers, train
+from simclr_tf.method import optimizers, train
+from simclr_tf.run import loop
 from helpers.standin_model import make_model, random_batch
 view1, view2, labels = random_batch(4, 16, seed=0)
 data = tf.data.Dataset.from_tensor_slices(((view1, view2), labels)).batch(4)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf import experiment
-from simclr_tf.modes import parts
+from simclr_tf.run import experiment
+from simclr_tf.run.modes import parts
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import registry
 from simclr_tf.evaluation import features, transfer
@@ -86,7 +86,7 @@ def test_linear_probe_mode_caches_features(tmp_path):
         num_proj_layers=2, proj_out_dim=16, eval_batch_size=128, model_dir=model_dir,
         mode="linear_probe", knn_k=10)).validate()
     model = parts.build_model(cfg, tf.distribute.get_strategy(), None)
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     checkpoints.CheckpointState(model_dir, model).save(7)
     first = experiment.run(cfg)
     cached = os.path.join(model_dir, "features", "digits", "train__300.npz")

@@ -2,7 +2,7 @@
 
 Both readers of encoded images ask `FORMATS`: the image-folder scan
 (`simclr_tf.data.image_scan`: every row) and the exported `serving_default`
-(`simclr_tf.serving_input`: the rows `tf.io.decode_image` reads, `tf_decodes`).
+(`simclr_tf.weights.serving_input`: the rows `tf.io.decode_image` reads, `tf_decodes`).
 `tf.io.decode_image` reads JPEG, PNG, BMP and GIF (first frame); Pillow reads the other
 rows, for image folders only (a served image must be one TensorFlow decodes in the
 graph). Pure Python: no TensorFlow.

@@ -22,8 +22,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf import rules
-from simclr_tf.files import atomic_write
+from simclr_tf.config import rules
+from simclr_tf.rundir.files import atomic_write
 from simclr_tf.data import image_formats
 
 

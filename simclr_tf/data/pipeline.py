@@ -34,11 +34,12 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import rules
-from simclr_tf.data import augment, device_augment
+from simclr_tf.config import rules
+from simclr_tf import augment
+from simclr_tf.augment import device as device_augment
 from simclr_tf.data import sources
 from simclr_tf.data.sources import DatasetSource
-from simclr_tf.tables import train_modes
+from simclr_tf.config.tables import train_modes
 
 # The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
 # memory, the reference's choice; smaller datasets are shuffled whole.

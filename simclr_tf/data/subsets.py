@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import rules
+from simclr_tf.config import rules
 from simclr_tf.data.registry import get_dataset
 from simclr_tf.data.sources import DatasetSource, stratified_subset_ids
 from simclr_tf.data.tfds_source import AUTHORS_IMAGENET_SUBSETS, TFDSSource, table_name

@@ -4,7 +4,7 @@
   arguments, `run(model, step)` returns {record / TensorBoard name: value},
   `describe` gives its printed line.
 - `registry`: evaluator names -> classes (`get_evaluator`, `register_evaluator`);
-  `simclr_tf.modes.evaluations.evaluators_for` builds them from the Config.
+  `simclr_tf.run.modes.evaluations.evaluators_for` builds them from the Config.
 - `features`: the one eval input pipeline (`eval_dataset`: centre crop and resize,
   example ids, the last batch padded) and feature extraction under any strategy
   (`FeatureExtractor`, `extract`), example names and sampled ids, feature caches.

@@ -39,7 +39,7 @@ The contract (big_vision's evaluators: one small interface, the trainer only cal
 
 A new evaluator is a module with an `Evaluator` subclass and one line in
 `simclr_tf.evaluation.registry.EVALUATORS` (plus, when it reads flags of its own, one
-line in `simclr_tf.modes.evaluations.EVALUATOR_ARGUMENTS`).
+line in `simclr_tf.run.modes.evaluations.EVALUATOR_ARGUMENTS`).
 """
 import numpy as np
 import tensorflow as tf

@@ -10,7 +10,8 @@ has one too); the accuracies count the labelled ones.
 """
 import tensorflow as tf
 
-from simclr_tf import checkpoints, losses
+from simclr_tf.method import losses
+from simclr_tf.weights import checkpoints
 from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import LOGITS
 
@@ -22,7 +23,7 @@ def distill_counts(student, teacher, images, labels, ids):
 
     Args:
         student: `student(images, training=False)` -> dict with 'logits_sup'.
-        teacher: `teacher(images)` -> logits (a `simclr_tf.teacher.Teacher`).
+        teacher: `teacher(images)` -> logits (a `simclr_tf.weights.teacher.Teacher`).
         images: float32 [n, H, W, 3].
         labels: int [n], -1 unlabelled or padding.
         ids: int [n], -1 for padding rows.
@@ -44,7 +45,7 @@ class DistillEval(base.Evaluator):
     Args (besides `base.Evaluator`'s):
         split: the split evaluated (labels optional: without them only the
             agreement is measured).
-        teacher: the run's `simclr_tf.teacher.Teacher`, built under `strategy`.
+        teacher: the run's `simclr_tf.weights.teacher.Teacher`, built under `strategy`.
         steps: evaluate at most this many batches (None: all).
 
     `run` returns 'distill/student_top_1_accuracy', 'distill/teacher_top_1_accuracy'

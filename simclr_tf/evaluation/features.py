@@ -24,8 +24,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import distribute, files
-from simclr_tf.data import augment
+from simclr_tf.run import distribute
+from simclr_tf.rundir import files
+from simclr_tf import augment
 from simclr_tf.models import outputs
 
 H, Z = outputs.H, outputs.Z  # re-exported: features.H, features.Z

@@ -24,7 +24,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import rules
+from simclr_tf.config import rules
 from simclr_tf.evaluation import base, features, overlap, rankme
 from simclr_tf.models.outputs import H
 

@@ -2,7 +2,7 @@
 
 `shared_examples(source, train_split, eval_split)` -> (shared, of, unit): the
 examples of `eval_split` that are also in `train_split`, each counted once.
-`simclr_tf.preflight.check_eval_overlap` refuses a run whose evaluation would count
+`simclr_tf.run.preflight.check_eval_overlap` refuses a run whose evaluation would count
 examples that trained its weights, fill its kNN bank or fit its probe;
 `check_disjoint` is the same refusal for the evaluators (`knn.KnnEval`,
 `transfer.evaluate_protocols` and its evaluators) built outside a run.

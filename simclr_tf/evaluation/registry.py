@@ -11,12 +11,12 @@ table is the list of what exists, read in one place, and an evaluator cannot be
 missing because nothing happened to import its module (the same choice as
 `simclr_tf.data.registry` for datasets). User code adds its own with
 `register_evaluator(name, cls)`, touching no file of the package. The modes build
-them from the Config in one place, `simclr_tf.modes.evaluations.evaluators_for`.
+them from the Config in one place, `simclr_tf.run.modes.evaluations.evaluators_for`.
 """
 import difflib
 
 from simclr_tf.evaluation import base, distill, knn, supervised, transfer
-from simclr_tf.tables import evaluators as evaluator_table
+from simclr_tf.config.tables import evaluators as evaluator_table
 
 EVALUATORS = {
     "supervised": supervised.SupervisedEval,   # --mode=eval: the supervised head

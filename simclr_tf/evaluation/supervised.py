@@ -17,7 +17,7 @@ Example:
 """
 import tensorflow as tf
 
-from simclr_tf import losses, optimizers
+from simclr_tf.method import losses, optimizers
 from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import LOGITS
 

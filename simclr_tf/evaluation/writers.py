@@ -12,7 +12,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import errors, files
+from simclr_tf.config import errors
+from simclr_tf.rundir import files
 from simclr_tf.evaluation.features import H, Z
 
 _KEPT = "The file there before, if any, is unchanged."

@@ -15,20 +15,20 @@ An encoder is a `keras.layers.Layer` that
 - has `no_decay_variables()`: variables of more than one dimension that optimizers
   must neither decay nor trust-scale (a ViT's class token and position embedding;
   none for ResNet). Variables with ndim <= 1 (norms, biases) are excluded by
-  structure anyway (`simclr_tf.optimizers`).
+  structure anyway (`simclr_tf.method.optimizers`).
 
 `build_encoder(name, **options)` makes one by its row of the encoder table
-(`simclr_tf.tables.encoders`, whose rows name the builders below); `SimCLRModel` calls
+(`simclr_tf.config.tables.encoders`, whose rows name the builders below); `SimCLRModel` calls
 it for `encoder='resnet'` etc. and also takes an encoder layer directly.
 """
-from simclr_tf import rules
+from simclr_tf.config import rules
 from simclr_tf.models import vit
 from simclr_tf.models.resnet import ResNet
-from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.config.tables import encoders as encoder_table
 
 
 # The builders `builder(options, dtype) -> layer` that the rows of the encoder table
-# (`simclr_tf.tables.encoders.ENCODERS`, TF-free: which flags each reads, its rules)
+# (`simclr_tf.config.tables.encoders.ENCODERS`, TF-free: which flags each reads, its rules)
 # name as 'simclr_tf.models.encoders:<function>'.
 def resnet(options, dtype):
     return ResNet(**options, dtype=dtype, name="resnet")
@@ -53,7 +53,7 @@ def tiny(options, dtype):
 
 
 def build_encoder(name, dtype=None, *, batch_norm_decay=0.9, global_bn=True, **options):
-    """The encoder called `name` (see `simclr_tf.tables.encoders.ENCODERS`).
+    """The encoder called `name` (see `simclr_tf.config.tables.encoders.ENCODERS`).
 
     Args:
         name: a key of the encoder table, or 'hub:<preset directory, preset name or

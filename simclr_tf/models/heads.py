@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from simclr_tf import rules
+from simclr_tf.config import rules
 
 from simclr_tf.models.layers import (PACKAGE, BatchNormRelu, CheckpointListsMixin,
                                      TracedOutputShapeMixin, build_by_tracing)

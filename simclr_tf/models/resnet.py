@@ -10,7 +10,7 @@ from the image size. Freezing for fine-tuning is decided outside (see
 import keras
 from keras import ops
 
-from simclr_tf import rules, variants
+from simclr_tf.config import rules, variants
 from simclr_tf.models.layers import (
     PACKAGE, BatchNormRelu, CheckpointListsMixin, Conv2DFixedPadding, SelectiveKernelConv,
     SqueezeExcitation, TracedOutputShapeMixin, build_by_tracing, output_float)

@@ -2,7 +2,7 @@
 import keras
 from keras import ops
 
-from simclr_tf import architecture
+from simclr_tf.config import architecture
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
 from simclr_tf.models.layers import PACKAGE, build_by_tracing, output_float
 from simclr_tf.models.outputs import H, LOGITS, Z
@@ -20,7 +20,7 @@ class SimCLRModel(keras.Model):
     the model computes in float64).
 
     Args:
-        encoder: a name of `simclr_tf.tables.encoders.ENCODERS` ('resnet', the
+        encoder: a name of `simclr_tf.config.tables.encoders.ENCODERS` ('resnet', the
             default; 'vit_s16', 'vit_b16'; 'hub:<...>' with keras-hub) built with
             `encoder_options`, or an encoder layer (see `simclr_tf.models.encoders`
             for what one provides), e.g. `ViT(**vit.PRESETS['vit_s16'], pool='mean')`.

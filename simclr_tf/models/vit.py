@@ -30,7 +30,7 @@ NUM_BLOCK_GROUPS = 4
 LAYER_NORM_EPSILON = 1e-6
 EMBEDDING_FEATURE = "patch_embedding"
 
-# name -> architecture (no classifier head); rows of `simclr_tf.tables.encoders.ENCODERS`.
+# name -> architecture (no classifier head); rows of `simclr_tf.config.tables.encoders.ENCODERS`.
 PRESETS = {
     "vit_s16": dict(patch_size=16, hidden_dim=384, depth=12, num_heads=6, mlp_dim=1536),
     "vit_b16": dict(patch_size=16, hidden_dim=768, depth=12, num_heads=12, mlp_dim=3072),

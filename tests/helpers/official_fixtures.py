@@ -1,11 +1,11 @@
-"""Helpers for tests of `simclr_tf.official`: checkpoints with chosen variable names,
+"""Helpers for tests of `simclr_tf.weights.official`: checkpoints with chosen variable names,
 the authors' variable lists (tests/data) and small models in the authors' layout."""
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf import official
+from simclr_tf.weights import official
 from simclr_tf.models import SimCLRModel
 from helpers.model_fixtures import randomise  # noqa: F401  (re-exported for the tests)
 from helpers.official_layout import export_official_layout

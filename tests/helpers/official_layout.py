@@ -1,13 +1,13 @@
 """Writes one of our models in the authors' released layout (for tests only).
 
-The reader lives in `simclr_tf.official`; this writer makes checkpoints with the
+The reader lives in `simclr_tf.weights.official`; this writer makes checkpoints with the
 authors' variable names from our models, so import tests need no released model.
 """
 import os
 
 import tensorflow as tf
 
-from simclr_tf.official import roles as official_roles
+from simclr_tf.weights.official import roles as official_roles
 
 class _Names:
     """Keras-style unique layer names: 'conv2d', 'conv2d_1', ... per base name."""

@@ -1,5 +1,5 @@
 """What every accuracy of a result must say about how it was measured."""
-from simclr_tf import records
+from simclr_tf.rundir import records
 
 # Accuracies whose names do not say so.
 NAMED_ACCURACIES = ("linear_probe/pretrained", "linear_probe/random_init")

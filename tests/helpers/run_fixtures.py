@@ -31,8 +31,8 @@ def write_run(directory, *, flags_json=True, **overrides):
         The Config.
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf import records  # pylint: disable=import-outside-toplevel
-    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import parts  # pylint: disable=import-outside-toplevel
     cfg = config(**dict(dict(model_dir=str(directory), train_steps=1), **overrides))
     model = parts.build_model(cfg, tf.distribute.get_strategy(), 10)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(directory),
@@ -48,7 +48,7 @@ def run_stopped_after_first_segment(monkeypatch, cfg):
     (`loop._run_calls`' first call, which ends at the first checkpoint when the log
     interval does not come earlier), as an interruption would."""
     import pytest  # pylint: disable=import-outside-toplevel
-    from simclr_tf import experiment, loop  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment, loop  # pylint: disable=import-outside-toplevel
 
     class Stopped(Exception):
         pass
@@ -70,8 +70,8 @@ def run_stopped_after_first_segment(monkeypatch, cfg):
 def final_weights(cfg, num_classes=10):
     """{variable path: value} of the model of `cfg` at model_dir's latest checkpoint."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf import checkpoints  # pylint: disable=import-outside-toplevel
-    from simclr_tf.modes import parts  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import parts  # pylint: disable=import-outside-toplevel
     model = parts.build_model(cfg, tf.distribute.get_strategy(), num_classes)
     checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
     return {v.path: v.numpy() for v in model.weights}
@@ -104,7 +104,7 @@ class TinyRun:
         import fcntl  # pylint: disable=import-outside-toplevel
         import json  # pylint: disable=import-outside-toplevel
         import os  # pylint: disable=import-outside-toplevel
-        from simclr_tf import experiment  # pylint: disable=import-outside-toplevel
+        from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
         os.makedirs(root, exist_ok=True)
         directory, returned = os.path.join(root, "run"), os.path.join(root, "returned.json")
         with open(os.path.join(root, "lock"), "w") as lock:

@@ -1,5 +1,5 @@
 """What the loop reads of a Trainer besides its steps, for the tests' stand-in trainers."""
-from simclr_tf.tables import train_modes
+from simclr_tf.config.tables import train_modes
 
 
 def standin_objective(trainer, options):

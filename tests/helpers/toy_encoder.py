@@ -5,7 +5,7 @@ reads --width_multiplier (8 x multiplier filters)."""
 import keras
 
 from simclr_tf.models import outputs
-from simclr_tf.tables import encoders as encoder_table
+from simclr_tf.config.tables import encoders as encoder_table
 
 NAME = "tiny_conv"
 

@@ -3,9 +3,9 @@
 latest checkpoint."""
 import numpy as np
 
-from simclr_tf import checkpoints
-from simclr_tf.tables import modes
-from simclr_tf.modes import parts
+from simclr_tf.weights import checkpoints
+from simclr_tf.config.tables import modes
+from simclr_tf.run.modes import parts
 
 MODE = modes.Mode(
     "count_weights", (f"{__name__}:count_weights",),

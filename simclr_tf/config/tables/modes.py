@@ -1,0 +1,98 @@
+"""The modes of `--mode`: one table, asked by the flag's choices, `Config.validate`,
+`preflight` and `experiment`; each mode's code is one module of `simclr_tf.run.modes`.
+
+This module imports nothing of TensorFlow (run.py checks the flags before TensorFlow
+is imported); a mode's functions are named as 'module:function' and imported when the
+mode runs. A new mode is one `Mode` row (`register`, or a line of `MODES` below) plus
+its function `(config, strategy, context) -> {name: value}` in its module.
+"""
+import dataclasses
+import importlib
+
+from simclr_tf.config import tables
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """What a mode does with a run directory, for the checks and the dispatch.
+
+    Attributes:
+        name: the value of --mode.
+        parts: 'module:function' of each function it runs, in order; a SIGTERM
+            during training stops the rest.
+        help: one phrase for --help.
+        trains: it trains a model. Its record is model_dir's flags.json /
+            result.json (what `open_encoder` and users read; the other modes write
+            flags.<mode>.json / result.<mode>.json and never overwrite them); it
+            needs the train split, a batch the replicas divide and a training
+            length; --final_linear_probe runs after it.
+        needs_model_dir: --model_dir is required. False: --checkpoint may name the
+            weights instead (the run only reads them).
+        takes_lock: it writes model_dir, so it holds its lock. False: it only reads
+            model_dir's checkpoints (and writes its own result files), so it may
+            follow a running job.
+        needs_checkpoint: model_dir (or --checkpoint, where `needs_model_dir` is
+            False) must hold weights before anything is built. A mode that does
+            not take the lock may instead wait for them (--eval_wait_secs).
+        labelled_splits: the split flags it reads labels from (checked to exist and
+            be labelled before anything is built).
+        evaluators: the evaluators (`simclr_tf.evaluation.registry` names, in the
+            order they run) it runs on each checkpoint it reads: --evaluators'
+            default (`tables.evaluators.resolve`); a training mode's monitors during
+            training are its train mode's instead. Empty: it runs none. With
+            'supervised' it evaluates the head on --eval_split
+            (`tables.evaluators.evaluates_head`: labels, and a run with the head).
+    """
+    name: str
+    parts: tuple
+    help: str
+    trains: bool = False
+    needs_model_dir: bool = True
+    takes_lock: bool = True
+    needs_checkpoint: bool = False
+    labelled_splits: tuple = ()
+    evaluators: tuple = ()
+
+    def functions(self):
+        """The functions of `parts`, imported now."""
+        found = []
+        for part in self.parts:
+            module, _, name = part.partition(":")
+            found.append(getattr(importlib.import_module(module), name))
+        return found
+
+
+_PACKAGE = "simclr_tf.run.modes"
+
+MODES = {mode.name: mode for mode in (
+    Mode("train", (f"{_PACKAGE}.train:train",), "train", trains=True),
+    Mode("eval", (f"{_PACKAGE}.evaluate:evaluate",),
+         "eval (the supervised head of model_dir's latest checkpoint on --eval_split)",
+         needs_model_dir=False, takes_lock=False, needs_checkpoint=True, evaluators=("supervised",)),
+    Mode("train_then_eval", (f"{_PACKAGE}.train:train", f"{_PACKAGE}.evaluate:evaluate"),
+         "train_then_eval", trains=True, evaluators=("supervised",)),
+    Mode("export", (f"{_PACKAGE}.export:export_latest",),
+         "export (a SavedModel of the latest checkpoint)", needs_checkpoint=True),
+    Mode("linear_probe", (f"{_PACKAGE}.linear_probe:linear_probe_mode",),
+         "linear_probe (kNN and the L-BFGS probe on frozen h)", needs_model_dir=False,
+         needs_checkpoint=True, labelled_splits=("train_split", "eval_split"),
+         evaluators=("linear_probe",)),
+    Mode("embed", (f"{_PACKAGE}.embed:embed_mode",),
+         "embed (h of a split to .npz/.parquet)", needs_model_dir=False,
+         needs_checkpoint=True),
+)}
+
+
+def register(mode):
+    """Adds `mode` to the table (a mode defined outside this package); returns it."""
+    return tables.add_row(MODES, mode, Mode, "mode")
+
+
+def get(name):
+    """The `Mode` called `name`; ValueError naming the modes otherwise."""
+    return tables.get_row(MODES, name, "mode")
+
+
+def help_text():
+    """The --mode help: every mode's phrase."""
+    return "What to run: " + "; ".join(mode.help for mode in MODES.values()) + "."

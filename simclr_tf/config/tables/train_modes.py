@@ -1,0 +1,156 @@
+"""The train modes of `--train_mode`: one table, asked by the pipeline, the model's
+parts, `validation`, `preflight`, `Config`, `keras_fit` and `inherit` instead of
+comparing the mode's name; each objective's step is one module of
+`simclr_tf.method.objectives`.
+
+This module imports nothing of TensorFlow (run.py checks the flags before TensorFlow
+is imported); an objective's step class is named as 'module:Class' and imported when
+a Trainer is built. A new objective is one file: its `TrainMode` row (`register`) and
+its `simclr_tf.method.objectives.base.Objective` subclass (its loss, its slice of the step
+options). A file outside simclr_tf is loaded with `load_module(path)`
+(`--objective_module=path.py` on run.py's command line), which runs it: its
+`register` call adds the row, and the row's `options` become flags of run.py.
+"""
+import dataclasses
+import importlib
+import importlib.util
+import os
+import sys
+
+from simclr_tf.config import tables
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainMode:
+    """What a train mode asks of the rest of the code (the data, the model, the
+    checks, the records), for the questions once asked by comparing its name.
+
+    Attributes:
+        name: the value of --train_mode.
+        objective: 'module:Class' of its `simclr_tf.method.objectives.base.Objective`.
+        help: one phrase for --help.
+        views: views per image in a batch: 2 gives `((view1, view2), labels)` of
+            colour-distorted views (--augment_on=device may draw them in the step),
+            1 gives `(images, labels)` of crop-and-flip images.
+        labels: 'none' (it learns without them: --label_fraction does not apply,
+            and a labelled dataset of one class measures nothing), 'required' (its
+            train split must be labelled; --label_fraction trains on a subset) or
+            'optional' (it mixes in the labels of a --label_fraction subset).
+        needs_teacher: it learns from --teacher (a fixed model with a supervised
+            head): the Trainer takes one, and only then.
+        online_head: its supervised head is optional (--lineareval_while_pretraining)
+            and trains on stop_gradient(h): the head's gradient stops at h, and
+            --head_learning_rate applies to it. False: whenever the run has classes
+            the model has the head, and its gradient reaches the encoder.
+        blur: --use_blur applies (the step blurs its views on the device).
+        grad_cache: --grad_cache_chunk applies (a loss that couples the batch).
+        freezes: --fine_tune_after_block applies (layers frozen before it trains).
+        contrastive_batch: each image's copies would be negatives of each other:
+            the batch is checked against the split's size and the loss's rules.
+        knn_monitor: --knn_eval_split monitors the representation while training.
+        monitors: `simclr_tf.evaluation.registry` names run at every checkpoint of
+            training, on --eval_split (distillation: the student against its teacher).
+        metrics: the step's log names it may write (`train/<name>` in TensorBoard,
+            'loss' as `train/total_loss`), besides the Trainer's own.
+        options: its own options that are no Config field: {name: default}; run.py
+            defines each as a flag, and the values reach its step in
+            `StepOptions.objective_options`.
+    """
+    name: str
+    objective: str
+    help: str
+    views: int = 1
+    labels: str = "none"
+    needs_teacher: bool = False
+    online_head: bool = False
+    blur: bool = False
+    grad_cache: bool = False
+    freezes: bool = False
+    contrastive_batch: bool = False
+    knn_monitor: bool = False
+    monitors: tuple = ()
+    metrics: tuple = ()
+    options: tuple = ()
+
+    def __post_init__(self):
+        if self.views not in (1, 2):
+            raise ValueError(f"views must be 1 or 2. Received: views={self.views!r}")
+        if self.labels not in ("none", "required", "optional"):
+            raise ValueError("labels must be 'none', 'required' or 'optional'. "
+                             f"Received: labels={self.labels!r}")
+        object.__setattr__(self, "options", tuple(dict(self.options).items()))
+
+    @property
+    def needs_labels(self):
+        """Its train split must be labelled."""
+        return self.labels == "required"
+
+    def objective_class(self):
+        """The `Objective` subclass of `objective`, imported now."""
+        module, _, name = self.objective.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+_PACKAGE = "simclr_tf.method.objectives"
+_STEP_METRICS = ("loss", "weight_decay", "grad_norm", "learning_rate", "num_examples")
+
+TRAIN_MODES = {row.name: row for row in (
+    TrainMode("pretrain", f"{_PACKAGE}.pretrain:Pretrain",
+              "pretrain: the contrastive objective (and the online linear head on "
+              "stop_gradient(h))",
+              views=2, labels="none", online_head=True, blur=True, grad_cache=True,
+              contrastive_batch=True, knn_monitor=True,
+              metrics=("contrast_loss", "contrast_acc", "contrast_entropy",
+                       "supervised_loss", "supervised_acc")),
+    TrainMode("finetune", f"{_PACKAGE}.finetune:Finetune",
+              "finetune: the supervised loss on labels",
+              labels="required", freezes=True,
+              metrics=("supervised_loss", "supervised_acc")),
+    TrainMode("distill", f"{_PACKAGE}.distill:Distill",
+              "distill: SimCLR v2's third stage, a student trained on every training "
+              "image to match the fixed --teacher's tempered softmax",
+              labels="optional", needs_teacher=True, freezes=True, monitors=("distill",),
+              metrics=("distill_loss", "teacher_agreement", "supervised_loss",
+                       "supervised_acc")),
+)}
+
+
+def register(row):
+    """Adds `row` to the table (an objective defined outside simclr_tf.method.objectives);
+    returns it."""
+    return tables.add_row(TRAIN_MODES, row, TrainMode, "row")
+
+
+def get(name):
+    """The `TrainMode` called `name`; ValueError naming the train modes otherwise."""
+    return tables.get_row(TRAIN_MODES, name, "train_mode")
+
+
+def help_text():
+    """The --train_mode help: every train mode's phrase."""
+    return "; ".join(row.help for row in TRAIN_MODES.values()) + "."
+
+
+def load_module(path):
+    """Runs the objective file `path` (--objective_module) once, as module
+    'simclr_tf_objective_<stem>'; its `register` call adds its row. Returns the module."""
+    if not os.path.isfile(path):
+        raise ValueError(f"objective_module must be a Python file. Received: "
+                         f"objective_module={path!r}")
+    name = "simclr_tf_objective_" + os.path.splitext(os.path.basename(path))[0]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its 'module:Class' row resolves by this name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def all_options():
+    """{option: default} of every registered row's own options."""
+    return {name: default for row in TRAIN_MODES.values() for name, default in row.options}

@@ -1,0 +1,238 @@
+"""SimCLR's NT-Xent contrastive loss, the supervised loss, and their metrics.
+
+Every loss here returns the value one replica contributes *before* the division by
+`num_replicas_in_sync` that the train step does inside the tape: summing the
+divided per-replica values over replicas gives the global-batch loss.
+"""
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from simclr_tf.config import rules
+from simclr_tf.run import distribute
+
+# Subtracted from a view's similarity with itself so that softmax ignores it; large
+# enough to vanish in float32 softmax at any temperature used in practice.
+LARGE_NUM = 1e9
+
+
+class ContrastiveOutput(NamedTuple):
+    """What `nt_xent` returns.
+
+    Attributes:
+        loss: float32 scalar, mean over this replica's n anchors of the sum of the
+            two directions' cross-entropies.
+        logits_ab: float32 [n, n * num_replicas], similarities / temperature of
+            this replica's first views with every second view of the global batch.
+        labels: int32 [n], the column of each anchor's positive in `logits_ab`.
+    """
+    loss: tf.Tensor
+    logits_ab: tf.Tensor
+    labels: tf.Tensor
+
+
+def nt_xent(z1, z2, *, temperature, hidden_norm=True,
+            gather_fn=distribute.cross_replica_concat):
+    """NT-Xent loss of SimCLR (the authors' formulation, both directions summed).
+
+    Row i of `z1` and row i of `z2` are the two views of one image. Inside a
+    replica context with several replicas the negatives come from the views of
+    every replica (gathered with gradient), and the positives' columns are offset
+    by this replica's id.
+
+    Args:
+        z1: [n, d] projections of the first views (any float dtype; the loss is
+            computed in float32).
+        z2: [n, d] projections of the second views.
+        temperature: softmax temperature, > 0.
+        hidden_norm: L2-normalise the projections first (cosine similarity).
+        gather_fn: concatenates a tensor over replicas along axis 0, in replica
+            order. Tests replace it (e.g. to stop its gradient).
+
+    Returns:
+        A `ContrastiveOutput`.
+
+    Raises:
+        ValueError: on a non-positive temperature or mismatched shapes.
+    """
+    rules.check_temperature(temperature)
+    if z1.shape.rank != 2 or z2.shape.rank != 2 or (
+            z1.shape.is_fully_defined() and z2.shape.is_fully_defined()
+            and z1.shape != z2.shape):
+        raise ValueError(
+            "z1 and z2 must both be [n, d] with the same shape. Received: "
+            f"z1.shape={z1.shape}, z2.shape={z2.shape}")
+    # float32 whatever the compute dtype: exp(1/temperature) and the 1e9 mask
+    # overflow float16 and lose most of their digits in bfloat16.
+    z1 = tf.cast(z1, tf.float32)
+    z2 = tf.cast(z2, tf.float32)
+    if hidden_norm:
+        z1 = tf.math.l2_normalize(z1, axis=-1)
+        z2 = tf.math.l2_normalize(z2, axis=-1)
+
+    n = tf.shape(z1)[0]
+    z1_all = gather_fn(z1)  # [N, d], N = n * replicas
+    z2_all = gather_fn(z2)
+    labels = tf.range(n, dtype=tf.int32) + distribute.replica_id() * n  # [n]
+    # The anchor's own view in the same-view blocks sits at its global index.
+    self_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
+
+    inv_t = 1.0 / float(temperature)
+    logits_aa = tf.matmul(z1, z1_all, transpose_b=True) * inv_t - self_mask * LARGE_NUM
+    logits_bb = tf.matmul(z2, z2_all, transpose_b=True) * inv_t - self_mask * LARGE_NUM
+    logits_ab = tf.matmul(z1, z2_all, transpose_b=True) * inv_t
+    logits_ba = tf.matmul(z2, z1_all, transpose_b=True) * inv_t
+
+    # The positive is column `labels` of the ab (ba) block, which comes first.
+    loss_a = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=tf.concat([logits_ab, logits_aa], axis=1))
+    loss_b = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=tf.concat([logits_ba, logits_bb], axis=1))
+    loss = tf.reduce_mean(loss_a + loss_b)
+    return ContrastiveOutput(loss=loss, logits_ab=logits_ab, labels=labels)
+
+
+def contrast_acc(output):
+    """Fraction of this replica's anchors whose most similar second view is the positive.
+
+    Args:
+        output: a `ContrastiveOutput`.
+    """
+    predicted = tf.argmax(output.logits_ab, axis=1, output_type=tf.int32)
+    return tf.reduce_mean(tf.cast(tf.equal(predicted, output.labels), tf.float32))
+
+
+def contrast_entropy(output):
+    """Mean entropy (nats) of softmax(logits_ab) over this replica's anchors.
+
+    Args:
+        output: a `ContrastiveOutput`.
+    """
+    log_p = tf.nn.log_softmax(output.logits_ab, axis=1)
+    return tf.reduce_mean(-tf.reduce_sum(tf.exp(log_p) * log_p, axis=1))
+
+
+def supervised_loss(labels, logits):
+    """Softmax cross-entropy over the labelled examples of the global batch.
+
+    Examples with label -1 (unlabelled) are ignored. The mean is over the labelled
+    examples of *all* replicas, scaled by the number of replicas so that, like
+    `nt_xent`, the train step divides it by `num_replicas_in_sync` and the sum over
+    replicas is the exact global mean even when replicas hold different numbers of
+    labelled examples. Without labelled examples the loss is 0.
+
+    Args:
+        labels: int [b] class ids, -1 for unlabelled.
+        logits: [b, num_classes] (computed in float32 whatever their dtype).
+
+    Returns:
+        A float32 scalar.
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    labelled = labels >= 0
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.maximum(labels, 0), logits=logits)
+    # tf.where rather than a multiply: a masked example must not leak NaN/Inf.
+    local_sum = tf.reduce_sum(tf.where(labelled, per_example, 0.0))
+    count = distribute.cross_replica_sum(tf.reduce_sum(tf.cast(labelled, tf.float32)))
+    replicas = float(distribute.num_replicas_in_sync())
+    return local_sum * replicas / tf.maximum(count, 1.0)
+
+
+def top_k_correct(labels, logits, k):
+    """How many labelled examples (label >= 0) have their label in the top k logits.
+
+    Top-1 is the label equal to the argmax (the first of tied maxima), as the
+    authors' accuracy: `tf.math.in_top_k` counts every tied class as in the top k, so
+    a zero-initialised head (all logits equal) would score 1.0. Top-k > 1 keeps
+    in_top_k's ties, as the authors' `TopKCategoricalAccuracy`.
+
+    Args:
+        labels: int [b] class ids, -1 for unlabelled (never counted as correct).
+        logits: [b, num_classes].
+        k: int >= 1; clipped to the number of classes.
+
+    Returns:
+        float32 scalar count.
+    """
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int. Received: k={k!r}")
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    num_classes = logits.shape[-1]
+    if num_classes is not None:
+        k = min(k, num_classes)
+    if k == 1:
+        hit = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels)
+    else:
+        hit = tf.math.in_top_k(targets=tf.maximum(labels, 0), predictions=logits, k=k)
+    return tf.reduce_sum(tf.cast(tf.logical_and(hit, labels >= 0), tf.float32))
+
+
+def distillation_loss(teacher_logits, student_logits, temperature):
+    """SimCLR v2's distillation loss (Chen et al. 2020b, eq. 2) over this replica's
+    examples: the cross-entropy of the student's tempered softmax against the
+    teacher's, -sum_y P_T(y|x; tau) log P_S(y|x; tau), averaged over the examples.
+
+    The mean over the replica's n examples, like `nt_xent`: the train step divides it
+    by `num_replicas_in_sync` inside the tape, so the sum over replicas is the mean
+    over the global batch. No tau^2 factor (the paper's equation; the authors' colab
+    `add_kd_loss` multiplies by tau^2, the same at tau = 1: docs/distillation.md).
+    The teacher receives no gradient.
+
+    Args:
+        teacher_logits: [n, C] logits of the fixed teacher (any float dtype).
+        student_logits: [n, C] logits of the student (computed in float32).
+        temperature: tau > 0, the same for both softmaxes.
+
+    Returns:
+        A float32 scalar.
+    """
+    rules.check_distill_temperature(temperature)
+    teacher_logits = tf.stop_gradient(tf.cast(teacher_logits, tf.float32))
+    student_logits = tf.cast(student_logits, tf.float32)
+    if teacher_logits.shape[-1] is not None and student_logits.shape[-1] is not None \
+            and teacher_logits.shape[-1] != student_logits.shape[-1]:
+        raise ValueError("The teacher and the student must score the same classes. "
+                         f"Received: teacher_logits.shape={teacher_logits.shape}, "
+                         f"student_logits.shape={student_logits.shape}")
+    inv_t = 1.0 / float(temperature)
+    teacher_probs = tf.nn.softmax(teacher_logits * inv_t, axis=-1)
+    per_example = tf.nn.softmax_cross_entropy_with_logits(
+        labels=teacher_probs, logits=student_logits * inv_t)
+    return tf.reduce_mean(per_example)
+
+
+def labelled_cross_entropy(labels, logits):
+    """The cross-entropy on the labelled examples (label >= 0) of this replica,
+    summed and divided by all n of its examples: the term over D^L of SimCLR v2's
+    eq. 3, whose sums over D^L and D share the batch's size as normaliser (so its
+    weight is the batch's labelled share). As `distillation_loss`, the train step's
+    division by the replicas makes the sum over replicas the global-batch value.
+
+    Args:
+        labels: int [n] class ids, -1 for unlabelled.
+        logits: [n, C] (computed in float32).
+
+    Returns:
+        A float32 scalar (0 when no example is labelled).
+    """
+    logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.maximum(labels, 0), logits=logits)
+    total = tf.reduce_sum(tf.where(labels >= 0, per_example, 0.0))
+    return total / tf.cast(tf.maximum(tf.shape(labels)[0], 1), tf.float32)
+
+
+def same_class(teacher_logits, student_logits):
+    """Per example, 1.0 where the student's argmax is the teacher's, else 0.0."""
+    same = tf.equal(tf.argmax(tf.cast(teacher_logits, tf.float32), -1, output_type=tf.int32),
+                    tf.argmax(tf.cast(student_logits, tf.float32), -1, output_type=tf.int32))
+    return tf.cast(same, tf.float32)
+
+
+def agreement(teacher_logits, student_logits):
+    """Fraction of this replica's examples whose student argmax is the teacher's."""
+    return tf.reduce_mean(same_class(teacher_logits, student_logits))

@@ -1,0 +1,87 @@
+"""--train_mode=pretrain: two views per image, NT-Xent, and the online linear head on
+stop_gradient(h) over the labelled examples; with --grad_cache_chunk, by gradient
+caching (`simclr_tf.method.grad_cache`)."""
+import tensorflow as tf
+
+from simclr_tf.run import distribute
+from simclr_tf.method import grad_cache
+from simclr_tf.method import losses
+from simclr_tf import augment
+from simclr_tf.models.outputs import LOGITS, Z
+from simclr_tf.method.objectives import base
+
+
+class Pretrain(base.Objective):
+    """NT-Xent on both views + supervised loss on labelled ones + weight decay; batch
+    `((view1, view2), labels)` (or the source images, with `view_fn`)."""
+
+    def non_finite_causes(self):
+        return (f"a temperature too low (--temperature={self.options.temperature:g})",)
+
+    def train_step(self, batch):
+        views, labels = batch
+        num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
+        # Both views of an image carry its label (online linear evaluation).
+        labels = tf.concat([labels, labels], axis=0)
+        if self.options.grad_cache_chunk:
+            metrics = self._optimize_cached(views, labels)
+        else:
+            images = tf.concat(self.views(views), axis=0)  # [2n, H, W, 3]: BN sees both
+
+            def compute_loss():
+                outputs = self.model(images, training=True)
+                z1, z2 = tf.split(outputs[Z], 2, axis=0)
+                return self.loss(z1, z2, outputs.get(LOGITS), labels)
+
+            metrics = self.trainer.optimize(compute_loss)
+        metrics["num_examples"] = num_examples
+        return metrics
+
+    def views(self, views, chunk=None):
+        """(view1, view2) of a batch (or of chunk `chunk`'s part of it): drawn by
+        `view_fn` when the batch carries source images, then blurred."""
+        view1, view2 = views if self.options.view_fn is None else self.options.view_fn(views)
+        if self.options.blur_fn is None:
+            return view1, view2
+        seed = augment.view_seed(self.options.seed, self.trainer.optimizer.iterations,
+                                 distribute.replica_id(), chunk)
+        return tuple(self.options.blur_fn([view1, view2], seed=seed))
+
+    def loss(self, z1, z2, logits, labels):
+        """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
+        contrastive = losses.nt_xent(z1, z2, temperature=self.options.temperature,
+                                     hidden_norm=self.options.hidden_norm)
+        metrics = dict(contrast_loss=contrastive.loss,
+                       contrast_acc=losses.contrast_acc(contrastive),
+                       contrast_entropy=losses.contrast_entropy(contrastive))
+        loss = contrastive.loss
+        if logits is not None:
+            sup_loss = losses.supervised_loss(labels, logits)
+            metrics.update(supervised_loss=sup_loss, **base.label_accuracy(labels, logits))
+            loss = loss + sup_loss
+        return loss, metrics
+
+    def _optimize_cached(self, views, labels):
+        """The Trainer's `optimize` by gradient caching over chunks of
+        `grad_cache_chunk` images (`grad_cache.chunked_pair_gradients`)."""
+        has_head = self.model.supervised_head is not None
+        names = (Z, LOGITS) if has_head else (Z,)
+
+        def forward(images):
+            outputs = self.model(images, training=True)
+            return {name: outputs[name] for name in names}
+
+        def objective(first, second):
+            logits = tf.concat([first[LOGITS], second[LOGITS]], 0) if has_head else None
+            loss, metrics = self.loss(first[Z], second[Z], logits, labels)
+            loss, decay, scaled_loss = self.trainer.total_loss(loss)
+            return scaled_loss, (loss, decay, metrics)
+
+        learning_rate = tf.cast(self.trainer.optimizer.learning_rate, tf.float32)
+        variables = self.model.trainable_variables
+        (loss, decay, metrics), grads = grad_cache.chunked_pair_gradients(
+            views, self.options.grad_cache_chunk, self.views, forward, objective,
+            variables, output_names=names, draws_views=self.options.view_fn is not None,
+            state_variables=self.model.non_trainable_variables)
+        return self.trainer.apply(grads=grads, variables=variables, metrics=metrics,
+                                  loss=loss, decay=decay, learning_rate=learning_rate)

@@ -1,0 +1,115 @@
+"""What every mode builds from the Config: the model, the Trainer (its step options,
+blur and views), the teacher, the encoder to evaluate. The evaluators a mode runs:
+`simclr_tf.run.modes.evaluators`; the export of a model: `simclr_tf.run.modes.export`."""
+import functools
+import json
+
+from absl import logging
+
+from simclr_tf.method import optimizers, schedules
+from simclr_tf.run import preflight
+from simclr_tf.weights import checkpoints, teacher
+from simclr_tf.config import ConfigError
+from simclr_tf import augment
+from simclr_tf.augment import device as device_augment
+from simclr_tf.models import SimCLRModel, freeze_for_finetuning
+from simclr_tf.config.tables import train_modes
+from simclr_tf.method.train import StepOptions, Trainer
+
+POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def build_model(config, strategy, num_classes):
+    """Creates and builds the model under the strategy, frozen for fine-tuning
+    (and distillation: --fine_tune_after_block, default -1, freezes nothing)."""
+    if config.stem == "auto":
+        logging.info("Stem: %s (--stem=auto: cifar when image_size <= 32)",
+                     config.resolved_stem)
+    with strategy.scope():
+        model = SimCLRModel(**config.model_kwargs(num_classes),
+                            dtype=POLICIES[config.mixed_precision])
+        model.build((None, config.image_size, config.image_size, 3))
+        if train_modes.get(config.train_mode).freezes:
+            freeze_for_finetuning(model, config.fine_tune_after_block)
+    return model
+
+
+def build_trainer(config, strategy, model, *, plan=None, teacher=None):
+    """The Trainer of `config` for a built `model`: learning-rate schedule, optimizer
+    and loss weight decay (resolved once), views and blur, under the strategy.
+
+    Args:
+        plan: the run's `schedules.StepPlan` (warmup + cosine over its steps); None
+            for a constant rate (benchmarks).
+        teacher: --train_mode=distill: the built `teacher.Teacher` (`build_teacher`).
+    """
+    with strategy.scope():
+        learning_rate = config.learning_rate
+        if plan is not None:
+            learning_rate = schedules.WarmUpAndCosine(
+                config.learning_rate, batch_size=config.train_batch_size,
+                warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
+                scaling=config.learning_rate_scaling)
+        optimizer, decay = optimizers.build_optimization(
+            config.optimizer, learning_rate, model=model, momentum=config.momentum,
+            weight_decay=config.weight_decay,
+            loss_scaling=config.mixed_precision == "float16",
+            head_rate_multiplier=config.head_rate_multiplier())
+    if config.jit_compile and preflight.all_cpu(strategy):
+        logging.warning("--jit_compile on CPU: XLA is measured ~2-3x slower than TF's "
+                        "oneDNN kernels here (docs/performance.md); drop it on CPU.")
+    return Trainer(strategy, model, optimizer, step_options(config),
+                   weight_decay_loss=decay, jit_compile=config.jit_compile,
+                   teacher=teacher)
+
+
+def build_teacher(config, strategy, info):
+    """--teacher built under the strategy with every variable loaded, in the run's
+    compute dtype (bfloat16 with --mixed_precision=bfloat16), seeing the student's
+    --image_size images."""
+    return teacher.build_teacher(info, strategy, image_size=config.image_size,
+                                 dtype=POLICIES[config.mixed_precision])
+
+
+def step_options(config):
+    """The train step's `StepOptions` of `config`, made once (`Trainer` and
+    `keras_fit.SimCLR` take them)."""
+    return StepOptions(train_mode=config.train_mode, temperature=config.temperature,
+                       hidden_norm=config.hidden_norm, blur_fn=blur_fn(config),
+                       view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk,
+                       seed=config.seed, distill_temperature=config.distill_temperature,
+                       distill_alpha=config.distill_alpha,
+                       objective_options=tuple(json.loads(config.objective_options or
+                                                          "{}").items()))
+
+
+def blur_fn(config):
+    """The train step's batched blur (None when off); the Trainer seeds it."""
+    if not train_modes.get(config.train_mode).blur or not config.use_blur:
+        return None
+    return functools.partial(augment.batch_random_blur, height=config.image_size,
+                             width=config.image_size)
+
+
+def view_fn(config):
+    """--augment_on=device: the views are drawn in the train step."""
+    if config.augment_on != "device":  # pretraining only (validation)
+        return None
+    return device_augment.make_view_fn(config.image_size,
+                                       color_jitter_strength=config.color_jitter_strength)
+
+
+def load_trained_encoder(config, strategy, context):
+    """The encoder to evaluate (no supervised head): model_dir's latest checkpoint,
+    else --checkpoint (ours, an export or a released model). Returns (model, prefix)."""
+    model = build_model(config, strategy, None)
+    if checkpoints.latest(config.model_dir) is not None:
+        with preflight.flag_errors("model_dir"):
+            return model, checkpoints.load_into(model, config.model_dir,
+                                                whole_model=True).prefix
+    if config.checkpoint:
+        with preflight.flag_errors("checkpoint"):
+            return model, checkpoints.load_into(model, config.checkpoint,
+                                                whole_model=False).prefix
+    raise ConfigError("model_dir", f"has no checkpoint in {config.model_dir!r}; train "
+                      "first or pass --checkpoint.")

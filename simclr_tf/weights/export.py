@@ -1,0 +1,249 @@
+"""SavedModel export for serving: TF Serving, `tf.saved_model.load`, Keras, colabs.
+
+`export_for_step(model, model_dir, step, image_size=...)` writes
+`model_dir/saved_model/<step>/` and keeps the newest `keep_hub_module_max` exports;
+it never deletes an export newer than the one written (an export of an earlier
+checkpoint, because the newest one is unreadable, leaves the newer export) nor one
+its caller names as the only copy of its step's weights (`only_copies`).
+Each export is one SavedModel with:
+
+- signature `serving_default`: input `image_bytes`, string [N], encoded JPEG / PNG /
+  GIF / BMP images (TF Serving's REST API accepts them as `{"b64": ...}` because the
+  name ends in `_bytes`). They are decoded to RGB and eval-preprocessed in the graph
+  (`augment.preprocess_for_eval`: bicubic resize to `image_size`, with the centre crop
+  only above 32 px, `augment.eval_center_crop_enabled`). An image with more than
+  `max_pixels` pixels (width x height as its header declares them; default
+  `rules.SERVING_MAX_PIXELS`, 40 MP) is rejected before it is decoded: a few bytes
+  can declare a 12000 x 12000 PNG, which took 3 s and 2.5 GB to serve here.
+- signature `serving_images`: input `images`, float32 [N, H, W, 3], RGB in [0, 1] of
+  any size, preprocessed in the graph the same way.
+  Both return `embedding` (h, the pooled encoder output downstream tasks use),
+  `projection` (z) and, when the model has a supervised head, `logits` and
+  `probabilities` (softmax of the logits); all float32. An empty batch returns empty
+  outputs of the same shapes ([0, dim]).
+- the reference's hub interface, so the authors' colabs work unchanged:
+  `loaded(images, trainable=False)` on float32 [N, H, W, 3] images that are already
+  preprocessed returns the model's feature dict (`initial_conv`, `initial_max_pool`,
+  `block_group1`..`block_group4`, `final_avg_pool`, `proj_head_input`,
+  `proj_head_output`, `supervised_head_input`, `logits_sup` when present) plus
+  `default` (= `final_avg_pool`, as in the authors' hub modules). `trainable=True` runs
+  batch norm in training mode (statistics of the batch on each replica, moving
+  averages updated), as the authors' hub modules do. Gradients flow to the inputs and
+  to `loaded.trainable_variables`.
+- attributes `variables`, `trainable_variables`, `regularization_losses` (the TF Hub
+  convention), `image_size` (an int32 scalar variable) and `max_pixels` (int64; 0:
+  no limit).
+
+Bad serving input fails with an InvalidArgument error that names the input: a batch
+of the wrong rank, images without 3 channels, of zero height or width, or with values
+outside [0, 1] (uint8 pixels sent unscaled, say), and for `image_bytes` the first bad
+image's index in the batch and why: not JPEG/PNG/GIF/BMP data, an unreadable header, a
+zero-sized image, over `max_pixels`, or a corrupt or truncated body. (The hub
+interface with `trainable=True` refuses an empty batch: batch norm has no statistics
+of it.) Wrong dtypes are rejected by the signature itself (TF
+Serving and `ConcreteFunction` check the dtype before the graph runs).
+
+Writes are atomic on POSIX file systems: the SavedModel goes to a hidden temporary
+sibling directory that is renamed into place only once complete, so a crash or kill
+mid-export never replaces the last good export. (On object stores such as GCS a
+directory rename is a copy, so there it is merely "never partially visible under the
+final name".)
+
+Example:
+```python
+path = export_for_step(model, "/tmp/run", step=1000, image_size=224)
+loaded = tf.saved_model.load(path)
+h = loaded.signatures["serving_default"](image_bytes=tf.constant([jpeg]))["embedding"]
+features = loaded(images, trainable=False)["final_avg_pool"]  # the authors' colabs
+```
+"""
+import os
+import re
+import uuid
+
+import tensorflow as tf
+
+from simclr_tf.config import rules
+# Re-exported: `export` is the public face of the SavedModel export.
+from simclr_tf.weights.serving import (  # noqa: F401
+    SERVING_DEFAULT, SERVING_IMAGES, SERVING_OUTPUTS, ServingModule,
+    create_serving_module)
+from simclr_tf.weights.serving_input import (  # noqa: F401
+    IMAGE_BYTES_INPUT, IMAGE_VALUE_TOLERANCE, IMAGES_INPUT, decode_batch)
+
+SAVED_MODEL_DIRNAME = "saved_model"
+_STEP_DIR = re.compile(r"^\d+$")
+# Hidden siblings: "<name>.tmp-<id>" while writing, "<name>.old-<id>" while replacing.
+_SCRATCH_DIR = re.compile(r"^\..+\.(tmp|old)-[0-9a-f]+$")
+
+
+def _save(module, path, signatures):
+    # Keras' batch norm and our layers use no tf.custom_gradient, but if one ever
+    # does, its gradient is saved so loading prints no "unsaved custom gradients".
+    options = tf.saved_model.SaveOptions(experimental_custom_gradients=True)
+    tf.saved_model.save(module, path, signatures=signatures, options=options)
+
+
+def _scratch_path(path, kind):
+    parent, name = os.path.split(path.rstrip("/"))
+    return os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:12]}")
+
+
+def export_saved_model(model, export_dir, *, image_size, crop=None,
+                       max_pixels=rules.SERVING_MAX_PIXELS):
+    """Writes the serving SavedModel of `model` to `export_dir`, atomically.
+
+    The SavedModel is written to a hidden sibling directory and renamed to
+    `export_dir` once complete; an existing `export_dir` is replaced only then. If
+    writing fails, the temporary directory is removed and the error re-raised.
+
+    Args:
+        model: a SimCLR model (see `ServingModule`), also one built under a
+            MirroredStrategy; call this inside or outside its `scope()`.
+        export_dir: the SavedModel directory to (re)place.
+        image_size: positive int, side of the model's square input images.
+        crop: centre-crop in the serving signatures; None: the training recipe's rule.
+        max_pixels: most pixels of one served image (see `create_serving_module`).
+
+    Returns:
+        `export_dir`.
+
+    Raises:
+        ValueError: bad `image_size` or `max_pixels`, or empty `export_dir`.
+    """
+    if not export_dir or not str(export_dir).strip("/"):
+        raise ValueError(f"`export_dir` must be a directory path. "
+                         f"Received: export_dir={export_dir!r}")
+    export_dir = str(export_dir).rstrip("/")
+    module, signatures = create_serving_module(model, image_size=image_size, crop=crop,
+                                               max_pixels=max_pixels)
+    parent = os.path.dirname(export_dir)
+    if parent:
+        tf.io.gfile.makedirs(parent)
+    tmp_dir = _scratch_path(export_dir, "tmp")
+    try:
+        _save(module, tmp_dir, signatures)
+    except BaseException:
+        if tf.io.gfile.exists(tmp_dir):
+            tf.io.gfile.rmtree(tmp_dir)
+        raise
+    old_dir = None
+    if tf.io.gfile.exists(export_dir):
+        old_dir = _scratch_path(export_dir, "old")
+        tf.io.gfile.rename(export_dir, old_dir)
+    tf.io.gfile.rename(tmp_dir, export_dir)
+    if old_dir is not None:
+        tf.io.gfile.rmtree(old_dir)
+    return export_dir
+
+
+def exported_steps(model_dir):
+    """Steps of the complete exports under `model_dir/saved_model/`, ascending."""
+    base = os.path.join(model_dir, SAVED_MODEL_DIRNAME)
+    if not tf.io.gfile.isdir(base):
+        return []
+    steps = []
+    for name in tf.io.gfile.listdir(base):
+        name = name.rstrip("/")
+        if _STEP_DIR.match(name) and tf.io.gfile.exists(
+                os.path.join(base, name, "saved_model.pb")):
+            steps.append(int(name))
+    return sorted(steps)
+
+
+def latest_export(model_dir):
+    """Path of the newest complete export under `model_dir/saved_model/`, or None."""
+    steps = exported_steps(model_dir)
+    if not steps:
+        return None
+    return os.path.join(model_dir, SAVED_MODEL_DIRNAME, str(steps[-1]))
+
+
+def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1,
+                    crop=None, max_pixels=rules.SERVING_MAX_PIXELS, only_copies=()):
+    """Exports to `model_dir/saved_model/<step>/`, keeping the newest exports.
+
+    After a successful export, exports of earlier steps beyond `keep_hub_module_max`
+    are deleted (`rotation`), as are scratch directories that an export killed
+    mid-write left behind. The export just written, every newer one and those of
+    `only_copies` are always kept. Only one process may export into a `model_dir`
+    at a time (the chief).
+
+    Args:
+        model: a SimCLR model (see `ServingModule`).
+        model_dir: the run's directory.
+        step: non-negative int, the training step of the weights.
+        image_size: positive int, side of the model's square input images.
+        keep_hub_module_max: exports kept, >= 0; 0 keeps all (the reference's flag).
+        crop: centre-crop in the serving signatures; None: the training recipe's rule.
+        max_pixels: most pixels of one served image (see `create_serving_module`).
+        only_copies: steps whose export is the only copy of their weights (no
+            intact checkpoint holds them; `modes.export.export_model` knows): kept.
+
+    Returns:
+        The export's path.
+
+    Raises:
+        ValueError: bad `step`, `keep_hub_module_max`, `image_size` or `max_pixels`.
+    """
+    step = _as_int(step, "step")
+    if step < 0:
+        raise ValueError(f"`step` must be >= 0. Received: step={step!r}")
+    keep = keep_hub_module_max
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+        raise ValueError("`keep_hub_module_max` must be an int >= 0 (0 keeps all). "
+                         f"Received: keep_hub_module_max={keep_hub_module_max!r}")
+    base = os.path.join(model_dir, SAVED_MODEL_DIRNAME)
+    path = export_saved_model(model, os.path.join(base, str(step)),
+                              image_size=image_size, crop=crop, max_pixels=max_pixels)
+    for name in tf.io.gfile.listdir(base):
+        name = name.rstrip("/")
+        if _SCRATCH_DIR.match(name):
+            tf.io.gfile.rmtree(os.path.join(base, name))
+    for old_step in rotation(exported_steps(model_dir), step, keep, only_copies):
+        tf.io.gfile.rmtree(os.path.join(base, str(old_step)))
+    return path
+
+
+def rotation(exported, step, keep, only_copies=()):
+    """The exports to delete once `step` is written: of the exports of earlier steps
+    that are not the only copy of their weights, all but the newest `keep - 1`;
+    none when `keep` is 0 (keep all). An export of a later step is never deleted: it
+    holds newer weights than the one written (whose checkpoint was the newest that
+    loaded).
+
+    Example:
+        >>> rotation([2, 4, 6], 4, 1)
+        [2]
+        >>> rotation([2, 4, 6], 6, 1, only_copies=[2])
+        [4]
+    """
+    if not keep:
+        return []
+    older = [s for s in sorted(exported) if s < step and s not in set(only_copies)]
+    return older[:max(0, len(older) - (keep - 1))]
+
+
+def _as_int(value, name):
+    # Accepts Python and numpy ints and scalar integer tensors (optimizer.iterations).
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be an int. Received: {name}={value!r}")
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    try:
+        as_int = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be an int. Received: {name}={value!r}") from None
+    if as_int != value:
+        raise ValueError(f"`{name}` must be an int. Received: {name}={value!r}")
+    return as_int
+
+
+__all__ = [
+    "IMAGE_BYTES_INPUT", "IMAGES_INPUT", "IMAGE_VALUE_TOLERANCE",
+    "SAVED_MODEL_DIRNAME", "SERVING_DEFAULT", "SERVING_IMAGES", "SERVING_OUTPUTS",
+    "ServingModule", "create_serving_module", "decode_batch", "export_for_step",
+    "export_saved_model",
+    "exported_steps", "latest_export", "rotation",
+]
