@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from simclr_tf import models
 from simclr_tf.method import losses, optimizers, schedules, train
+from simclr_tf.method import collectives
 from simclr_tf.run import distribute, loop
 from simclr_tf.evaluation import supervised
 from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
@@ -44,7 +45,7 @@ def _per_replica(strategy, *arrays):
     return strategy.experimental_distribute_values_from_function(value_fn)
 
 
-def _gradients(num_replicas, weights, view1, view2, gather_fn=distribute.cross_replica_concat):
+def _gradients(num_replicas, weights, view1, view2, gather_fn=collectives.cross_replica_concat):
     """Loss and (all-reduced) gradients of NT-Xent through the stand-in model."""
     strategy = _strategy(num_replicas)
     with strategy.scope():
@@ -56,7 +57,7 @@ def _gradients(num_replicas, weights, view1, view2, gather_fn=distribute.cross_r
             outputs = model(tf.concat([v1, v2], 0), training=True)
             z1, z2 = tf.split(outputs["proj_head_output"], 2)
             loss = losses.nt_xent(z1, z2, temperature=0.2, gather_fn=gather_fn).loss
-            replica_loss = loss / distribute.num_replicas_in_sync()
+            replica_loss = loss / collectives.num_replicas_in_sync()
         grads = tape.gradient(replica_loss, model.trainable_variables)
         grads = tf.distribute.get_replica_context().all_reduce(
             tf.distribute.ReduceOp.SUM, grads)
@@ -92,7 +93,7 @@ def test_loss_and_gradients_match_one_replica(num_replicas, initial_weights):
 
     # Control: without the gather's gradient, the negatives from other replicas
     # stop receiving gradient and the result is wrong.
-    stopped = lambda x: tf.stop_gradient(distribute.cross_replica_concat(x))  # noqa: E731
+    stopped = lambda x: tf.stop_gradient(collectives.cross_replica_concat(x))  # noqa: E731
     loss_s, grads_s = _gradients(num_replicas, initial_weights, view1, view2, stopped)
     np.testing.assert_allclose(loss_s, loss_1, rtol=1e-5)  # the value is unchanged
     worst = max(np.abs(g_s - g_1).max() for g_s, g_1 in zip(grads_s, grads_1))
@@ -313,10 +314,10 @@ def test_create_strategy():
 
 def test_collectives_are_identities_outside_replicas():
     x = tf.constant([[1.0, 2.0]])
-    assert distribute.cross_replica_concat(x) is x
-    assert distribute.cross_replica_sum(x) is x
-    assert int(distribute.replica_id()) == 0
-    assert distribute.num_replicas_in_sync() == 1
+    assert collectives.cross_replica_concat(x) is x
+    assert collectives.cross_replica_sum(x) is x
+    assert int(collectives.replica_id()) == 0
+    assert collectives.num_replicas_in_sync() == 1
 
 
 @pytest.mark.large  # 4 s

@@ -10,7 +10,7 @@
   counts.
 - `FeatureExtractor` runs a model in inference mode under a `tf.distribute` strategy;
   each replica pads its share of the batch to a fixed size, and features, labels and
-  ids are gathered from every replica (`distribute.cross_replica_concat`). Rows are
+  ids are gathered from every replica (`collectives.cross_replica_concat`). Rows are
   returned sorted by id with padding and duplicates removed, so the result is the
   same for 1 or many replicas and for any batch size, up to float rounding.
 - `cached_features` stores extracted features in an .npz keyed by what produced them
@@ -24,7 +24,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from simclr_tf.run import distribute
+from simclr_tf.method import collectives
 from simclr_tf.rundir import files
 from simclr_tf import augment
 from simclr_tf.models import outputs
@@ -217,7 +217,7 @@ class FeatureExtractor:
             result = model(batch["image"], training=False)
             result = {name: tf.cast(result[name], tf.float32) for name in outputs}
             result["labels"], result["ids"] = batch["label"], batch["id"]
-            return {name: distribute.cross_replica_concat(value)
+            return {name: collectives.cross_replica_concat(value)
                     for name, value in result.items()}
 
         @tf.function(reduce_retracing=True)

@@ -29,7 +29,7 @@ With one chunk (chunk = the batch) everything, BN included, equals the plain ste
 """
 import tensorflow as tf
 
-from simclr_tf.run import distribute
+from simclr_tf.method import collectives
 from simclr_tf.config import rules
 
 
@@ -135,7 +135,7 @@ def cached_gradients(forward, num_chunks, objective, variables, *, output_names,
         return [tf.cast(outputs[name], tf.float32) for name in output_names]
 
     if unroll is None:
-        unroll = distribute.num_replicas_in_sync() > 1
+        unroll = collectives.num_replicas_in_sync() > 1
     loop = _python_loop if unroll else _while_loop
 
     # 1. Embeddings without gradients, one chunk at a time.

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from simclr_tf.config import rules
-from simclr_tf.run import distribute
+from simclr_tf.method import collectives
 
 # Subtracted from a view's similarity with itself so that softmax ignores it; large
 # enough to vanish in float32 softmax at any temperature used in practice.
@@ -32,7 +32,7 @@ class ContrastiveOutput(NamedTuple):
 
 
 def nt_xent(z1, z2, *, temperature, hidden_norm=True,
-            gather_fn=distribute.cross_replica_concat):
+            gather_fn=collectives.cross_replica_concat):
     """NT-Xent loss of SimCLR (the authors' formulation, both directions summed).
 
     Row i of `z1` and row i of `z2` are the two views of one image. Inside a
@@ -73,7 +73,7 @@ def nt_xent(z1, z2, *, temperature, hidden_norm=True,
     n = tf.shape(z1)[0]
     z1_all = gather_fn(z1)  # [N, d], N = n * replicas
     z2_all = gather_fn(z2)
-    labels = tf.range(n, dtype=tf.int32) + distribute.replica_id() * n  # [n]
+    labels = tf.range(n, dtype=tf.int32) + collectives.replica_id() * n  # [n]
     # The anchor's own view in the same-view blocks sits at its global index.
     self_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
 
@@ -135,8 +135,8 @@ def supervised_loss(labels, logits):
         labels=tf.maximum(labels, 0), logits=logits)
     # tf.where rather than a multiply: a masked example must not leak NaN/Inf.
     local_sum = tf.reduce_sum(tf.where(labelled, per_example, 0.0))
-    count = distribute.cross_replica_sum(tf.reduce_sum(tf.cast(labelled, tf.float32)))
-    replicas = float(distribute.num_replicas_in_sync())
+    count = collectives.cross_replica_sum(tf.reduce_sum(tf.cast(labelled, tf.float32)))
+    replicas = float(collectives.num_replicas_in_sync())
     return local_sum * replicas / tf.maximum(count, 1.0)
 
 

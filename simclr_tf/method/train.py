@@ -19,8 +19,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf.run import distribute
-from simclr_tf.method import optimizers
+from simclr_tf.method import collectives, optimizers
 from simclr_tf.config import rules
 from simclr_tf.config.tables import train_modes
 
@@ -257,7 +256,7 @@ class Trainer:
         loss = loss + decay
         # The optimizer sums gradients over replicas, so each replica contributes
         # 1/R of the global loss. This must happen inside the tape.
-        replica_loss = loss / distribute.num_replicas_in_sync()
+        replica_loss = loss / collectives.num_replicas_in_sync()
         return loss, decay, self.optimizer.scale_loss(replica_loss)
 
     def apply(self, *, grads, variables, metrics, loss, decay, learning_rate):
@@ -355,7 +354,7 @@ def global_grad_norm(grads):
     gradients are the global ones; with several this costs one more all-reduce of
     the gradients (the optimizer's reduction is internal to Keras), for the metric
     only: the update is unchanged."""
-    summed = distribute.cross_replica_sum([g for g in grads if g is not None])
+    summed = collectives.cross_replica_sum([g for g in grads if g is not None])
     return tf.cast(tf.linalg.global_norm(summed), tf.float32)
 
 

@@ -8,8 +8,7 @@ decay under a tape, one optimizer update) and returns this replica's metrics.
 """
 import tensorflow as tf
 
-from simclr_tf.run import distribute
-from simclr_tf.method import losses
+from simclr_tf.method import collectives, losses
 from simclr_tf.models.outputs import LOGITS
 
 
@@ -68,7 +67,7 @@ def label_accuracy(labels, logits):
     """supervised_acc over the labelled examples of the global batch (0 when there are
     none), scaled like `losses.supervised_loss` so that the mean over replicas is
     exact when replicas hold different numbers of labelled examples."""
-    count = distribute.cross_replica_sum(tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
+    count = collectives.cross_replica_sum(tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
     correct = losses.top_k_correct(labels, logits, 1)
-    replicas = float(distribute.num_replicas_in_sync())
+    replicas = float(collectives.num_replicas_in_sync())
     return dict(supervised_acc=correct * replicas / tf.maximum(count, 1.0))

@@ -3,8 +3,7 @@ stop_gradient(h) over the labelled examples; with --grad_cache_chunk, by gradien
 caching (`simclr_tf.method.grad_cache`)."""
 import tensorflow as tf
 
-from simclr_tf.run import distribute
-from simclr_tf.method import grad_cache
+from simclr_tf.method import collectives, grad_cache
 from simclr_tf.method import losses
 from simclr_tf import augment
 from simclr_tf.models.outputs import LOGITS, Z
@@ -44,7 +43,7 @@ class Pretrain(base.Objective):
         if self.options.blur_fn is None:
             return view1, view2
         seed = augment.view_seed(self.options.seed, self.trainer.optimizer.iterations,
-                                 distribute.replica_id(), chunk)
+                                 collectives.replica_id(), chunk)
         return tuple(self.options.blur_fn([view1, view2], seed=seed))
 
     def loss(self, z1, z2, logits, labels):
