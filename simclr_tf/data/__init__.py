@@ -6,18 +6,24 @@ they apply are `simclr_tf.augment`).
   (`fashion_mnist`), all `sources.DatasetSource`s; `subsets`: label subsets for
   semi-supervised fine-tuning.
 - `pipeline`: `build_input_fn` / `build_distributed_dataset`, per-replica batches.
-"""
-from simclr_tf.data import (
-    digits, fashion_mnist, folders, pipeline, registry, sources, subsets, tfds_source)
-from simclr_tf.data.pipeline import build_distributed_dataset, build_input_fn
-from simclr_tf.data.registry import get_dataset, register_dataset
-from simclr_tf.data.sources import DatasetSource, stratified_subset_ids
-from simclr_tf.data.subsets import (LabelSubset, make_label_subset, read_subset_ids,
-                                    write_subset_ids)
 
-__all__ = [
-    "DatasetSource", "LabelSubset", "build_distributed_dataset", "build_input_fn",
-    "digits", "fashion_mnist", "folders", "get_dataset", "make_label_subset", "pipeline",
-    "read_subset_ids", "register_dataset", "registry", "sources", "stratified_subset_ids",
-    "subsets", "tfds_source", "write_subset_ids",
-]
+Lazy: a module is imported when it is used (TFDS only by a TFDS dataset, the folder
+scanner only by a folder).
+"""
+import importlib
+
+# name -> the module that defines it
+_EXPORTS = {
+    "build_distributed_dataset": "pipeline", "build_input_fn": "pipeline",
+    "get_dataset": "registry", "register_dataset": "registry",
+    "DatasetSource": "sources", "stratified_subset_ids": "sources",
+    "LabelSubset": "subsets", "make_label_subset": "subsets",
+    "read_subset_ids": "subsets", "write_subset_ids": "subsets",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
