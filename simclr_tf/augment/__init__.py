@@ -1,8 +1,9 @@
-"""SimCLR's image augmentations as pure TensorFlow functions.
+"""SimCLR's image augmentations (the paper's Appendix A) as pure TensorFlow functions.
 
-This module holds the crops, flips, the view seed of the train step and the recipes
-(`preprocess_for_train` / `_eval`); colour distortion lives in `color`, blur in `blur`,
-shared constants and seeds in `augment_common`, and all are re-exported here.
+This package's face holds the crops, flips, the view seed of the train step and the
+recipes (`preprocess_for_train` / `_eval`); colour distortion lives in `color`, blur in
+`blur`, shared constants and seeds in `common`, all re-exported here; `device` draws
+the views inside the train step (--augment_on=device).
 
 Every function takes and returns float32 RGB images with values in [0, 1] (uint8 input
 is converted by `to_float_image`); nothing is ever mean/std normalised, so exported
