@@ -18,21 +18,35 @@ class Pretrain(base.Objective):
         return (f"a temperature too low (--temperature={self.options.temperature:g})",)
 
     def train_step(self, batch):
+        """One pretraining step on this replica's part of the global batch (the
+        paper's Algorithm 1): the two views -> encoder f -> projection head g ->
+        NT-Xent over the negatives of every replica, plus the online head's loss on
+        stop_gradient(h) -> gradients of the global loss -> the optimizer's update
+        (LARS, the paper's). The Trainer keeps the rest (the compiled function, loss
+        scaling, the gradient norm, the counters)."""
         views, labels = batch
         num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
         # Both views of an image carry its label (online linear evaluation).
         labels = tf.concat([labels, labels], axis=0)
-        if self.options.grad_cache_chunk:
+        if self.options.grad_cache_chunk:  # the same step, chunk by chunk
             metrics = self._optimize_cached(views, labels)
-        else:
-            images = tf.concat(self.views(views), axis=0)  # [2n, H, W, 3]: BN sees both
-
-            def compute_loss():
-                outputs = self.model(images, training=True)
-                z1, z2 = tf.split(outputs[Z], 2, axis=0)
-                return self.loss(z1, z2, outputs.get(LOGITS), labels)
-
-            metrics = self.trainer.optimize(compute_loss)
+            metrics["num_examples"] = num_examples
+            return metrics
+        images = tf.concat(self.views(views), axis=0)  # [2n, H, W, 3]: BN sees both
+        # The rate of this update (the schedule reads the not yet incremented step).
+        learning_rate = tf.cast(self.trainer.optimizer.learning_rate, tf.float32)
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            # h = f(x), z = g(h), and the supervised head's logits on stop_gradient(h).
+            outputs = self.model(images, training=True)
+            z1, z2 = tf.split(outputs[Z], 2, axis=0)
+            loss, metrics = self.loss(z1, z2, outputs.get(LOGITS), labels)
+            # + the weight decay the optimizer leaves to the loss (under LARS: the
+            # supervised head's), and this replica's share of the global loss.
+            loss, decay, scaled_loss = self.trainer.total_loss(loss)
+        grads = tape.gradient(scaled_loss, variables)
+        metrics = self.trainer.apply(grads=grads, variables=variables, metrics=metrics,
+                                     loss=loss, decay=decay, learning_rate=learning_rate)
         metrics["num_examples"] = num_examples
         return metrics
 
