@@ -46,6 +46,58 @@ def _split_outside_brackets(pair):
     return pair, ""
 
 
+def check_arguments(parser, args):
+    """(datasets, {dataset: (train, test)}, the probe's C grid or None) of the
+    arguments, each checked before TensorFlow is imported: an error (exit 2) names
+    the argument and what to pass."""
+    datasets = [name for name in args.datasets.split(",") if name]
+    if not datasets:
+        parser.error(f"--datasets names no dataset. Received: --datasets={args.datasets!r}")
+    try:
+        overrides = _parse_splits(args.splits)
+    except SystemExit as error:
+        parser.error(str(error))
+    unmatched = sorted(set(overrides) - set(datasets))
+    if unmatched:
+        parser.error(f"--splits names {', '.join(map(repr, unmatched))}, which --datasets "
+                     f"does not ({', '.join(map(repr, datasets))}): each --splits entry is "
+                     "DATASET=TRAIN:TEST with DATASET written as in --datasets.")
+    for flag, value, least in (("--knn_k", args.knn_k, 1),
+                               ("--batch_size", args.batch_size, 1)):
+        if value < least:
+            parser.error(f"{flag} must be at least {least}. Received: {flag}={value}")
+    if not args.knn_temperature > 0:
+        parser.error("--knn_temperature must be > 0 (e.g. 0.07). Received: "
+                     f"--knn_temperature={args.knn_temperature}")
+    c_grid = None
+    if args.probe_c:
+        try:
+            c_grid = tuple(float(c) for c in args.probe_c.split(","))
+        except ValueError:
+            c_grid = ()
+        if not c_grid or not all(c > 0 and c != float("inf") for c in c_grid):
+            parser.error("--probe_c takes comma-separated inverse L2 strengths, each > 0 "
+                         f"(e.g. 0.1,1,10). Received: --probe_c={args.probe_c!r}")
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        parser.error(f"--out: cannot write in {folder} (no such folder, or not writable): "
+                     "create it first, or name a file in a folder that exists. Received: "
+                     f"--out={args.out}")
+    return datasets, overrides, c_grid
+
+
+def check_disjoint_splits(parser, source, name, train, test):
+    """An error (exit 2) when `test` shares examples with `train`: the kNN bank and the
+    probe would be measured on examples they hold."""
+    from simclr_tf.evaluation import overlap  # pylint: disable=import-outside-toplevel
+    shared, total, unit = overlap.shared_examples(source, train, test)
+    if shared:
+        parser.error(f"--splits {name}: its test split {test!r} shares {shared} of its "
+                     f"{total} {unit} with its training split {train!r}, which the kNN "
+                     "bank and the probe are fitted on: pass two splits that share no "
+                     f"example, e.g. --splits {name}=train:test.")
+
+
 def default_splits(source):
     """(train, test) for a dataset: its 'train' and 'test' (else 'validation'); a
     folder with one split is divided 80/20 by position."""
@@ -82,6 +134,7 @@ def main(argv=None):
                         help="comma-separated inverse L2 strengths the probe chooses "
                         "from (default: simclr_tf.evaluation.probe.DEFAULT_C_GRID)")
     args = parser.parse_args(argv)
+    datasets, overrides, c_grid = check_arguments(parser, args)
 
     # Imported after parsing so that --help never waits for TensorFlow, and quietly.
     from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
@@ -95,13 +148,16 @@ def main(argv=None):
     encoder_id = transfer.encoder_identity(
         checkpoints.resolve(args.encoder).prefix) + f"@{image_size}px"
     cache_dir = args.cache_dir or os.path.splitext(args.out)[0] + ".features"
-    overrides = _parse_splits(args.splits)
-    c_grid = (tuple(float(c) for c in args.probe_c.split(",")) if args.probe_c
-              else probe.DEFAULT_C_GRID)
-    rows = []
-    for name in filter(None, args.datasets.split(",")):
+    c_grid = c_grid or probe.DEFAULT_C_GRID
+    # Every dataset's splits are checked before any feature is computed.
+    planned = []
+    for name in datasets:
         source = registry.get_dataset(name, data_dir=args.data_dir)
         train, test = overrides.get(name) or default_splits(source)
+        check_disjoint_splits(parser, source, name, train, test)
+        planned.append((name, source, train, test))
+    rows = []
+    for name, source, train, test in planned:
         row = transfer.evaluate_protocols(
             model, source, image_size=image_size, train_split=train, test_split=test,
             batch_size=args.batch_size, knn_k=args.knn_k,

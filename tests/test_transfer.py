@@ -160,3 +160,53 @@ def test_encoder_identity_is_the_weights(tmp_path):
     checkpoint.write(first)
     os.utime(first + ".index", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert transfer.encoder_identity(first) != transfer.encoder_identity(copy)
+
+
+def _transfer_table():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import transfer_table  # pylint: disable=import-outside-toplevel
+    return transfer_table
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--splits", "digit=train:test"], "--splits names 'digit', which --datasets does not"),
+    (["--splits", "digits/=train:test"], "--splits names 'digits/'"),
+    (["--knn_k=0"], "--knn_k must be at least 1"),
+    (["--probe_c=-1"], "--probe_c takes comma-separated inverse L2 strengths, each > 0"),
+    (["--probe_c=1,x"], "--probe_c takes"),
+    (["--knn_temperature=0"], "--knn_temperature must be > 0"),
+    (["--out=/no/such/folder/t.md"], "--out: cannot write in /no/such/folder"),
+])
+def test_transfer_table_arguments_are_checked_before_any_work(extra, expected, tmp_path,
+                                                              capsys, monkeypatch):
+    """scripts/transfer_table.py: a bad argument is an error (exit 2) naming it, before
+    the encoder is opened or a feature computed."""
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+
+    def never(*args, **kwargs):
+        raise AssertionError("the encoder was opened before the arguments were checked")
+
+    monkeypatch.setattr(checkpoints, "open_encoder", never)
+    argv = [str(tmp_path / "run"), "--datasets", "digits", "--out", str(tmp_path / "t.md")]
+    with pytest.raises(SystemExit) as info:
+        _transfer_table().main(argv + extra)
+    assert info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_transfer_table_refuses_overlapping_splits_before_any_feature(tiny_run, tmp_path,
+                                                                      capsys, monkeypatch):
+    from simclr_tf.evaluation import transfer  # pylint: disable=import-outside-toplevel
+
+    def never(*args, **kwargs):
+        raise AssertionError("features were computed before the splits were checked")
+
+    monkeypatch.setattr(transfer, "evaluate_protocols", never)
+    with pytest.raises(SystemExit) as info:
+        _transfer_table().main([tiny_run.directory, "--datasets", "digits", "--splits",
+                                "digits=train:train[90%:]", "--out", str(tmp_path / "t.md")])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert "--splits digits: its test split 'train[90%:]' shares 144 of its 144 examples" \
+        in error and "allow_overlap" not in error
+    assert not os.listdir(tmp_path)
