@@ -516,9 +516,39 @@ def print_failure(seed, record):
     print("\n".join(tail), file=sys.stderr)
 
 
+def check_report_path(path):
+    """Exits (2) before any stage runs when the report could not be written at
+    `path`: its folder missing or not writable, or `path` a folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = ("is a folder" if os.path.isdir(path) else
+               f"its folder {folder} does not exist" if not os.path.isdir(folder) else
+               f"its folder {folder} is not writable" if not os.access(folder, os.W_OK)
+               else None)
+    if problem:
+        print(f"--json={path}: the report cannot be written there ({problem}). Create "
+              "the folder, or pass another --json (default: <workdir>/semi_supervised.json); "
+              "nothing has run.", file=sys.stderr)
+        sys.exit(2)
+
+
+def write_report(report, path, workdir):
+    """Writes the report to `path`; should that fail after all (a full disk, the folder
+    gone), to `workdir` instead, saying so: hours of stages are never lost to it."""
+    for target in (path, os.path.join(workdir, "semi_supervised.json")):
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=2)
+            return target
+        except OSError as error:
+            print(f"Could not write the report to {target}: {error}", file=sys.stderr)
+    return None
+
+
 def main(argv=None):
     args = parse_args(argv)
     workdir = os.path.abspath(args.workdir)
+    if args.json:
+        check_report_path(args.json)
     prepare_workdir(workdir, args.resume)
     began = time.monotonic()
     per_seed, failed, skipped = {}, {}, {}
@@ -543,9 +573,6 @@ def main(argv=None):
         total_seconds=total,
         total_stage_seconds=round(sum(row["wall_seconds"] for rows in per_seed.values()
                                       for row in rows.values()), 1))
-    path = args.json or os.path.join(workdir, "semi_supervised.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
     print(f"\nTest top-1 over seeds {','.join(map(str, args.seeds))} (mean ± sample "
           "std)" + (", --fast: the tiny encoder in place of every ResNet-18 below"
                     if args.fast else "") + ":\n"
@@ -559,9 +586,13 @@ def main(argv=None):
     for seed, stages in skipped.items():
         print(f"\nSeed {seed}, skipped (a stage they need failed): {', '.join(stages)}",
               file=sys.stderr)
+    # Written after the table is printed: a failed write loses nothing.
+    path = write_report(report, args.json or os.path.join(workdir, "semi_supervised.json"),
+                        workdir)
     reused = sum(1 for rows in per_seed.values() for row in rows.values() if row["reused"])
-    print(f"\nTotal {total} s ({reused} stage(s) reused); report: {path}")
-    return 1 if failed else 0
+    print(f"\nTotal {total} s ({reused} stage(s) reused); report: "
+          f"{path or 'not written (above): the table above is the record'}")
+    return 1 if failed or path is None else 0
 
 
 if __name__ == "__main__":

@@ -154,3 +154,29 @@ def test_a_non_empty_workdir_is_refused_without_resume(tmp_path):
     assert done.returncode == 2
     assert "is not empty" in done.stderr and "--resume" in done.stderr
     assert os.listdir(tmp_path) == ["old.log"]
+
+
+@pytest.mark.parametrize("where", ["missing_folder", "a_folder"])
+def test_a_report_path_that_cannot_be_written_is_refused_before_any_stage(semi, tmp_path,
+                                                                          capsys, where,
+                                                                          monkeypatch):
+    """--json in a folder that does not exist (or naming a folder): exit 2 before any
+    stage runs, the workdir untouched."""
+    json_path = tmp_path / "no_such" / "x.json" if where == "missing_folder" else tmp_path
+    monkeypatch.setattr(semi, "run_stage", lambda *a, **k: pytest.fail("a stage ran"))
+    with pytest.raises(SystemExit) as info:
+        semi.main([f"--workdir={tmp_path / 'work'}", f"--json={json_path}", "--fast"])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"--json={json_path}: the report cannot be written there" in error
+    assert "nothing has run" in error and not (tmp_path / "work").exists()
+
+
+def test_a_report_that_fails_to_write_at_the_end_goes_to_the_workdir(semi, tmp_path):
+    report = dict(stages={}, seeds=[0])
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    gone = tmp_path / "gone" / "x.json"  # its folder vanished during the stages
+    assert semi.write_report(report, str(gone), str(workdir)) == str(
+        workdir / "semi_supervised.json")
+    assert json.loads((workdir / "semi_supervised.json").read_text()) == report
