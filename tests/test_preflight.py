@@ -399,3 +399,25 @@ def test_a_pretraining_batch_larger_than_its_split_is_refused(tmp_path):
                   train_split="train[:8]", train_mode="finetune"))
     _check(config(model_dir=str(tmp_path / "run"), train_steps=1, train_batch_size=8,
                   train_split="train[:8]"))
+
+
+@pytest.mark.parametrize("where", ["model_dir", "its_parent"])
+def test_a_model_dir_under_a_dangling_link_is_named_with_its_target(tmp_path, where,
+                                                                    monkeypatch):
+    """Scratch storage not mounted: --model_dir (or a folder above it) is a symbolic
+    link to nothing. A ConfigError names the link and its target before anything is
+    built (not a FileNotFoundError on the lock file)."""
+    target = tmp_path / "scratch_not_mounted"
+    link = tmp_path / "scratch"
+    os.symlink(target, link)
+    model_dir = link if where == "model_dir" else link / "runs" / "run1"
+    monkeypatch.setattr(parts, "build_model", lambda *a, **k: pytest.fail("built"))
+    with pytest.raises(ConfigError) as info:
+        experiment.run(config(model_dir=str(model_dir), train_steps=1, mode="train"))
+    message = str(info.value)
+    assert info.value.flag == "model_dir"
+    assert f"{str(link)!r} is a symbolic link to {str(target)!r}, which does not exist" \
+        in message and "mount it" in message
+    assert not target.exists() and os.listdir(tmp_path) == ["scratch"]
+    os.mkdir(target)  # mounted: the same flags pass preflight
+    preflight._check_model_dir(str(model_dir))  # pylint: disable=protected-access

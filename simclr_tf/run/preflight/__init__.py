@@ -296,6 +296,25 @@ def _check_checkpoint(config, mode, num_classes):
         _check_recorded_architecture(config, weights, "checkpoint")
 
 
+def _check_no_dangling_link(model_dir):
+    """A local model_dir, or a folder above it, that is a symbolic link to nothing
+    (scratch storage not mounted, a moved volume) is named with its target: nothing
+    could be created under it."""
+    if "://" in model_dir:
+        return
+    path = os.path.abspath(model_dir)
+    while True:
+        if os.path.islink(path) and not os.path.exists(path):
+            raise ConfigError("model_dir", (
+                f"{model_dir!r}: {path!r} is a symbolic link to {os.readlink(path)!r}, "
+                "which does not exist (storage not mounted?); mount it, fix the link, or "
+                "choose another directory."))
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 def _check_model_dir(model_dir, reader=False):
     """model_dir is a writable directory, or can be created as one. A mode that only
     reads a run (`reader`) is shown how to read one it cannot write: with
@@ -305,6 +324,7 @@ def _check_model_dir(model_dir, reader=False):
     exist yet, into its nearest existing parent (which must be a directory), so
     nothing is left behind and no directory is created.
     """
+    _check_no_dangling_link(model_dir)
     existing = model_dir
     while not tf.io.gfile.exists(existing):
         parent = os.path.dirname(existing.rstrip("/"))
