@@ -135,3 +135,44 @@ def test_an_objective_in_one_file_trains_and_evaluates_from_run_py(tmp_path):
     with open(straight / "result.eval.json") as f:
         evaluated = json.load(f)
     assert 0.0 <= evaluated["eval/label_top_1_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("import sys\nsys.exit(0)\n", "exited while it was loaded (SystemExit(0), line 2)"),
+    ("raise SystemExit\n", "exited while it was loaded (SystemExit(None), line 1)"),
+    ("x = 1\nundefined_name\n", "failed while it was loaded, line 2: NameError"),
+    ("def broken(:\n", "failed while it was loaded, line 1: SyntaxError"),
+])
+def test_an_objective_file_that_exits_or_fails_while_loading_is_reported(body, expected,
+                                                                         tmp_path, capsys):
+    """run.py loads --objective_module before its flags: a file that calls sys.exit()
+    (which used to end run.py with status 0 and no word) or raises is an error naming
+    the file, the line and what it did (exit 2), and is not left half-registered."""
+    import run  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "my_objective.py"
+    path.write_text(body)
+    with pytest.raises(SystemExit) as info:
+        run.load_objective_modules(["run.py", f"--objective_module={path}"])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"objective_module {str(path)!r}" in error and expected in error, error
+    assert "simclr_tf_objective_my_objective" not in sys.modules
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_an_objective_module_named_in_a_flagfile_is_loaded(nested, tmp_path, capsys):
+    """--objective_module inside a --flagfile (or a flagfile it names) is loaded before
+    the flags are defined, as on the command line (its train mode would otherwise be
+    an unknown --train_mode choice). The file here exits, which shows it was run."""
+    import run  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "flagfile_objective.py"
+    path.write_text("raise SystemExit(3)\n")
+    inner = tmp_path / "inner.flags"
+    inner.write_text(f"# the objective\n--objective_module={path}\n--train_steps=2\n")
+    outer = tmp_path / "outer.flags"
+    outer.write_text(f"--flagfile={inner}\n" if nested else inner.read_text())
+    with pytest.raises(SystemExit) as info:
+        run.load_objective_modules(["run.py", "--mode=train", f"--flagfile={outer}"])
+    assert info.value.code == 2
+    assert "exited while it was loaded (SystemExit(3)" in capsys.readouterr().err
+    run.load_objective_modules(["run.py", "--flagfile", str(tmp_path / "missing.flags")])

@@ -145,10 +145,34 @@ def load_module(path):
     sys.modules[name] = module  # its 'module:Class' row resolves by this name
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except SystemExit as error:  # sys.exit() in the file: say so, never exit quietly
+        del sys.modules[name]
+        raise ValueError(
+            f"objective_module {path!r} exited while it was loaded (SystemExit("
+            f"{error.code!r}){_line_in(error, path)}): an objective file defines its "
+            "Objective class and calls register(...), and must not exit.") from None
+    except Exception as error:
+        del sys.modules[name]
+        raise ValueError(
+            f"objective_module {path!r} failed while it was loaded"
+            f"{_line_in(error, path)}: {type(error).__name__}: {error}") from error
+    except BaseException:  # Ctrl-C
         del sys.modules[name]
         raise
     return module
+
+
+def _line_in(error, path):
+    """', line N' of the last frame of `error`'s traceback in the file `path`."""
+    line = None
+    frame = error.__traceback__
+    while frame is not None:
+        if os.path.abspath(frame.tb_frame.f_code.co_filename) == os.path.abspath(path):
+            line = frame.tb_lineno
+        frame = frame.tb_next
+    if line is None and isinstance(error, SyntaxError) and error.lineno:
+        line = error.lineno
+    return f", line {line}" if line else ""
 
 
 def all_options():
