@@ -308,6 +308,20 @@ def _settings(args):
         yield name, value
 
 
+def check_values_present(argv):
+    """Raises flags.Error for a flag written `--name` (not boolean) whose next argument
+    is another flag: absl would take that flag as its value (`--model_dir $UNSET
+    --flagfile=f` sets model_dir to '--flagfile=f' and drops the flagfile)."""
+    args = list(argv[1:])
+    for i, arg in enumerate(args[:-1]):
+        name = arg.lstrip("-")
+        if (arg.startswith("--") and "=" not in arg and name in FLAGS
+                and not FLAGS[name].boolean and args[i + 1].startswith("--")):
+            raise flags.Error(
+                f"{arg} has no value: the argument after it, {args[i + 1]!r}, is a flag "
+                f"(an unset shell variable?). Give {arg}=VALUE.")
+
+
 def check_flagfile_order(argv):
     """Raises flags.Error when a flag on the command line comes before a --flagfile
     that sets it to another value, and nothing after gives it again: absl's last one
@@ -345,9 +359,11 @@ def _same_value(name, first, second):
 
 def parse_flags(argv):
     """absl's parsing, its errors (an unknown flag, a value of the wrong type, an
-    unreadable flagfile) said as every other flag error is; a flag typed before a
-    --flagfile that overrides it is refused (`check_flagfile_order`)."""
+    unreadable flagfile) said as every other flag error is; a flag without its value
+    before another flag (`check_values_present`) and a flag typed before a --flagfile
+    that overrides it (`check_flagfile_order`) are refused."""
     try:
+        check_values_present(argv)
         check_flagfile_order(argv)
         return FLAGS(argv)
     except flags.Error as error:

@@ -1,6 +1,7 @@
 """Every flagfile under flags/ parses into a valid Config and carries its record."""
 import glob
 import os
+import re
 import sys
 
 import pytest
@@ -151,3 +152,27 @@ def test_a_flag_typed_before_a_flagfile_that_overrides_it_is_refused(
     else:
         with pytest.raises(flags.Error, match=error):
             run.check_flagfile_order(args)
+
+
+@pytest.mark.parametrize("argv, error", [
+    # An unset shell variable: absl would read '--flagfile=...' as the model_dir.
+    ("--model_dir --flagfile={q}", r"--model_dir has no value: the argument after it, "
+     r"'--flagfile=.*', is a flag \(an unset shell variable\?\)"),
+    ("--dataset --train_steps=2", "--dataset has no value"),
+    ("--model_dir /tmp/x --flagfile={q}", None),
+    ("--use_blur --flagfile={q}", None),  # a boolean takes no value
+    ("--learning_rate -1 --flagfile={q}", None),  # absl's to check: a value, not a flag
+])
+def test_a_flag_without_its_value_before_another_flag_is_refused(argv, error, capsys):
+    """`--model_dir $UNSET --flagfile=f` swallowed the flagfile (its first line then
+    read as a stray argument, the error naming a dataset never given); run.py names
+    the flag without a value, exit 2."""
+    quickstart = os.path.join(ROOT, "flags", "quickstart.flags")
+    args = ["run.py"] + argv.format(q=quickstart).split()
+    if error is None:
+        run.check_values_present(args)
+        return
+    with pytest.raises(SystemExit) as info:
+        run.parse_flags(args)
+    assert info.value.code == 2
+    assert re.search(error, capsys.readouterr().err)
