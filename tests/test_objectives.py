@@ -176,3 +176,27 @@ def test_an_objective_module_named_in_a_flagfile_is_loaded(nested, tmp_path, cap
     assert info.value.code == 2
     assert "exited while it was loaded (SystemExit(3)" in capsys.readouterr().err
     run.load_objective_modules(["run.py", "--flagfile", str(tmp_path / "missing.flags")])
+
+
+@pytest.mark.parametrize("option", ["momentum", "temperature"])
+def test_an_objective_option_named_like_a_run_py_flag_is_refused(option, tmp_path, capsys):
+    """An EMA objective's `momentum` would take --momentum's value (and --momentum
+    would change both): refused when the row is registered, naming both."""
+    before = dict(train_modes.TRAIN_MODES)
+    row = train_modes.TrainMode("shadowing", "x:Y", "shadowing: a test row",
+                                options={option: 0.99, "shadowing_rate": 0.1})
+    with pytest.raises(ValueError, match=rf"train mode 'shadowing': its option '{option}' "
+                       rf"has the name of run.py's flag --{option}.*'shadowing_{option}'"):
+        train_modes.register(row)
+    assert train_modes.TRAIN_MODES == before
+    # From a file given to run.py: its error, exit 2.
+    import run  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "ema_objective.py"
+    path.write_text("from simclr_tf.config.tables import train_modes\n"
+                    "train_modes.register(train_modes.TrainMode('ema', 'x:Y', 'ema: test',\n"
+                    f"    options={{'{option}': 0.99}}))\n")
+    with pytest.raises(SystemExit):
+        run.load_objective_modules(["run.py", f"--objective_module={path}"])
+    error = capsys.readouterr().err
+    assert f"line 2: ValueError: train mode 'ema': its option '{option}'" in error
+    assert "ema" not in train_modes.TRAIN_MODES

@@ -117,7 +117,19 @@ TRAIN_MODES = {row.name: row for row in (
 
 def register(row):
     """Adds `row` to the table (an objective defined outside simclr_tf.method.objectives);
-    returns it."""
+    returns it. An option named like one of run.py's flags is refused: it would take
+    that flag's value, and the flag would change both."""
+    if isinstance(row, TrainMode):
+        # Imported here: the Config's module imports this table.
+        from simclr_tf.config.run_config import Config  # pylint: disable=import-outside-toplevel
+        flag_names = {field.name for field in Config.flag_fields()}
+        clashes = [name for name, _ in row.options if name in flag_names]
+        if clashes:
+            raise ValueError(
+                f"train mode {row.name!r}: its option {clashes[0]!r} has the name of "
+                f"run.py's flag --{clashes[0]}, whose value it would take (and "
+                f"--{clashes[0]} would then set both). Rename the option, e.g. "
+                f"'{row.name}_{clashes[0]}'.")
     return tables.add_row(TRAIN_MODES, row, TrainMode, "row")
 
 
