@@ -93,6 +93,7 @@ def test_data_dir_wins_over_the_debian_package(tmp_path, no_debian_package):
 
 def test_nowhere_is_one_error_naming_apt_get_and_data_dir(tmp_path):
     data_dir = str(tmp_path / "empty")
+    os.mkdir(data_dir)
     with pytest.raises(fashion_mnist.FashionMnistNotFoundError) as info:
         registry.get_dataset("fashion_mnist", data_dir=data_dir)
     message = str(info.value)

@@ -421,3 +421,26 @@ def test_a_model_dir_under_a_dangling_link_is_named_with_its_target(tmp_path, wh
     assert not target.exists() and os.listdir(tmp_path) == ["scratch"]
     os.mkdir(target)  # mounted: the same flags pass preflight
     preflight._check_model_dir(str(model_dir))  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("dataset", ["fashion_mnist", "digits", "mnist"])
+def test_a_data_dir_that_does_not_exist_is_refused(dataset, tmp_path):
+    """--dataset=fashion_mnist --data_dir=<a typo> read the system copy without a word
+    (and flags.json recorded the missing folder). A given --data_dir must exist,
+    except where TFDS is to download into it."""
+    missing = str(tmp_path / "no_such_folder")
+    cfg = config(dataset=dataset, data_dir=missing, tfds_download=False,
+                 model_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError) as info:
+        preflight.load_source(cfg)
+    assert info.value.flag == "data_dir"
+    assert f"{missing!r} does not exist" in str(info.value)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        preflight.load_source(config(dataset="digits", data_dir=str(tmp_path / "a_file"),
+                                     model_dir=str(tmp_path / "run")))
+    # TFDS downloads into a new data_dir: not refused for that (the dataset's own
+    # checks decide what follows).
+    preflight._check_data_dir(  # pylint: disable=protected-access
+        config(dataset="mnist", data_dir=missing, tfds_download=True,
+               model_dir=str(tmp_path / "run")))

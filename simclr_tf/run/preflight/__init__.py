@@ -33,7 +33,11 @@ from simclr_tf.run.preflight.weights import (_check_checkpoint_readable,
 
 
 def load_source(config):
-    """The dataset of --dataset, checked to be readable (prepared, for TFDS)."""
+    """The dataset of --dataset, checked to be readable (prepared, for TFDS). A given
+    --data_dir that does not exist is refused, unless TFDS is to download a dataset
+    into it: a source that looks elsewhere too (Fashion-MNIST's system copy) would
+    otherwise be read without a word."""
+    _check_data_dir(config)
     try:
         # Workers of a multi-worker run would download into one data_dir at once:
         # they need it prepared (the error says how).
@@ -49,6 +53,22 @@ def load_source(config):
                           "or turn --skip_corrupt_images on to skip such files.") from None
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError("dataset", str(error)) from None
+
+
+def _check_data_dir(config):
+    if not config.data_dir or "://" in config.data_dir:
+        return
+    if os.path.isdir(os.path.expanduser(config.data_dir)):
+        return
+    tfds_download = (config.tfds_download and not config.dataset.startswith("folder:")
+                     and config.dataset not in registry.registered_datasets())
+    if tfds_download and not os.path.exists(os.path.expanduser(config.data_dir)):
+        return  # TFDS prepares the dataset there
+    what = "is a file" if os.path.exists(os.path.expanduser(config.data_dir)) else (
+        "does not exist")
+    raise ConfigError("data_dir", f"{config.data_dir!r} {what}: give the folder that holds "
+                      f"the data of --dataset={config.dataset}, or leave --data_dir out "
+                      "to read it from its default place.")
 
 
 def check_weights_found(config):
