@@ -48,7 +48,7 @@ def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
     TF_CPP_MIN_LOG_LEVEL says (oneDNN's notice on CPUs with AVX512_VNNI): run.py
     imports TensorFlow with those lines filtered by that level."""
     script = (
-        "import os, sys, types; sys.path.insert(0, sys.argv[1]); from simclr_tf import quiet\n"
+        "import os, sys, types; sys.path.insert(0, sys.argv[1]); from simclr_tf.run import quiet\n"
         "with quiet.tensorflow_start_up_filtered():\n"
         "    sys.modules['tensorflow'] = types.SimpleNamespace(config=types.SimpleNamespace("
         "list_physical_devices=list))  # a stand-in, imported\n"
@@ -86,7 +86,7 @@ def test_a_host_without_a_cuda_driver_gets_no_cuinit_error(tmp_path):
             "    return []\n"
             "config = types.SimpleNamespace(list_physical_devices=list_physical_devices)\n")
     script = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
-              "from simclr_tf import quiet; quiet.import_tensorflow()\n")
+              "from simclr_tf.run import quiet; quiet.import_tensorflow()\n")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     no_driver = (b"I0000 00:00:1796199533.1   25694 cudart_stub.cc:31] Could not find cuda "
                  b"drivers on your machine, GPU will not be used.\n")
@@ -135,7 +135,7 @@ def test_every_entry_point_imports_tensorflow_through_one_quiet_helper(tmp_path)
         "import types\n"
         "config = types.SimpleNamespace(list_physical_devices=list)  # what quiet lists\n")
     script = ("import sys; sys.path[:0] = sys.argv[1:3]\n"
-              "from simclr_tf import quiet; tf = quiet.import_tensorflow()\n"
+              "from simclr_tf.run import quiet; tf = quiet.import_tensorflow()\n"
               "assert tf.__file__.startswith(sys.argv[1])\n")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     quiet = subprocess.run([sys.executable, "-c", script, str(tmp_path), REPO], env=env,

@@ -77,7 +77,7 @@ def test_a_remote_path_is_read_with_tensorflows_file_api(monkeypatch):
 def test_reading_a_local_run_imports_no_tensorflow(tmp_path):
     run = _run(tmp_path / "run")
     code = ("import sys\n"
-            "from simclr_tf import inherit, run_dirs\n"
+            "from simclr_tf.config import inherit, run_dirs\n"
             f"paths = {_forms(run)!r}\n"
             "assert {run_dirs.flags_file(p) for p in paths} == "
             f"{{{os.path.join(run, 'flags.json')!r}}}\n"
