@@ -18,10 +18,14 @@ import importlib.util
 def __getattr__(name):
     # A module of this package, else a name of `run_config` (`Config`, `ConfigError`,
     # `RecordError`, ...), imported on first use.
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")
     run_config = importlib.import_module(f"{__name__}.run_config")
     try:
-        return getattr(run_config, name)
+        value = getattr(run_config, name)
     except AttributeError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value  # found once: later lookups do not come here
+    return value

@@ -25,5 +25,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # found once: later lookups do not come here
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,5 +20,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # found once: later lookups do not come here
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
