@@ -11,7 +11,7 @@ import os
 
 import tensorflow as tf
 
-from simclr_tf.config import architecture, errors, rules
+from simclr_tf.config import architecture, rules
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints, teacher
 from simclr_tf.config.tables import encoders as encoder_table
@@ -22,10 +22,11 @@ from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, registry, subsets
 from simclr_tf.models import hub
 from simclr_tf.run.run_context import RunContext
-# The checks of two jobs live beside this module: the evaluated splits' overlap, and
-# weights that fit the model.
+# The checks of three jobs live beside this module: the evaluated splits' overlap, the
+# folders a run reads and writes, and weights that fit the model.
 from simclr_tf.run.preflight.overlap import (check_eval_overlap, evaluated_pairs,
                                              knn_bank_split)
+from simclr_tf.run.preflight.paths import _check_data_dir, _check_model_dir
 from simclr_tf.run.preflight.weights import (_check_checkpoint_readable,
                                              _check_official_selector,
                                              _check_recorded_architecture,
@@ -53,22 +54,6 @@ def load_source(config):
                           "or turn --skip_corrupt_images on to skip such files.") from None
     except (ValueError, FileNotFoundError) as error:
         raise ConfigError("dataset", str(error)) from None
-
-
-def _check_data_dir(config):
-    if not config.data_dir or "://" in config.data_dir:
-        return
-    if os.path.isdir(os.path.expanduser(config.data_dir)):
-        return
-    tfds_download = (config.tfds_download and not config.dataset.startswith("folder:")
-                     and config.dataset not in registry.registered_datasets())
-    if tfds_download and not os.path.exists(os.path.expanduser(config.data_dir)):
-        return  # TFDS prepares the dataset there
-    what = "is a file" if os.path.exists(os.path.expanduser(config.data_dir)) else (
-        "does not exist")
-    raise ConfigError("data_dir", f"{config.data_dir!r} {what}: give the folder that holds "
-                      f"the data of --dataset={config.dataset}, or leave --data_dir out "
-                      "to read it from its default place.")
 
 
 def check_weights_found(config):
@@ -314,64 +299,6 @@ def _check_checkpoint(config, mode, num_classes):
         _check_official_selector(config, mode, num_classes, info)
     else:
         _check_recorded_architecture(config, weights, "checkpoint")
-
-
-def _check_no_dangling_link(model_dir):
-    """A local model_dir, or a folder above it, that is a symbolic link to nothing
-    (scratch storage not mounted, a moved volume) is named with its target: nothing
-    could be created under it."""
-    if "://" in model_dir:
-        return
-    path = os.path.abspath(model_dir)
-    while True:
-        if os.path.islink(path) and not os.path.exists(path):
-            raise ConfigError("model_dir", (
-                f"{model_dir!r}: {path!r} is a symbolic link to {os.readlink(path)!r}, "
-                "which does not exist (storage not mounted?); mount it, fix the link, or "
-                "choose another directory."))
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
-
-
-def _check_model_dir(model_dir, reader=False):
-    """model_dir is a writable directory, or can be created as one. A mode that only
-    reads a run (`reader`) is shown how to read one it cannot write: with
-    --checkpoint, its records going to a --model_dir of the user's.
-
-    Probed with a file removed at once, written into model_dir or, when it does not
-    exist yet, into its nearest existing parent (which must be a directory), so
-    nothing is left behind and no directory is created.
-    """
-    _check_no_dangling_link(model_dir)
-    existing = model_dir
-    while not tf.io.gfile.exists(existing):
-        parent = os.path.dirname(existing.rstrip("/"))
-        if parent in ("", existing):
-            break
-        existing = parent
-    # One name per process: the workers of a multi-worker run probe together.
-    probe_file = os.path.join(existing, f".write_test_{os.getpid()}")
-    try:
-        if tf.io.gfile.exists(existing) and not tf.io.gfile.isdir(existing):
-            raise NotADirectoryError(f"{existing!r} is a file")
-        with tf.io.gfile.GFile(probe_file, "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(probe_file)
-    except (OSError, tf.errors.OpError) as error:
-        if tf.io.gfile.exists(probe_file):  # created, then its write failed
-            tf.io.gfile.remove(probe_file)
-        full = errors.disk_full(error, model_dir, "Nothing was written.")
-        if full is not None:  # not a permission problem: the device is full
-            raise full from None
-        advice = "choose another directory."
-        if reader:
-            advice = (f"to read a run you cannot write (another user's), pass "
-                      f"--checkpoint={model_dir} --model_dir=<a directory of yours> "
-                      "(its flags are read from the run; the records go to yours).")
-        raise ConfigError("model_dir", f"{model_dir!r} is not writable "
-                          f"({error}); {advice}") from None
 
 
 def _check_recorded_flags(config):
