@@ -15,7 +15,7 @@ from simclr_tf.run import experiment, preflight
 from simclr_tf.weights import checkpoints
 from simclr_tf.run.modes import parts
 from simclr_tf.weights import export as simclr_export
-from simclr_tf.config import ConfigError
+from simclr_tf.config import ConfigError, rules
 from simclr_tf.evaluation import features
 
 from helpers import official_fixtures, official_layout
@@ -414,3 +414,17 @@ def test_a_label_fraction_below_one_per_class_says_so_on_the_console(tmp_path, m
     said = [line for line in capsys.readouterr().out.splitlines()
             if "--label_fraction" in line]
     assert len(said) == 1 and " 10 " in said[0] and "1437" in said[0], said
+
+
+@pytest.mark.large  # one tiny training run
+def test_a_small_contrastive_batch_is_warned_about_and_a_usual_one_is_not(tmp_path, capsys,
+                                                                         skip_final_export):
+    """--train_batch_size=2 trained for hours without a word: a pretraining run below
+    16 images a batch says how many negatives each view has and what SimCLR needs."""
+    experiment.run(config(train_batch_size=4, train_steps=1, mode="train",
+                          train_split="train[:16]", model_dir=str(tmp_path / "small")))
+    printed = capsys.readouterr().out
+    assert ("Warning: --train_batch_size=4: each view is contrasted with 6 negatives and "
+            "batch norm sees 8 images") in printed
+    assert printed.index("Warning: --train_batch_size=4") < printed.index("Training 1 steps")
+    assert rules.small_batch_note(15) and rules.small_batch_note(16) is None

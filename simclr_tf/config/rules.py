@@ -226,6 +226,23 @@ def check_contrastive_batch_size(batch_size):
                          f"Received: train_batch_size={batch_size!r}")
 
 
+# Below this global batch a pretraining run is told what it gives up (`small_batch_note`).
+SMALL_CONTRASTIVE_BATCH = 16
+
+
+def small_batch_note(batch_size):
+    """The warning of a contrastive run whose global batch is small: each view has
+    2 * batch_size - 2 negatives, and batch norm sees 2 * batch_size images; None from
+    SMALL_CONTRASTIVE_BATCH up."""
+    if batch_size >= SMALL_CONTRASTIVE_BATCH:
+        return None
+    return (f"--train_batch_size={batch_size}: each view is contrasted with "
+            f"{2 * batch_size - 2} negatives and batch norm sees {2 * batch_size} images. "
+            "SimCLR learns from many negatives (the paper: 256 to 8192 images a batch; "
+            "at 64 on small data it still learns): expect little from this run, or give "
+            "a larger batch (--grad_cache_chunk keeps its memory down).")
+
+
 # --stem=auto: the authors' rule, the CIFAR stem for images of at most this side.
 AUTO_STEM_MAX_IMAGE_SIZE = 32
 # The spatial stride from the input to block group 4's output, by stem: the ImageNet

@@ -70,6 +70,10 @@ def train(config, strategy, context):
         write_hparams(writer, config)
         write_view_summary(config, source, split, writer)
     steps_per_epoch = num_examples / config.train_batch_size
+    note = rules.small_batch_note(config.train_batch_size) if (
+        objective.contrastive_batch and chief) else None
+    if note:
+        print(f"Warning: {note}", flush=True)
     print(f"Training {plan.total_steps} steps ({plan.total_steps / steps_per_epoch:.3g} "
           f"epochs of {num_examples} examples; {step} done), checkpoint every "
           f"{plan.checkpoint_steps}, batch {config.train_batch_size}, "
