@@ -19,9 +19,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf.method import collectives, optimizers
 from simclr_tf.config import rules
 from simclr_tf.config.tables import train_modes
+from simclr_tf.method import collectives, optimizers
 
 
 # Every metric a step can return; which ones it does depends on train_mode, the

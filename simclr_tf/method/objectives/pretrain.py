@@ -3,11 +3,10 @@ stop_gradient(h) over the labelled examples; with --grad_cache_chunk, by gradien
 caching (`simclr_tf.method.grad_cache`)."""
 import tensorflow as tf
 
-from simclr_tf.method import collectives, grad_cache
-from simclr_tf.method import losses
 from simclr_tf import augment
-from simclr_tf.models.outputs import LOGITS, Z
+from simclr_tf.method import collectives, grad_cache, losses
 from simclr_tf.method.objectives import base
+from simclr_tf.models.outputs import LOGITS, Z
 
 
 class Pretrain(base.Objective):
