@@ -495,9 +495,25 @@ def report(results, cells, args, budget):
         f"Budget `{'fast' if args.fast else args.budget}`: {budget}; "
         f"{args.threads} compute thread(s) per training run.",
         "",
-        "Command: `python scripts/benchmark_accuracy.py " + " ".join(args.argv) + "`",
+        "Command: `python scripts/benchmark_accuracy.py " + " ".join(
+            shareable_argv(args.argv)) + "`",
     ]
     return "\n".join(lines)
+
+
+def shareable_argv(argv):
+    """The command's arguments as the doc shows them: the interpreter of lightly's
+    environment, a path of one machine, as a placeholder."""
+    shown, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            arg, hide_next = "<lightly's python>", False
+        elif arg == "--lightly_python":
+            hide_next = True
+        elif arg.startswith("--lightly_python="):
+            arg = "--lightly_python=<lightly's python>"
+        shown.append(arg)
+    return shown
 
 
 def settings_key(args, budget, row, seed):

@@ -159,3 +159,12 @@ def test_the_fastest_stretch_is_timed_over_at_least_the_peer_s_interval(bench):
     assert bench.fastest_window(times) == pytest.approx(14.0 / 70)
     # 60 -> 100 is only 40 steps: not a stretch; nothing long enough gives NaN.
     assert np.isnan(bench.fastest_window([(2, 0.0), (40, 5.0)]))
+
+
+def test_the_doc_shows_no_path_of_one_machine(bench):
+    """docs/benchmarks.md's command line: lightly's interpreter as a placeholder."""
+    assert bench.shareable_argv(["--threads=1", "--lightly_python=/work/venv/bin/python",
+                                 "--resume"]) == [
+        "--threads=1", "--lightly_python=<lightly's python>", "--resume"]
+    assert bench.shareable_argv(["--lightly_python", "/home/me/py", "--seeds=0"]) == [
+        "--lightly_python", "<lightly's python>", "--seeds=0"]
