@@ -163,9 +163,13 @@ def main(argv=None):
             batch_size=args.batch_size, knn_k=args.knn_k,
             knn_temperature=args.knn_temperature, cache_dir=cache_dir,
             encoder_id=encoder_id, seed=args.seed, c_grid=c_grid)
-        print(f"{name}: kNN {row['knn_top_1']:.4f}, linear probe "
-              f"{row['linear_probe_top_1']:.4f} ({row['num_train']} train / "
-              f"{row['num_test']} test, {row['seconds']:.1f} s)", flush=True)
+        # The protocol in the line, as --mode=linear_probe says it: both choose C the
+        # same way, from their grids (--probe_c here).
+        print(f"{name}: kNN (k={args.knn_k}) {row['knn_top_1']:.4f}, linear probe "
+              f"(L-BFGS, C={row['linear_probe_c']:g} of {','.join(f'{c:g}' for c in c_grid)} "
+              f"chosen on a held-out part of {train}) {row['linear_probe_top_1']:.4f} on "
+              f"{test} ({row['num_train']} train / {row['num_test']} test, "
+              f"{row['seconds']:.1f} s)", flush=True)
         rows.append(row)
     md_path, csv_path = transfer.write_table(
         rows, args.out, title=f"Transfer: {description} at {image_size} px (kNN k="
