@@ -444,3 +444,19 @@ def test_a_data_dir_that_does_not_exist_is_refused(dataset, tmp_path):
     preflight._check_data_dir(  # pylint: disable=protected-access
         config(dataset="mnist", data_dir=missing, tfds_download=True,
                model_dir=str(tmp_path / "run")))
+
+
+@pytest.mark.parametrize("mode", ["eval", "export"])
+def test_a_checkpoint_prefix_given_as_model_dir_says_what_to_pass(tiny_run, tmp_path, mode):
+    """--model_dir=<run>/ckpt-4 (a checkpoint, not a run): the error says to pass it as
+    --checkpoint (where the mode can read one) or its run as --model_dir."""
+    from simclr_tf.config.tables import modes  # pylint: disable=import-outside-toplevel
+    run_dir = tiny_run.copy_to(tmp_path / "run", mode=mode).model_dir
+    prefix = os.path.join(run_dir, "ckpt-4")
+    with pytest.raises(ConfigError) as info:
+        preflight._check_something_to_load(  # pylint: disable=protected-access
+            config(model_dir=prefix, mode=mode), modes.get(mode))
+    message = str(info.value)
+    assert f"{prefix!r} is a checkpoint, not a run directory" in message
+    assert f"--model_dir={run_dir} for its run's latest checkpoint" in message
+    assert (f"--checkpoint={prefix}" in message) == (mode == "eval")

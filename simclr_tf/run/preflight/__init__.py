@@ -355,6 +355,14 @@ def _check_something_to_load(config, mode):
         alternatives.append("wait for one with --eval_wait_secs")
     if alternatives:
         alternatives[-1] = "or " + alternatives[-1]
+    if config.model_dir and tf.io.gfile.exists(config.model_dir + ".index"):
+        run_dir = os.path.dirname(config.model_dir.rstrip("/"))
+        raise ConfigError("model_dir", f"{config.model_dir!r} is a checkpoint, not a run "
+                          "directory: " + (
+                              f"pass --checkpoint={config.model_dir} (with a --model_dir "
+                              "of yours for the records), or " if not mode.needs_model_dir
+                              else "pass ") + f"--model_dir={run_dir} for its run's latest "
+                          "checkpoint.")
     missing = "" if not config.model_dir or tf.io.gfile.isdir(config.model_dir) else (
         " (a file)" if tf.io.gfile.exists(config.model_dir) else " (no such directory)")
     raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
