@@ -56,35 +56,22 @@ def load_objective_modules(argv):
     """Runs each --objective_module file of the command line and of its --flagfiles
     (`train_modes.load_module`) before the flags are defined: its train mode is then
     a --train_mode choice and its options flags."""
-    for path in _setting_values(argv[1:], "objective_module"):
+    try:  # absl's own expansion of --flagfile (nested ones too)
+        args = FLAGS.read_flags_from_files(argv[1:], force_gnu=False)
+    except flags.Error:
+        args = argv[1:]  # an unreadable flagfile: absl's error, when the flags are parsed
+    for i, arg in enumerate(args):
+        if arg.startswith("--objective_module="):
+            path = arg.split("=", 1)[1]
+        elif arg == "--objective_module" and i + 1 < len(args):
+            path = args[i + 1]
+        else:
+            continue
         if path:
             try:
                 train_modes.load_module(path)
             except ValueError as error:
                 _error(str(error))
-
-
-def _setting_values(args, name, seen=()):
-    """The values of --`name` among `args` and, in order, among the lines of the
-    --flagfiles they name (nested ones too), as absl would read them."""
-    values = []
-    for i, arg in enumerate(args):
-        for flag, found in ((name, None), ("flagfile", None)):
-            if arg.startswith(f"--{flag}="):
-                found = arg.split("=", 1)[1]
-            elif arg == f"--{flag}" and i + 1 < len(args):
-                found = args[i + 1]
-            if found is None:
-                continue
-            if flag == name:
-                values.append(found)
-            elif found and found not in seen and os.path.isfile(found):
-                with open(found, encoding="utf-8") as f:
-                    lines = [line.strip() for line in f]
-                values += _setting_values(
-                    [line for line in lines if line and not line.startswith(("#", "//"))],
-                    name, (*seen, found))
-    return values
 
 
 def _define_flags():
