@@ -67,16 +67,19 @@ def _check_model_dir(model_dir, reader=False):
 
 
 def _check_data_dir(config):
+    """A given local --data_dir is a folder; one that does not exist is refused unless
+    TFDS is to download --dataset into it."""
     if not config.data_dir or "://" in config.data_dir:
         return
-    if os.path.isdir(os.path.expanduser(config.data_dir)):
+    path = os.path.expanduser(config.data_dir)
+    if os.path.isdir(path):
         return
+    exists = os.path.exists(path)
     tfds_download = (config.tfds_download and not config.dataset.startswith("folder:")
                      and config.dataset not in registry.registered_datasets())
-    if tfds_download and not os.path.exists(os.path.expanduser(config.data_dir)):
+    if tfds_download and not exists:
         return  # TFDS prepares the dataset there
-    what = "is a file" if os.path.exists(os.path.expanduser(config.data_dir)) else (
-        "does not exist")
-    raise ConfigError("data_dir", f"{config.data_dir!r} {what}: give the folder that holds "
-                      f"the data of --dataset={config.dataset}, or leave --data_dir out "
-                      "to read it from its default place.")
+    raise ConfigError("data_dir", f"{config.data_dir!r} "
+                      f"{'is a file' if exists else 'does not exist'}: give the folder "
+                      f"that holds the data of --dataset={config.dataset}, or leave "
+                      "--data_dir out to read it from its default place.")
