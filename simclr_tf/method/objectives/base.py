@@ -3,8 +3,10 @@
 A `simclr_tf.method.train.Trainer` owns the model, the optimizer and the compiled loop; it
 builds the objective of its `StepOptions.train_mode` (`simclr_tf.config.tables.train_modes`' row
 names the class) and calls `train_step(batch)` in each replica's context. The
-objective computes its loss under `trainer.optimize(compute_loss)` (forward and weight
-decay under a tape, one optimizer update) and returns this replica's metrics.
+built-in objectives write their step out (forward under a tape, `trainer.total_loss`,
+`trainer.apply`); a new one may compute its loss under
+`trainer.optimize(compute_loss)`, which does the same around it. Either returns this
+replica's metrics.
 """
 import tensorflow as tf
 

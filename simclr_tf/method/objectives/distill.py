@@ -20,11 +20,18 @@ class Distill(base.Objective):
                 f"{self.options.distill_temperature:g})",)
 
     def train_step(self, batch):
+        """One distillation step on this replica's part of the global batch (SimCLR
+        v2, eq. 3): the teacher's logits (fixed) and the student's on the same view
+        -> alpha x the cross-entropy against the teacher's tempered softmax (+ 1 -
+        alpha x the labelled cross-entropy) -> gradients of the global loss -> the
+        optimizer's update."""
         images, labels = batch
         teacher_logits = self.teacher(images)  # the loss stops its gradient
         alpha = self.options.distill_alpha
-
-        def compute_loss():
+        # The rate of this update (the schedule reads the not yet incremented step).
+        learning_rate = tf.cast(self.trainer.optimizer.learning_rate, tf.float32)
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
             logits = base.logits_of(self.model(images, training=True))
             distill = losses.distillation_loss(teacher_logits, logits,
                                                self.options.distill_temperature)
@@ -36,8 +43,10 @@ class Distill(base.Objective):
                 labelled = losses.labelled_cross_entropy(labels, logits)
                 metrics["supervised_loss"] = labelled
                 loss = loss + (1.0 - alpha) * labelled
-            return loss, metrics
-
-        metrics = self.trainer.optimize(compute_loss)
+            # + weight decay, and this replica's share of the global loss.
+            loss, decay, scaled_loss = self.trainer.total_loss(loss)
+        grads = tape.gradient(scaled_loss, variables)
+        metrics = self.trainer.apply(grads=grads, variables=variables, metrics=metrics,
+                                     loss=loss, decay=decay, learning_rate=learning_rate)
         metrics["num_examples"] = tf.cast(tf.shape(images)[0], tf.float32)
         return metrics
