@@ -180,6 +180,8 @@ def check_float32(name, value):
 
 
 LEARNING_RATE_SCALINGS = ("linear", "sqrt")
+# How the batch norm of the blocks --fine_tune_after_block freezes runs in training.
+FROZEN_BATCH_NORMS = ("moving", "batch")
 
 
 def scaled_learning_rate(base_learning_rate, batch_size, scaling):

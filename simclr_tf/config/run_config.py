@@ -116,6 +116,13 @@ class Config(fields.FlagTable):
         "everything. 0 means fine-tuning after the stem block. 4 means fine-tuning just "
         "the linear head.",
         checks=(bounds.rule(rules.check_fine_tune_after_block),))
+    frozen_batch_norm: str = _tune(
+        "moving", "The batch norm of the layers --fine_tune_after_block freezes, in "
+        "training: 'moving' normalises with the loaded moving statistics and keeps them "
+        "(a frozen block is frozen); 'batch' is the authors' code: batch statistics, "
+        "and the moving averages keep updating (their Keras 2 freezing does not reach "
+        "the batch norm inside a block; docs/fidelity.md). Weights never train either way.",
+        rules.FROZEN_BATCH_NORMS)
     master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.")
     model_dir: Optional[str] = _run(None, "The run's directory: checkpoints, "
                                     "summaries, exports and its records.")

@@ -3,6 +3,8 @@
 Every layer stores its constructor arguments and returns them from `get_config()`,
 so models round-trip through `.keras` files.
 """
+import contextlib
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -139,6 +141,26 @@ def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, is_training):
     return y, mean, variance
 
 
+# Read when a BatchNormalization is traced; process-wide, so that the replica threads
+# of a MirroredStrategy see it too.
+_KERAS_BATCH_NORM = {"on": False}
+
+
+@contextlib.contextmanager
+def keras_batch_norm():
+    """Within it, `BatchNormalization` traces Keras' own computation, never TF's fused
+    kernel: the same function, in the authors' summation order (tf_keras'
+    SyncBatchNormalization: var = E[x^2] - E[x]^2, over the replicas with
+    `global_bn`). For step-for-step numerics against the authors' code
+    (`scripts/one_step.py`); about 20% slower on CPU (see `BatchNormalization`)."""
+    before = _KERAS_BATCH_NORM["on"]
+    _KERAS_BATCH_NORM["on"] = True
+    try:
+        yield
+    finally:
+        _KERAS_BATCH_NORM["on"] = before
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class BatchNormalization(keras.layers.BatchNormalization):
     """Keras' BatchNormalization, computed by TF's fused kernel where it can be.
@@ -158,10 +180,22 @@ class BatchNormalization(keras.layers.BatchNormalization):
     tensor `training`, synchronised batch statistics with more than one replica (the
     kernel only sees the local batch; inference with moving statistics stays fused),
     or a compute dtype the kernel has no version of (float64: the layer then computes
-    in float64 throughout, as its dtype says).
+    in float64 throughout, as its dtype says), and within `keras_batch_norm()`.
     """
 
+    # Set on the layers that `freeze_for_finetuning(..., batch_statistics=True)` freezes:
+    # not trainable, yet normalising with batch statistics in training and updating
+    # its moving averages, as the blocks the authors' code freezes do.
+    frozen_batch_statistics = False
+
+    def _batch_statistics(self, training):
+        """Whether this call normalises with the batch's statistics (and updates the
+        moving ones): in training, when trainable or `frozen_batch_statistics`."""
+        return bool(training) and (self.trainable or self.frozen_batch_statistics)
+
     def _fusable(self, inputs, training, mask):
+        if _KERAS_BATCH_NORM["on"]:
+            return False
         if mask is not None or self.renorm or not isinstance(training, (bool, type(None))):
             return False
         if self.compute_dtype not in _FUSED_DTYPES:
@@ -169,13 +203,16 @@ class BatchNormalization(keras.layers.BatchNormalization):
         rank = len(inputs.shape)
         if rank not in (2, 4) or self.axis not in (-1, rank - 1):
             return False
-        if self.synchronized and training and self.trainable and tf.distribute.has_strategy():
+        if self.synchronized and self._batch_statistics(training) and \
+                tf.distribute.has_strategy():
             # Batch statistics of the global batch: the kernel only sees this replica's.
             return tf.distribute.get_strategy().num_replicas_in_sync == 1
         return True
 
     def call(self, inputs, training=None, mask=None):
         if not self._fusable(inputs, training, mask):
+            if self._batch_statistics(training) and not self.trainable:
+                return self._frozen_batch_statistics_call(inputs, mask)
             return super().call(inputs, training=training, mask=mask)
         x = inputs if len(inputs.shape) == 4 else inputs[:, None, None, :]
         x = tf.cast(x, self.compute_dtype)
@@ -183,7 +220,7 @@ class BatchNormalization(keras.layers.BatchNormalization):
         scale = self.gamma if self.scale else tf.ones([channels], tf.float32)
         offset = self.beta if self.center else tf.zeros([channels], tf.float32)
         scale, offset = tf.cast(scale, tf.float32), tf.cast(offset, tf.float32)
-        if training and self.trainable:
+        if self._batch_statistics(training):
             empty = tf.zeros([0], tf.float32)
             y, mean, corrected = _fused_batch_norm(x, scale, offset, empty, empty,
                                                    self.epsilon, is_training=True)
@@ -200,6 +237,25 @@ class BatchNormalization(keras.layers.BatchNormalization):
                                         tf.cast(self.moving_variance, tf.float32),
                                         self.epsilon, is_training=False)
         return y if len(inputs.shape) == 4 else y[:, 0, 0, :]
+
+    def _frozen_batch_statistics_call(self, inputs, mask):
+        """Keras' own training computation (its `call` without renorm), for a layer
+        that is frozen but normalises with batch statistics: Keras skips it when the
+        layer is not trainable. gamma and beta are read, not trained."""
+        if self.renorm:
+            raise ValueError("frozen_batch_statistics does not support renorm")
+        x = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
+        mean, variance = self._moments(x, mask)
+        self.moving_mean.assign(ops.cast(self.moving_mean, x.dtype) * self.momentum +
+                                mean * (1.0 - self.momentum))
+        self.moving_variance.assign(ops.cast(self.moving_variance, x.dtype) * self.momentum
+                                    + variance * (1.0 - self.momentum))
+        outputs = ops.batch_normalization(
+            x=x, mean=mean, variance=variance, axis=self.axis,
+            offset=ops.cast(self.beta, x.dtype) if self.center else None,
+            scale=ops.cast(self.gamma, x.dtype) if self.scale else None,
+            epsilon=self.epsilon)
+        return ops.cast(outputs, self.compute_dtype)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -4,7 +4,7 @@ from keras import ops
 
 from simclr_tf.config import architecture
 from simclr_tf.models.heads import ProjectionHead, SupervisedHead
-from simclr_tf.models.layers import PACKAGE, build_by_tracing, output_float
+from simclr_tf.models.layers import PACKAGE, BatchNormalization, build_by_tracing, output_float
 from simclr_tf.models.outputs import H, LOGITS, Z
 from simclr_tf.models import encoders
 
@@ -142,7 +142,7 @@ class SimCLRModel(keras.Model):
         return cls(**config)
 
 
-def freeze_for_finetuning(model, fine_tune_after_block):
+def freeze_for_finetuning(model, fine_tune_after_block, batch_statistics=False):
     """Freezes the encoder up to a stage (ResNet: a block group), BN statistics included.
 
     Frozen layers get `trainable = False`, which in Keras 3 also runs their batch
@@ -153,6 +153,11 @@ def freeze_for_finetuning(model, fine_tune_after_block):
         fine_tune_after_block: -1 trains everything; k freezes the encoder's stages
             0..k (ResNet: 0 the stem, k in 1..3 also block groups 1..k); 4 freezes
             the whole encoder (linear evaluation: only the heads train).
+        batch_statistics: the authors' behaviour instead (`--frozen_batch_norm=batch`):
+            the frozen layers' batch norm still normalises with batch statistics in
+            training and updates its moving averages (their Keras 2 `trainable=False`
+            on a block does not reach the batch norm inside it); their weights, gamma
+            and beta included, still do not train.
 
     Returns:
         The list of frozen layers.
@@ -160,4 +165,8 @@ def freeze_for_finetuning(model, fine_tune_after_block):
     frozen = encoders.frozen_layers(model.encoder, fine_tune_after_block)
     for layer in frozen:
         layer.trainable = False
+        if batch_statistics:
+            for inner in layer._flatten_layers(include_self=True):  # pylint: disable=protected-access
+                if isinstance(inner, BatchNormalization):
+                    inner.frozen_batch_statistics = True
     return frozen

@@ -30,7 +30,8 @@ def build_model(config, strategy, num_classes):
                             dtype=POLICIES[config.mixed_precision])
         model.build((None, config.image_size, config.image_size, 3))
         if train_modes.get(config.train_mode).freezes:
-            freeze_for_finetuning(model, config.fine_tune_after_block)
+            freeze_for_finetuning(model, config.fine_tune_after_block,
+                                  batch_statistics=config.frozen_batch_norm == "batch")
     return model
 
 
