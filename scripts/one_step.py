@@ -1,0 +1,399 @@
+#!/usr/bin/env python
+"""One training step from an authors' released model, as their run.py would take it.
+
+    python scripts/one_step.py --checkpoint=SAVED_MODEL_DIR --views=in.npz --out=out.npz \\
+        [--train_mode=pretrain|finetune] [the authors' run.py hyper-parameter flags]
+
+    python scripts/one_step.py compare OURS.npz AUTHORS.npz --checkpoint=SAVED_MODEL_DIR
+
+The whole step is the subject (docs/fidelity.md, "Whole-step parity"): the supervised
+head trained beside pretraining on stop_gradient(h), weight decay inside LARS and in
+the loss, LARS' exclusions, the BN moving statistics, the rate at the step, the
+gathered negatives, fine-tuning's frozen blocks and projection-head selector. The
+authors' own step on the same input is recorded by `scripts/authors_one_step.py`.
+
+--checkpoint: a SavedModel folder in the format of the authors' released models (only
+  its `variables/` is read), or its `variables/` folder or checkpoint prefix. The
+  architecture is inferred from it as `simclr_tf.weights.official` imports it; every
+  variable is loaded, BN moving statistics included. The optimizer starts fresh
+  (step 0, zero momentum): a released SavedModel holds no optimizer.
+--views: an .npz with `images`, float32 [N, H, W, 6] in [0, 1] for pretraining (two
+  views of each example on the channel axis: 0-2 the first, 3-5 the second) or
+  [N, H, W, 3] for fine-tuning (one view), exactly as the authors' model receives a
+  training batch (nothing is augmented here: no blur either), and `labels`, integer
+  [N], the classes of the supervised head. The N examples are one global batch, on
+  one replica: N must equal --train_batch_size when that is given.
+--out: an .npz with every variable of the model after the step, trainable and not,
+  keyed by its full name in the authors' model (the names of the checkpoint's object
+  graph, without `:0`), float32; and the scalars `contrast_loss`, `supervised_loss`,
+  `weight_decay_loss`, `total_loss` as the authors' run.py defines them (0 where a term
+  does not apply), and `learning_rate`, the rate of this update.
+
+Flags take the authors' run.py defaults, where ours differ too (e.g. no separate head
+rate unless --head_learning_rate is given). The schedule's epoch is --num_examples
+examples (default N: one step is one epoch), for the warmup and cosine arithmetic of
+their run.py. The architecture flags (--resnet_depth, --width_multiplier, --sk_ratio,
+--se_ratio, --proj_head_mode, --num_proj_layers, --proj_out_dim, --num_classes,
+--image_size) are read from the checkpoint and the views; given, they must agree.
+
+`compare` prints, per variable, the difference of the updates (after minus before,
+ours against the authors') relative to the size of the authors' update, and the
+losses' relative differences; it exits 1 when one is over --update_tolerance (1e-3)
+or --loss_tolerance (1e-5).
+"""
+import os
+import sys
+
+import numpy as np
+from absl import flags
+
+from simclr_tf.run import quiet
+
+tf = quiet.import_tensorflow()
+
+# pylint: disable=wrong-import-position
+from simclr_tf.method import optimizers, schedules  # noqa: E402
+from simclr_tf.method.train import StepOptions, Trainer  # noqa: E402
+from simclr_tf.models import freeze_for_finetuning  # noqa: E402
+from simclr_tf.models.layers import keras_batch_norm  # noqa: E402
+from simclr_tf.weights import official  # noqa: E402
+from simclr_tf.weights.official.names import read_official_names  # noqa: E402
+from simclr_tf.weights.official.roles import official_roles, our_roles  # noqa: E402
+
+MODES = ("pretrain", "finetune")
+OPTIMIZERS = ("lars", "momentum", "adam")
+LOSSES = ("contrast_loss", "supervised_loss", "weight_decay_loss", "total_loss")
+SCALARS = LOSSES + ("learning_rate",)
+
+# Its own flag values, not absl's global ones: a test calls `main` in a process whose
+# global flags are run.py's.
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("checkpoint", None, "the authors' SavedModel folder (or variables/)",
+    flag_values=FLAGS)
+flags.DEFINE_string("views", None, "in.npz: images [N, H, W, 6 or 3] in [0, 1], labels [N]",
+    flag_values=FLAGS)
+flags.DEFINE_string("out", None, "out.npz: every variable after the step, the losses",
+    flag_values=FLAGS)
+flags.DEFINE_enum("train_mode", "pretrain", MODES, "the step: pretrain or finetune",
+    flag_values=FLAGS)
+flags.DEFINE_integer("train_batch_size", None, "the global batch: N (default N)",
+    flag_values=FLAGS)
+flags.DEFINE_integer("num_examples", None, "examples of an epoch for the schedule (default N)",
+    flag_values=FLAGS)
+flags.DEFINE_float("learning_rate", 0.3, "base learning rate, before batch scaling",
+    flag_values=FLAGS)
+flags.DEFINE_enum("learning_rate_scaling", "linear", ["linear", "sqrt"], "batch scaling",
+    flag_values=FLAGS)
+flags.DEFINE_float("warmup_epochs", 10.0, "epochs of linear warmup", flag_values=FLAGS)
+flags.DEFINE_integer("train_epochs", 100, "epochs of the run (the cosine's length)",
+    flag_values=FLAGS)
+flags.DEFINE_integer("train_steps", 0, "steps of the run; overrides --train_epochs",
+    flag_values=FLAGS)
+flags.DEFINE_float("weight_decay", 1e-6, "weight decay", flag_values=FLAGS)
+flags.DEFINE_float("momentum", 0.9, "momentum (LARS, momentum)", flag_values=FLAGS)
+flags.DEFINE_enum("optimizer", "lars", OPTIMIZERS, "the optimizer, as the authors' code",
+    flag_values=FLAGS)
+flags.DEFINE_float("head_learning_rate", None, "ours: the supervised head's base rate",
+    flag_values=FLAGS)
+flags.DEFINE_float("batch_norm_decay", 0.9, "BN moving-average decay", flag_values=FLAGS)
+flags.DEFINE_float("temperature", 0.1, "NT-Xent temperature", flag_values=FLAGS)
+flags.DEFINE_bool("hidden_norm", True, "L2-normalise z in NT-Xent", flag_values=FLAGS)
+flags.DEFINE_integer("ft_proj_selector", 0, "projection-head layer the supervised head reads",
+    flag_values=FLAGS)
+flags.DEFINE_integer("fine_tune_after_block", -1, "finetune: freeze up to this block",
+    flag_values=FLAGS)
+flags.DEFINE_bool("lineareval_while_pretraining", True, "pretrain: the online head",
+    flag_values=FLAGS)
+flags.DEFINE_enum("frozen_batch_norm", "batch", ["batch", "moving"],
+                  "finetune: the frozen blocks' BN: 'batch' as the authors' code (batch "
+                  "statistics, moving averages updated; the default here), 'moving' as "
+                  "run.py's default", flag_values=FLAGS)
+flags.DEFINE_bool("global_bn", True, "cross-replica BN (one replica here: no effect)",
+    flag_values=FLAGS)
+flags.DEFINE_bool("use_blur", False, "must stay false: the views are given as they are",
+    flag_values=FLAGS)
+# Read from the checkpoint and the views; given, they must agree.
+flags.DEFINE_integer("num_classes", None, "classes of the supervised head (the checkpoint's)",
+    flag_values=FLAGS)
+flags.DEFINE_integer("image_size", None, "the views' size", flag_values=FLAGS)
+flags.DEFINE_integer("resnet_depth", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_float("width_multiplier", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_float("sk_ratio", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_float("se_ratio", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_string("proj_head_mode", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_integer("num_proj_layers", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_integer("proj_out_dim", None, "the checkpoint's", flag_values=FLAGS)
+flags.DEFINE_bool("fused_batch_norm", False, "BN by TF's fused kernel, as run.py trains; "
+                  "default: Keras' own ops, in the authors' summation order",
+    flag_values=FLAGS)
+flags.DEFINE_bool("float64", False, "the model, loss and update in float64 (the structural "
+                  "check against scripts/authors_one_step.py --float64); out.npz in float64",
+    flag_values=FLAGS)
+# compare
+flags.DEFINE_float("update_tolerance", 1e-3, "compare: largest update difference / its size",
+    flag_values=FLAGS)
+flags.DEFINE_float("loss_tolerance", 1e-5, "compare: largest relative loss difference",
+    flag_values=FLAGS)
+
+
+class InputError(ValueError):
+    """Bad input: the message names the problem and what to do."""
+
+
+# ----- the input ---------------------------------------------------------------------
+
+def read_views(path, train_mode):
+    """(images, labels) of `path`, checked: rank, channels, dtype, range, labels."""
+    if not os.path.isfile(path):
+        raise InputError(f"--views={path}: no such file; pass an .npz with `images` and "
+                         "`labels`")
+    try:
+        data = np.load(path)
+        arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError) as error:
+        raise InputError(f"--views={path} is not a readable .npz ({error}); write it with "
+                         "numpy.savez(path, images=..., labels=...)") from error
+    missing = [key for key in ("images", "labels") if key not in arrays]
+    if missing:
+        raise InputError(f"--views={path} lacks {missing}; it holds {sorted(arrays)}")
+    images, labels = arrays["images"], arrays["labels"]
+    channels = 6 if train_mode == "pretrain" else 3
+    shape = ("[N, H, W, 6]: two views of each example on the channel axis"
+             if channels == 6 else "[N, H, W, 3]: one view")
+    if images.dtype != np.float32:
+        raise InputError(f"--views: images must be float32 in [0, 1]. Received dtype "
+                         f"{images.dtype}: convert with images.astype(np.float32) (/ 255 "
+                         "for 8-bit pixels)")
+    if images.ndim != 4 or images.shape[-1] != channels:
+        raise InputError(f"--views: --train_mode={train_mode} takes images {shape}. "
+                         f"Received shape {list(images.shape)}")
+    if images.shape[0] == 0 or images.shape[1] != images.shape[2]:
+        raise InputError("--views: images must be N >= 1 square views [N, H, H, C]. "
+                         f"Received shape {list(images.shape)}")
+    if not np.all(np.isfinite(images)) or images.min() < 0.0 or images.max() > 1.0:
+        raise InputError(f"--views: images must be finite and in [0, 1] (the authors' "
+                         f"model takes no normalisation). Received values in "
+                         f"[{np.nanmin(images):g}, {np.nanmax(images):g}]")
+    if labels.shape != (images.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
+        raise InputError(f"--views: labels must be integer class indices [N] = "
+                         f"[{images.shape[0]}]. Received dtype {labels.dtype}, shape "
+                         f"{list(labels.shape)}")
+    return images, labels.astype(np.int64)
+
+
+def read_checkpoint(path):
+    """`official.inspect_official(path)`, or an InputError saying what the folder is."""
+    if not path:
+        raise InputError("--checkpoint is required: the authors' SavedModel folder")
+    if not official.is_official_savedmodel(path):
+        raise InputError(
+            f"--checkpoint={path} is not a model in the authors' released TF2 format (a "
+            "SavedModel folder whose variables/ carry their names, resnet/block_group1/...)."
+            " Pass such a folder, its variables/ folder or its checkpoint prefix; our own "
+            "run directories are resumed with run.py instead")
+    return official.inspect_official(path)
+
+
+def check_flags(config, images, labels):
+    """The flags against the checkpoint and the views, before any TF work."""
+    n, size = images.shape[0], images.shape[1]
+    if FLAGS.train_batch_size is not None and FLAGS.train_batch_size != n:
+        raise InputError(f"--train_batch_size={FLAGS.train_batch_size} but --views holds "
+                         f"N={n} examples: the step takes them as one global batch")
+    if FLAGS.use_blur:
+        raise InputError("--use_blur=true: this tool applies no augmentation; the views are "
+                         "given as the model receives them (blur them before, as the "
+                         "authors' model does inside its call)")
+    resnet = config["encoder_options"]
+    stem = "cifar" if size <= 32 else "imagenet"
+    if resnet["stem"] != stem:
+        raise InputError(
+            f"The checkpoint has the {resnet['stem']} stem, but the authors' code builds the "
+            f"{stem} stem for {size}-px views (the CIFAR stem at image_size <= 32): its "
+            "variables would not load there. Pass views of a size that fits the model")
+    given = dict(image_size=(FLAGS.image_size, size),
+                 resnet_depth=(FLAGS.resnet_depth, resnet["depth"]),
+                 width_multiplier=(FLAGS.width_multiplier, resnet["width_multiplier"]),
+                 sk_ratio=(FLAGS.sk_ratio, resnet["sk_ratio"]),
+                 se_ratio=(FLAGS.se_ratio, resnet["se_ratio"]),
+                 proj_head_mode=(FLAGS.proj_head_mode, config["proj_head_mode"]),
+                 num_proj_layers=(FLAGS.num_proj_layers, config["num_proj_layers"]),
+                 proj_out_dim=(FLAGS.proj_out_dim, config["proj_out_dim"]),
+                 num_classes=(FLAGS.num_classes, config["num_classes"]))
+    wrong = [f"--{name}={flag} (the {'views' if name == 'image_size' else 'checkpoint'}: "
+             f"{value})" for name, (flag, value) in given.items()
+             if flag is not None and flag != value]
+    if wrong:
+        raise InputError("These flags contradict the checkpoint or the views: "
+                         + ", ".join(wrong) + ". Drop them: they are read from there")
+    needs_head = FLAGS.train_mode == "finetune" or FLAGS.lineareval_while_pretraining
+    if needs_head and config["num_classes"] is None:
+        raise InputError(
+            f"--train_mode={FLAGS.train_mode} trains the supervised head, but the checkpoint "
+            "has none (the authors' code would start one at random, which no other run can "
+            "repeat). Use a checkpoint with its head, or --nolineareval_while_pretraining")
+    if needs_head and (labels.min() < 0 or labels.max() >= config["num_classes"]):
+        raise InputError(f"--views: labels must be in [0, {config['num_classes']}) (the "
+                         f"checkpoint's classes). Received [{labels.min()}, {labels.max()}]")
+    if FLAGS.train_mode == "pretrain" and FLAGS.fine_tune_after_block != -1:
+        raise InputError("--fine_tune_after_block freezes blocks when fine-tuning; the "
+                         "authors' code refuses it in pretraining. Leave it at -1")
+    if not -1 <= FLAGS.fine_tune_after_block <= 4:
+        raise InputError(f"--fine_tune_after_block must be in -1..4. Received "
+                         f"{FLAGS.fine_tune_after_block}")
+    layers = config["num_proj_layers"] if config["proj_head_mode"] == "nonlinear" else 1
+    if not -1 <= FLAGS.ft_proj_selector <= layers:
+        raise InputError(f"--ft_proj_selector must be in -1..{layers} (the head's "
+                         f"{layers} layers). Received {FLAGS.ft_proj_selector}")
+
+
+# ----- the step ----------------------------------------------------------------------
+
+def build_model(info):
+    """The checkpoint's model, every variable loaded, as the authors' flags build it."""
+    pretrain = FLAGS.train_mode == "pretrain"
+    overrides = dict(ft_proj_selector=FLAGS.ft_proj_selector,
+                     batch_norm_decay=FLAGS.batch_norm_decay, global_bn=FLAGS.global_bn,
+                     supervised_head_stop_gradient=pretrain)
+    if pretrain and not FLAGS.lineareval_while_pretraining:
+        overrides["num_classes"] = None  # the authors' model has no head then
+    if FLAGS.float64:
+        overrides["dtype"] = "float64"
+    model = official.load_official(info.prefix, **overrides)
+    if not pretrain:
+        freeze_for_finetuning(model, FLAGS.fine_tune_after_block,
+                              batch_statistics=FLAGS.frozen_batch_norm == "batch")
+    return model
+
+
+def one_step(model, images, labels):
+    """Runs one step of --train_mode on (images, labels); returns its logs."""
+    n = images.shape[0]
+    plan = schedules.compute_steps(
+        num_examples=FLAGS.num_examples or n, batch_size=n, train_epochs=FLAGS.train_epochs,
+        train_steps=FLAGS.train_steps, warmup_epochs=FLAGS.warmup_epochs)
+    rate = schedules.WarmUpAndCosine(
+        FLAGS.learning_rate, batch_size=n, warmup_steps=plan.warmup_steps,
+        total_steps=plan.total_steps, scaling=FLAGS.learning_rate_scaling)
+    head_multiplier = (1.0 if FLAGS.head_learning_rate is None
+                       else FLAGS.head_learning_rate / FLAGS.learning_rate)
+    optimizer, decay = optimizers.build_optimization(
+        FLAGS.optimizer, rate, model=model, momentum=FLAGS.momentum,
+        weight_decay=FLAGS.weight_decay, head_rate_multiplier=head_multiplier)
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(strategy, model, optimizer,
+                      StepOptions(train_mode=FLAGS.train_mode, temperature=FLAGS.temperature,
+                                  hidden_norm=FLAGS.hidden_norm),
+                      weight_decay_loss=decay)
+    if FLAGS.float64:
+        images = images.astype(np.float64)
+    if FLAGS.train_mode == "pretrain":  # [N, H, W, 6] -> the two views, as theirs splits
+        first, second = np.split(images, 2, axis=-1)
+        batch = ((first, second), labels.astype(np.int32))
+    else:
+        batch = (images, labels.astype(np.int32))
+    dataset = tf.data.Dataset.from_tensors(batch)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    if FLAGS.fused_batch_norm:
+        return trainer.train_steps(iterator, 1)
+    with keras_batch_norm():  # traced here: the step computes BN as the authors' code
+        return trainer.train_steps(iterator, 1)
+
+
+def named_variables(model, prefix):
+    """{the authors' full name: our variable} for every variable of `model`."""
+    _, names = read_official_names(prefix)
+    theirs, _ = official_roles(names)
+    ours = our_roles(model)
+    return {theirs[key]: variable for key, variable in ours.items()}
+
+
+def run():
+    images, labels = read_views(FLAGS.views, FLAGS.train_mode)
+    info = read_checkpoint(FLAGS.checkpoint)
+    check_flags(info.config, images, labels)
+    if not FLAGS.out:
+        raise InputError("--out=PATH.npz is required: where the variables after the step go")
+    out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
+    if not os.path.isdir(out_dir):
+        raise InputError(f"--out={FLAGS.out}: its folder {out_dir} does not exist")
+    model = build_model(info)
+    logs = one_step(model, images, labels)
+    dtype = np.float64 if FLAGS.float64 else np.float32
+    out = {name: np.asarray(variable.numpy(), dtype)
+           for name, variable in named_variables(model, info.prefix).items()}
+    values = dict(contrast_loss=logs.get("contrast_loss", 0.0),
+                  supervised_loss=logs.get("supervised_loss", 0.0),
+                  weight_decay_loss=logs["weight_decay"], total_loss=logs["loss"],
+                  learning_rate=logs["learning_rate"])
+    out.update({name: dtype(value) for name, value in values.items()})
+    np.savez(FLAGS.out, **out)
+    print(f"{FLAGS.train_mode} step on {images.shape[0]} examples of {images.shape[1]} px: "
+          + ", ".join(f"{name} {float(value):.6g}" for name, value in values.items())
+          + f"; {len(out) - len(values)} variables -> {FLAGS.out}")
+
+
+# ----- compare -----------------------------------------------------------------------
+
+def update_differences(ours, theirs, before):
+    """{name: |update_ours - update_theirs|_max / |update_theirs|_max} per variable
+    (0 where neither moved), and {loss: relative difference}."""
+    missing = sorted((set(theirs) ^ set(ours)) - set(SCALARS))
+    if missing:
+        raise InputError(f"The two outputs hold different names: {missing[:10]}")
+    updates = {}
+    for name in sorted(theirs):
+        if name in SCALARS:
+            continue
+        start = before[name]
+        mine, reference = ours[name] - start, theirs[name] - start
+        size = float(np.max(np.abs(reference)))
+        difference = float(np.max(np.abs(mine - reference)))
+        updates[name] = difference / size if size > 0 else difference
+    losses = {name: abs(float(ours[name]) - float(theirs[name])) /
+              max(abs(float(theirs[name])), 1e-12)
+              for name in SCALARS if name in theirs and name in ours}
+    return updates, losses
+
+
+def compare(ours_path, theirs_path):
+    ours, theirs = dict(np.load(ours_path)), dict(np.load(theirs_path))
+    prefix, names = read_official_names(FLAGS.checkpoint)
+    reader = tf.train.load_checkpoint(prefix)
+    before = {name: reader.get_tensor(names[name]) for name in theirs if name in names}
+    updates, losses = update_differences(ours, theirs, before)
+    worst = sorted(updates.items(), key=lambda item: -item[1])[:5]
+    print(f"{len(updates)} variables; largest update difference / update size: "
+          + ", ".join(f"{name} {value:.2e}" for name, value in worst))
+    print("losses (relative): " + ", ".join(f"{name} {value:.2e}"
+                                            for name, value in losses.items()))
+    failed = (max(updates.values()) > FLAGS.update_tolerance or
+              max(losses.values()) > FLAGS.loss_tolerance)
+    print("FAIL" if failed else "OK")
+    return 1 if failed else 0
+
+
+def main(argv):
+    """The command line `argv` (argv[0] the program); returns the exit status."""
+    try:
+        FLAGS.unparse_flags()
+        try:
+            argv = FLAGS(list(argv))
+        except flags.Error as error:
+            raise InputError(f"{error} (python scripts/one_step.py --helpfull lists the "
+                             "flags)") from error
+        if len(argv) > 1 and argv[1] == "compare":
+            if len(argv) != 4:
+                raise InputError("compare takes two .npz files: OURS.npz AUTHORS.npz")
+            return compare(argv[2], argv[3])
+        if len(argv) > 1:
+            raise InputError(f"Unexpected arguments {argv[1:]}: flags are --name=value")
+        run()
+    except InputError as error:
+        print(f"one_step.py: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
