@@ -45,7 +45,8 @@ noise, and the two steps must agree to ~1e-9, which proves the composition equal
 
 Shims, applied only in this process: current tf_keras rejects `Dense(units=-1)`, which
 their `LinearLayer` uses as a placeholder before `build()` sets the width; with
---float64, their NT-Xent's one-hot masks are made float64 (`_Float64OneHot`).
+--float64, their NT-Xent's one-hot masks are made float64 (`_Float64OneHot`) and their
+schedule is called on a float32 step (`_Float32Schedule`; the optimizer casts the rate).
 """
 import os
 import sys
@@ -114,6 +115,21 @@ class _Float64OneHot:
     def one_hot(indices, depth, **kwargs):
         kwargs.setdefault("dtype", tf.float64)
         return tf.one_hot(indices, depth, **kwargs)
+
+
+class _Float32Schedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """Their schedule called on a float32 step (--float64 only): with a float64 step
+    its warmup and cosine branches have different dtypes and tf.where refuses them."""
+
+    def __init__(self, schedule):
+        super().__init__()
+        self.schedule = schedule
+
+    def __call__(self, step):
+        return self.schedule(tf.cast(step, tf.float32))
+
+    def get_config(self):
+        return self.schedule.get_config()
 
 
 def _checkpoint_names(path):
@@ -189,6 +205,8 @@ def one_step():
         variable.assign(reader.get_tensor(names[_name(variable)]))
     num_examples = FLAGS.num_examples or n
     schedule = model_lib.WarmUpAndCosineDecay(FLAGS.learning_rate, num_examples)
+    if FLAGS.float64:
+        schedule = _Float32Schedule(schedule)
     optimizer = model_lib.build_optimizer(schedule)
     learning_rate = float(schedule(tf.cast(optimizer.iterations, tf.float32)))  # this update's
     strategy = tf.distribute.get_strategy()

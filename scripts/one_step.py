@@ -34,7 +34,9 @@ rate unless --head_learning_rate is given). The schedule's epoch is --num_exampl
 examples (default N: one step is one epoch), for the warmup and cosine arithmetic of
 their run.py. The architecture flags (--resnet_depth, --width_multiplier, --sk_ratio,
 --se_ratio, --proj_head_mode, --num_proj_layers, --proj_out_dim, --num_classes,
---image_size) are read from the checkpoint and the views; given, they must agree.
+--image_size) are read from the checkpoint and the views; given, they must agree. Their
+run.py's flags that change nothing in one step (data, evaluation, checkpoints, TPU)
+are accepted and ignored.
 
 `compare` prints, per variable, the difference of the updates (after minus before,
 ours against the authors') relative to the size of the authors' update, and the
@@ -43,6 +45,7 @@ or --loss_tolerance (1e-5).
 """
 import os
 import sys
+import zlib
 
 import numpy as np
 from absl import flags
@@ -129,6 +132,24 @@ flags.DEFINE_bool("fused_batch_norm", False, "BN by TF's fused kernel, as run.py
 flags.DEFINE_bool("float64", False, "the model, loss and update in float64 (the structural "
                   "check against scripts/authors_one_step.py --float64); out.npz in float64",
     flag_values=FLAGS)
+# The authors' run.py flags that change nothing in one step on given views, accepted
+# so that their command lines run: data, evaluation, checkpoints, the cluster.
+# (--zero_init_logits_layer: their TF2 code zeroes nothing, even with it.)
+IGNORED = dict(
+    use_tpu=(flags.DEFINE_bool, False), zero_init_logits_layer=(flags.DEFINE_bool, False),
+    color_jitter_strength=(flags.DEFINE_float, 1.0), cache_dataset=(flags.DEFINE_bool, False),
+    dataset=(flags.DEFINE_string, None), train_split=(flags.DEFINE_string, None),
+    eval_split=(flags.DEFINE_string, None), eval_steps=(flags.DEFINE_integer, 0),
+    eval_batch_size=(flags.DEFINE_integer, 256), checkpoint_epochs=(flags.DEFINE_float, 1.0),
+    checkpoint_steps=(flags.DEFINE_integer, 0), mode=(flags.DEFINE_string, None),
+    model_dir=(flags.DEFINE_string, None), data_dir=(flags.DEFINE_string, None),
+    master=(flags.DEFINE_string, None), tpu_name=(flags.DEFINE_string, None),
+    tpu_zone=(flags.DEFINE_string, None), gcp_project=(flags.DEFINE_string, None),
+    eval_name=(flags.DEFINE_string, None), keep_checkpoint_max=(flags.DEFINE_integer, 5),
+    keep_hub_module_max=(flags.DEFINE_integer, 1))
+for _name, (_define, _default) in IGNORED.items():
+    _define(_name, _default, "the authors' run.py flag; no effect on one step",
+            flag_values=FLAGS)
 # compare
 flags.DEFINE_float("update_tolerance", 1e-3, "compare: largest update difference / its size",
     flag_values=FLAGS)
@@ -259,7 +280,11 @@ def build_model(info):
         overrides["num_classes"] = None  # the authors' model has no head then
     if FLAGS.float64:
         overrides["dtype"] = "float64"
-    model = official.load_official(info.prefix, **overrides)
+    try:
+        model = official.load_official(info.prefix, **overrides)
+    except ValueError as error:  # e.g. a selector whose width the head's kernel lacks
+        raise InputError(f"--checkpoint={FLAGS.checkpoint} does not load as these flags "
+                         f"build the model: {error}") from error
     if not pretrain:
         freeze_for_finetuning(model, FLAGS.fine_tune_after_block,
                               batch_statistics=FLAGS.frozen_batch_norm == "batch")
@@ -356,11 +381,34 @@ def update_differences(ours, theirs, before):
     return updates, losses
 
 
+def initial_values(checkpoint, wanted):
+    """{name: value} in the checkpoint of the names among `wanted` (the step's start)."""
+    prefix, names = read_official_names(checkpoint)
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(names[name]) for name in wanted if name in names}
+
+
+def fingerprint(after, before):
+    """A small record of a step, for a test against the authors' (the R50's values
+    would not fit the repository): per variable `name`, the update's norm
+    (`name/norm`) and its projection on a fixed unit direction drawn from the name
+    (`name/projection`); and the step's scalars."""
+    record = {}
+    for name in sorted(after):
+        if name in SCALARS:
+            record[name] = np.float64(after[name])
+            continue
+        update = np.asarray(after[name], np.float64) - np.asarray(before[name], np.float64)
+        seed = zlib.crc32(name.encode("utf-8"))
+        direction = np.random.default_rng(seed).standard_normal(update.shape)
+        record[f"{name}/norm"] = np.linalg.norm(update)
+        record[f"{name}/projection"] = np.sum(update * direction) / np.linalg.norm(direction)
+    return record
+
+
 def compare(ours_path, theirs_path):
     ours, theirs = dict(np.load(ours_path)), dict(np.load(theirs_path))
-    prefix, names = read_official_names(FLAGS.checkpoint)
-    reader = tf.train.load_checkpoint(prefix)
-    before = {name: reader.get_tensor(names[name]) for name in theirs if name in names}
+    before = initial_values(FLAGS.checkpoint, theirs)
     updates, losses = update_differences(ours, theirs, before)
     worst = sorted(updates.items(), key=lambda item: -item[1])[:5]
     print(f"{len(updates)} variables; largest update difference / update size: "

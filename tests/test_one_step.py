@@ -1,0 +1,171 @@
+"""scripts/one_step.py: one whole training step from a model in the authors' released
+format, against the authors' own step (docs/fidelity.md, "Whole-step parity").
+
+The proof on a real model: the released-format R50 (../shared/reference), pretraining
+and fine-tuning with the head alone trained, in float64 on both sides (no
+summation-order noise), every variable's update against a fingerprint of the authors'
+step recorded by scripts/record_one_step_reference.py. The rest (bad input, the frozen
+blocks' batch norm, the output's names) on a small R50 in the authors' layout."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import official_fixtures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import one_step  # noqa: E402  pylint: disable=wrong-import-position
+
+REFERENCE_VALUES = os.path.join(ROOT, "tests", "data", "one_step_r50_authors.npz")
+# case: (train_mode, flags), as scripts/record_one_step_reference.py ran the authors' step.
+REFERENCE_CASES = {
+    "pretrain": ("pretrain", ["--train_batch_size=4", "--warmup_epochs=0",
+                              "--train_steps=10", "--weight_decay=1e-4"]),
+    "finetune_head_sel1": ("finetune", [
+        "--train_batch_size=4", "--warmup_epochs=0", "--train_steps=10",
+        "--weight_decay=1e-4", "--learning_rate=0.1", "--fine_tune_after_block=4",
+        "--ft_proj_selector=1"]),
+}
+
+
+def reference_views(train_mode, n=4, size=64, classes=1000, seed=2026):
+    """The recorded cases' input: seeded uniform views (PCG64: the same everywhere)."""
+    rng = np.random.default_rng(seed)
+    channels = 6 if train_mode == "pretrain" else 3
+    return dict(images=rng.uniform(size=(n, size, size, channels)).astype(np.float32),
+                labels=rng.integers(0, classes, n).astype(np.int64))
+
+
+def run_tool(*args):
+    """`scripts/one_step.py args` in this process: (exit status, stderr is captured by
+    the caller's capsys)."""
+    return one_step.main(["one_step.py", *args])
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("case", sorted(REFERENCE_CASES))
+def test_one_step_on_the_released_r50_equals_the_authors_step(case, released_r50, tmp_path):
+    mode, flags = REFERENCE_CASES[case]
+    views = tmp_path / "views.npz"
+    np.savez(views, **reference_views(mode))
+    out = tmp_path / "out.npz"
+    assert run_tool(f"--checkpoint={released_r50}", f"--views={views}", f"--out={out}",
+                    f"--train_mode={mode}", "--float64", *flags) == 0
+    after = dict(np.load(out))
+    with np.load(REFERENCE_VALUES) as data:  # scripts/record_one_step_reference.py
+        recorded = dict(zip(data["keys"].tolist(), data["values"].tolist()))
+    theirs = {key[len(case) + 1:]: value for key, value in recorded.items()
+              if key.startswith(case + "/")}
+    ours = one_step.fingerprint(after, one_step.initial_values(released_r50, after))
+    assert set(ours) == set(theirs)
+    for name in one_step.LOSSES:  # the losses of the step, float64 on both sides
+        assert ours[name] == pytest.approx(theirs[name], rel=1e-6, abs=1e-12), name
+    moved = 0
+    for key, value in theirs.items():
+        if key.endswith("/norm"):
+            moved += value > 0
+            size = value
+            variable = key[:-len("/norm")]
+            for part in ("norm", "projection"):
+                assert abs(ours[f"{variable}/{part}"] - theirs[f"{variable}/{part}"]) <= \
+                    1e-5 * size + 1e-12, (variable, part)
+    # Something moved: pretraining trains every variable (and BN statistics); the
+    # head-only fine-tune its heads, and every BN's statistics (the authors' frozen
+    # blocks still update theirs).
+    assert moved > 100
+
+
+@pytest.fixture(scope="module")
+def small_official(tmp_path_factory):
+    """A small R50 (1/8 width, ImageNet stem, 10 classes) in the authors' layout."""
+    return official_fixtures.write_small_official(tmp_path_factory.mktemp("small") / "r50")[0]
+
+
+def _views(path, mode, n=4, size=40, low=0.0, high=1.0, dtype=np.float32, labels=None):
+    rng = np.random.default_rng(0)
+    channels = 6 if mode == "pretrain" else 3
+    images = rng.uniform(low, high, size=(n, size, size, channels)).astype(dtype)
+    np.savez(path, images=images,
+             labels=rng.integers(0, 10, n) if labels is None else np.asarray(labels))
+    return str(path)
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: _views(p, "finetune"), "[N, H, W, 6]: two views"),  # 3 channels to pretrain
+    (lambda p: _views(p, "pretrain", dtype=np.float64), "must be float32"),
+    (lambda p: _views(p, "pretrain", low=0.0, high=255.0), "in [0, 1]"),
+    (lambda p: _views(p, "pretrain", labels=[1, 2, 3]), "labels must be integer class"),
+    (lambda p: _views(p, "pretrain", labels=[0, 1, 2, 10]), "labels must be in [0, 10)"),
+    (lambda p: _views(p, "pretrain", size=32), "the imagenet stem, but the authors' code"),
+    (lambda p: str(p), "no such file"),
+], ids=["channels", "dtype", "range", "labels_shape", "labels_range", "stem", "missing"])
+def test_bad_views_are_refused_naming_the_problem(make, expected, small_official, tmp_path,
+                                                  capsys):
+    views = make(tmp_path / "views.npz")
+    status = run_tool(f"--checkpoint={small_official}", f"--views={views}",
+                      f"--out={tmp_path / 'out.npz'}")
+    assert status == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("flag, expected", [
+    ("--train_batch_size=8", "--train_batch_size=8 but --views holds N=4"),
+    ("--resnet_depth=18", "--resnet_depth=18 (the checkpoint: 50)"),
+    ("--use_blur", "applies no augmentation"),
+    ("--fine_tune_after_block=2", "refuses it in pretraining"),
+    ("--ft_proj_selector=5", "--ft_proj_selector must be in -1..3"),
+    ("--learning_rte=0.1", "Unknown command line flag 'learning_rte'"),
+])
+def test_flags_that_contradict_the_model_or_the_views_are_refused(flag, expected,
+                                                                   small_official, tmp_path,
+                                                                   capsys):
+    views = _views(tmp_path / "views.npz", "pretrain")
+    assert run_tool(f"--checkpoint={small_official}", f"--views={views}",
+                    f"--out={tmp_path / 'out.npz'}", flag) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_an_authors_savedmodel_is_refused(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint").write_text("not a model")
+    views = _views(tmp_path / "views.npz", "pretrain")
+    assert run_tool(f"--checkpoint={tmp_path / 'run'}", f"--views={views}",
+                    f"--out={tmp_path / 'out.npz'}") == 2
+    assert "not a model in the authors' released TF2 format" in capsys.readouterr().err
+
+
+@pytest.mark.large
+def test_a_head_only_finetune_step_names_every_variable_and_follows_frozen_batch_norm(
+        small_official, tmp_path):
+    """out.npz holds every variable under the authors' names (float32) and the
+    step's scalars; with the encoder frozen (--fine_tune_after_block=4) no encoder
+    weight moves, and its BN statistics move as the authors' code moves them
+    (--frozen_batch_norm=batch, the tool's default) or not at all ('moving', run.py's
+    default)."""
+    views = _views(tmp_path / "views.npz", "finetune")
+    _, names = official_fixtures.official.read_official_names(small_official)
+    before = one_step.initial_values(small_official, names)
+    stats = [name for name in names if name.startswith("resnet/") and "moving_mean" in name]
+    kernels = [name for name in names if name.startswith("resnet/") and name.endswith("kernel")]
+    moved = {}
+    for frozen in ("batch", "moving"):
+        out = tmp_path / f"{frozen}.npz"
+        assert run_tool(f"--checkpoint={small_official}", f"--views={views}", f"--out={out}",
+                        "--train_mode=finetune", "--fine_tune_after_block=4",
+                        "--warmup_epochs=0", "--train_steps=5",
+                        f"--frozen_batch_norm={frozen}") == 0
+        after = dict(np.load(out))
+        assert set(after) == set(names) | set(one_step.SCALARS)
+        assert all(after[name].dtype == np.float32 for name in names)
+        assert after["contrast_loss"] == 0 and after["supervised_loss"] > 0
+        assert after["total_loss"] == pytest.approx(
+            after["supervised_loss"] + after["weight_decay_loss"], rel=1e-6)
+        for name in kernels:
+            np.testing.assert_array_equal(after[name], before[name])
+        head = [n for n in names if n.startswith("head_supervised/") and n.endswith("kernel")]
+        assert np.any(after[head[0]] != before[head[0]])
+        moved[frozen] = [np.any(after[name] != before[name]) for name in stats]
+    assert all(moved["batch"]) and not any(moved["moving"])
