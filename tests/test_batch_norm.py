@@ -92,6 +92,41 @@ def test_inference_and_frozen_layers_use_the_moving_statistics(shape):
     np.testing.assert_array_equal(layer.moving_mean.numpy(), mean)
 
 
+@pytest.mark.parametrize("keras_ops", [False, True], ids=["fused", "keras_batch_norm"])
+def test_a_frozen_layer_with_batch_statistics_normalises_and_updates_as_the_authors(keras_ops):
+    """`frozen_batch_statistics` (--frozen_batch_norm=batch, the authors' frozen
+    blocks): not trainable, yet batch statistics in training and moving averages
+    updated; gamma and beta get no gradient. The fused kernel and Keras' ops agree."""
+    shape = (6, 5, 4, 3)
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=shape) * 3 + 2).astype(np.float32)
+    layer = make_layer(shape)
+    gamma, beta = params(layer, shape[-1])
+    moving_mean, moving_var = layer.moving_mean.numpy(), layer.moving_variance.numpy()
+    layer.trainable = False
+    layer.frozen_batch_statistics = True
+    assert layer.trainable_variables == []
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        if keras_ops:
+            with layers.keras_batch_norm():
+                y = layer(xt, training=True)
+        else:
+            y = layer(xt, training=True)
+    want, mean, var = numpy_bn(x.astype(np.float64), gamma, beta)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.moving_mean.numpy(), 0.9 * moving_mean + 0.1 * mean,
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 * moving_var + 0.1 * var,
+                               rtol=1e-6, atol=1e-6)
+    assert tape.gradient(y, xt) is not None  # the input's gradient still flows
+    # Inference still reads the moving statistics.
+    want, _, _ = numpy_bn(x.astype(np.float64), gamma, beta, layer.moving_mean.numpy(),
+                          layer.moving_variance.numpy())
+    np.testing.assert_allclose(layer(x, training=False).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_epsilon_is_exactly_the_references():
     # tf.nn.fused_batch_norm would silently raise 1e-5 to 1.001e-5; with a tiny
     # variance the difference shows.
