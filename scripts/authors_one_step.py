@@ -132,9 +132,17 @@ class _Float32Schedule(tf.keras.optimizers.schedules.LearningRateSchedule):
         return self.schedule.get_config()
 
 
+def _prefix(path):
+    """A SavedModel folder's variables/variables, or `path` itself, a checkpoint prefix
+    (a training checkpoint of their run.py, `ckpt-N`)."""
+    return path if os.path.exists(path + ".index") else os.path.join(
+        path, "variables", "variables")
+
+
 def _checkpoint_names(path):
-    """{full variable name: checkpoint key} of a SavedModel's variables/."""
-    prefix = os.path.join(path, "variables", "variables")
+    """{full variable name: checkpoint key} of a SavedModel's variables/ (or of a
+    checkpoint prefix)."""
+    prefix = _prefix(path)
     reader = tf.train.load_checkpoint(prefix)
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
@@ -208,6 +216,10 @@ def one_step():
     if FLAGS.float64:
         schedule = _Float32Schedule(schedule)
     optimizer = model_lib.build_optimizer(schedule)
+    if "LARSOptimizer/iter" in names:  # a training checkpoint: resume as their run.py
+        tf.train.Checkpoint(model=model, global_step=optimizer.iterations,
+                            optimizer=optimizer).restore(_prefix(FLAGS.checkpoint)) \
+            .expect_partial()
     learning_rate = float(schedule(tf.cast(optimizer.iterations, tf.float32)))  # this update's
     strategy = tf.distribute.get_strategy()
 

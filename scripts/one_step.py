@@ -16,7 +16,9 @@ authors' own step on the same input is recorded by `scripts/authors_one_step.py`
   its `variables/` is read), or its `variables/` folder or checkpoint prefix. The
   architecture is inferred from it as `simclr_tf.weights.official` imports it; every
   variable is loaded, BN moving statistics included. The optimizer starts fresh
-  (step 0, zero momentum): a released SavedModel holds no optimizer.
+  (step 0, zero momentum): a released SavedModel holds no optimizer. A training
+  checkpoint of their run.py (`ckpt-N`, with --optimizer=lars) carries LARS' step and
+  momentum: they are then used, as their run.py resuming from its model_dir.
 --views: an .npz with `images`, float32 [N, H, W, 6] in [0, 1] for pretraining (two
   views of each example on the channel axis: 0-2 the first, 3-5 the second) or
   [N, H, W, 3] for fine-tuning (one view), exactly as the authors' model receives a
@@ -60,7 +62,8 @@ from simclr_tf.method.train import StepOptions, Trainer  # noqa: E402
 from simclr_tf.models import freeze_for_finetuning  # noqa: E402
 from simclr_tf.models.layers import keras_batch_norm  # noqa: E402
 from simclr_tf.weights import official  # noqa: E402
-from simclr_tf.weights.official.names import read_official_names  # noqa: E402
+from simclr_tf.weights.official.names import (  # noqa: E402
+    read_official_names, read_official_optimizer)
 from simclr_tf.weights.official.roles import official_roles, our_roles  # noqa: E402
 
 MODES = ("pretrain", "finetune")
@@ -310,6 +313,7 @@ def one_step(model, images, labels):
                       StepOptions(train_mode=FLAGS.train_mode, temperature=FLAGS.temperature,
                                   hidden_norm=FLAGS.hidden_norm),
                       weight_decay_loss=decay)
+    restore_optimizer(optimizer, model)
     if FLAGS.float64:
         images = images.astype(np.float64)
     if FLAGS.train_mode == "pretrain":  # [N, H, W, 6] -> the two views, as theirs splits
@@ -323,6 +327,28 @@ def one_step(model, images, labels):
         return trainer.train_steps(iterator, 1)
     with keras_batch_norm():  # traced here: the step computes BN as the authors' code
         return trainer.train_steps(iterator, 1)
+
+
+def restore_optimizer(optimizer, model):
+    """The step and LARS momentum a training checkpoint of the authors' code carries
+    (their released SavedModels carry none: the optimizer then starts fresh)."""
+    state = read_official_optimizer(FLAGS.checkpoint)
+    if state is None:
+        return
+    step, slots = state
+    if FLAGS.optimizer != "lars" or set(slots) - {"Momentum"}:
+        raise InputError(
+            f"--checkpoint={FLAGS.checkpoint} carries the state of an optimizer with slots "
+            f"{sorted(slots)}; this tool continues LARS' ('Momentum'), with "
+            "--optimizer=lars. Pass the model's SavedModel to start the optimizer fresh")
+    prefix, _ = read_official_names(FLAGS.checkpoint)
+    reader = tf.train.load_checkpoint(prefix)
+    optimizer.iterations.assign(step)
+    momentum = slots.get("Momentum", {})
+    for name, variable in named_variables(model, prefix).items():
+        if name in momentum and variable.trainable:
+            slot = optimizer.momentums[optimizer._get_variable_index(variable)]  # pylint: disable=protected-access
+            slot.assign(reader.get_tensor(momentum[name]).astype(slot.dtype))
 
 
 def named_variables(model, prefix):

@@ -44,8 +44,65 @@ def _object_graph(reader, prefix):
     return graph
 
 
+def _model_nodes(graph):
+    """Ids of the object-graph nodes reachable from the root's `model` child; None
+    when the root has no such child. A training checkpoint of the authors' code
+    (`tf.train.Checkpoint(model=..., optimizer=..., global_step=...)`) also holds
+    their optimizer's step and slots and a save counter: those are not the model's."""
+    stack = [child.node_id for child in graph.nodes[0].children
+             if child.local_name == "model"]
+    if not stack:
+        return None
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(child.node_id for child in graph.nodes[node].children)
+    return seen
+
+
+def read_official_optimizer(path):
+    """The optimizer state a checkpoint of the authors' code carries, if any.
+
+    Their released SavedModels carry none; a training checkpoint of their run.py
+    (`ckpt-N` in their model_dir) carries the step and a slot per variable (LARS:
+    `Momentum`).
+
+    Returns:
+        None, or `(step, {slot name: {variable full name: checkpoint key}})`.
+    """
+    prefix = checkpoint_prefix(path)
+    reader = tf.train.load_checkpoint(prefix)
+    graph = _object_graph(reader, prefix)
+    optimizer = [child.node_id for child in graph.nodes[0].children
+                 if child.local_name == "optimizer"]
+    if not optimizer:
+        return None
+    node = graph.nodes[optimizer[0]]
+    step_keys = [attribute.checkpoint_key for child in node.children
+                 if child.local_name == "iter"
+                 for attribute in graph.nodes[child.node_id].attributes
+                 if attribute.name == "VARIABLE_VALUE"]
+    step = int(reader.get_tensor(step_keys[0])) if step_keys else 0
+
+    def value_key(node_id):
+        keys = [attribute for attribute in graph.nodes[node_id].attributes
+                if attribute.name == "VARIABLE_VALUE"]
+        return keys[0] if keys else None
+
+    slots = {}
+    for slot in node.slot_variables:
+        original, value = value_key(slot.original_variable_node_id), value_key(
+            slot.slot_variable_node_id)
+        if original is not None and value is not None:
+            slots.setdefault(slot.slot_name, {})[original.full_name] = value.checkpoint_key
+    return step, slots
+
+
 def read_official_names(path):
-    """Full variable names of a released model and their checkpoint keys.
+    """Full variable names of a released model and their checkpoint keys (the model's
+    only: a training checkpoint's optimizer state is `read_official_optimizer`'s).
 
     Args:
         path: see `checkpoint_prefix`.
@@ -60,7 +117,11 @@ def read_official_names(path):
     prefix = checkpoint_prefix(path)
     reader = tf.train.load_checkpoint(prefix)
     names = {}
-    for node in _object_graph(reader, prefix).nodes:
+    graph = _object_graph(reader, prefix)
+    model = _model_nodes(graph)
+    for node_id, node in enumerate(graph.nodes):
+        if model is not None and node_id not in model:
+            continue
         for attribute in node.attributes:
             if attribute.name != "VARIABLE_VALUE":
                 continue
