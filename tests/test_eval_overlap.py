@@ -112,6 +112,26 @@ def test_a_probe_or_an_eval_of_the_tiny_run_on_its_training_examples_is_refused(
     assert (result["eval_overlaps_train"], result["eval_overlap"]) == (False, [])
 
 
+def test_every_evaluator_of_an_eval_is_checked_against_what_trained_the_weights(tiny_run):
+    """--mode=eval --evaluators=knn: the kNN queries against the run's own training
+    split (its flags.json), not only against the bank; --evaluators=linear_probe:
+    the probe's splits, in preflight (issue 44, items 1 and 6)."""
+    with pytest.raises(ConfigError) as raised:
+        _check(mode="eval", model_dir=tiny_run.directory, evaluators="knn",
+               train_split="test[:100]", knn_eval_split="train[:50]")
+    assert str(raised.value).startswith("--knn_eval_split")
+    assert "shares 50 of its 50 examples (all of them) with --train_split='train' (what " \
+        f"trained the weights: its flags.json in {tiny_run.directory})" in str(raised.value)
+    with pytest.raises(ConfigError, match=r"--eval_split: 'test' shares 360 of its 360 "
+                       r"examples \(all of them\) with --train_split='test' \(the probe's"):
+        _check(mode="eval", model_dir=tiny_run.directory, evaluators="linear_probe",
+               train_split="test")
+    allowed = _check(mode="eval", model_dir=tiny_run.directory, evaluators="linear_probe",
+                     train_split="test", allow_eval_overlap=True)
+    assert [(each["train_split"], each["eval_split"]) for each in allowed.eval_overlap] == [
+        ("test", "test")]
+
+
 def test_an_allowed_overlap_is_in_the_result(tiny_run, tmp_path):
     cfg = tiny_run.copy_to(tmp_path / "run", mode="eval", eval_split="train[:64]",
                            allow_eval_overlap=True)

@@ -27,8 +27,10 @@ def evaluated_pairs(config, mode):
     - a training run that evaluates on --eval_split (train_then_eval, the
       distillation monitor, --final_linear_probe): --train_split against it;
     - --mode=eval and --mode=linear_probe: --train_split (the probe's, and in eval
-      the run's) against --eval_split; the run that trained the weights read is
-      added by `check_eval_overlap` from its flags.json.
+      the run's) against --eval_split, whichever evaluators measure on it (the
+      supervised head, --evaluators=linear_probe); the split that trained the
+      weights read is compared with every evaluated split by `check_eval_overlap`,
+      from the run's flags.json.
     """
     pairs = []
     run = evaluator_table.resolve(config)
@@ -47,9 +49,12 @@ def evaluated_pairs(config, mode):
                                   or monitors_eval_split):
             pairs.append(("train_split", config.train_split, "eval_split",
                           config.eval_split, "the training data"))
-    elif config.eval_split and (head or "eval_split" in mode.labelled_splits):
-        what = "the probe's training data and the kNN bank" if "train_split" in \
-            mode.labelled_splits else "the training data"
+    elif config.eval_split and (head or "eval_split" in mode.labelled_splits or any(
+            "eval_split" in evaluator_table.row(name).splits for name in run.at_checkpoint)):
+        probes = "train_split" in mode.labelled_splits or any(
+            "train_split" in evaluator_table.row(name).splits for name in run.at_checkpoint)
+        what = "the probe's training data and the kNN bank" if probes else \
+            "the training data"
         pairs.append(("train_split", config.train_split, "eval_split", config.eval_split,
                       what))
     return pairs
@@ -70,9 +75,13 @@ def check_eval_overlap(config, source, mode):
     if not pairs:
         return None
     recorded = _trained_split(config, mode)
-    if recorded is not None and recorded[0] != config.train_split:
-        pairs.append(("train_split", recorded[0], "eval_split", config.eval_split,
-                      f"what trained the weights: its flags.json in {recorded[1]}"))
+    if recorded is not None:  # every evaluated split against what trained the weights
+        compared = {(train_split, eval_flag) for _, train_split, eval_flag, _, _ in pairs}
+        for eval_flag, eval_split in dict.fromkeys(
+                (eval_flag, eval_split) for _, _, eval_flag, eval_split, _ in pairs):
+            if (recorded[0], eval_flag) not in compared:
+                pairs.append(("train_split", recorded[0], eval_flag, eval_split,
+                              f"what trained the weights: its flags.json in {recorded[1]}"))
     found = []
     for train_flag, train_split, eval_flag, eval_split, what in pairs:
         try:
