@@ -151,6 +151,36 @@ def _png(path, value):
     tf.io.write_file(path, tf.io.encode_png(np.full([8, 8, 3], value, np.uint8)))
 
 
+def test_an_evaluated_split_of_one_class_is_named_with_its_class_counts(tmp_path):
+    """A class-sorted image folder's 'train[90%:]' holds its last class only: a
+    warning names the counts and says why (issue 44, item 5); a split with the
+    classes says nothing."""
+    for name, value in (("cat", 10), ("dog", 200)):
+        for i in range(10):
+            _png(str(tmp_path / "pets" / name / f"{i}.png"), value + i)
+    folder = f"folder:{tmp_path / 'pets'}"
+    cfg = config(dataset=folder, train_split="train[:90%]", knn_eval_split="train[90%:]",
+                 eval_split="", model_dir=str(tmp_path / "run"))
+    source = preflight.load_source(cfg)
+    said = preflight.note_eval_classes(cfg, source, modes.get("train"))
+    assert said == ["--knn_eval_split='train[90%:]' holds 1 of the dataset's 2 classes (dog: 2): "
+                    "its accuracy measures those classes only. Image folders list their "
+                    "files class by class, so a slice of one split ('train[90%:]') holds "
+                    "the classes at its end: hold out a split folder of its own (train/ "
+                    "and val/ subfolders) instead."]
+    mixed = config(dataset=folder, train_split="train[5:15]", knn_eval_split="train[:5]",
+                   eval_split="", model_dir=str(tmp_path / "run"))
+    assert preflight.note_eval_classes(mixed, source, modes.get("train")) == [
+        "--knn_eval_split='train[:5]' holds 1 of the dataset's 2 classes (cat: 5): its "
+        "accuracy measures those classes only. Image folders list their files class by "
+        "class, so a slice of one split ('train[90%:]') holds the classes at its end: "
+        "hold out a split folder of its own (train/ and val/ subfolders) instead."]
+    both = config(dataset=folder, train_split="train[5:15]",
+                  knn_eval_split="train[:5]+train[15:]", eval_split="",
+                  model_dir=str(tmp_path / "run"))
+    assert preflight.note_eval_classes(both, source, modes.get("train")) == []
+
+
 def test_image_folders_share_files_by_identity_or_bytes(tmp_path):
     """test/ holds a link to a training image, a hard link to one, a byte-identical
     copy of one and two images of its own: 3 of 5 are training images."""

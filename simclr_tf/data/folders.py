@@ -4,8 +4,10 @@ A folder of JPEG, PNG, BMP and GIF files (first frame; TIFF, WebP, PPM/PGM throu
 Pillow: `image_formats.FORMATS`). Class subfolders make it labelled (classes sorted by
 name); image files directly in the folder make it unlabelled (label -1, pretraining
 only). Subfolders all named like splits (`train`, `validation`, `val`, `test`,
-`unlabelled`) make each one a split; otherwise the whole folder is split 'train' (use
-slices such as 'train[:90%]' / 'train[90%:]' for a held-out part). Grey, grey+alpha,
+`unlabelled`) make each one a split; otherwise the whole folder is split 'train'. Its
+files are listed class by class, so a slice ('train[90%:]') holds the classes at that
+end: hold out a part with split subfolders (train/ and val/) instead (preflight warns
+when an evaluated split holds one class). Grey, grey+alpha,
 RGBA, palette and 16-bit images are all converted to 8-bit RGB. Symbolic links to
 directories are followed when they lead outside the folder, each target directory
 once; links back into it (`loop -> .`, `alias -> cat`) are skipped with a warning, so

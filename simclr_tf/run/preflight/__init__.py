@@ -25,7 +25,7 @@ from simclr_tf.run.run_context import RunContext
 # The checks of three jobs live beside this module: the evaluated splits' overlap, the
 # folders a run reads and writes, and weights that fit the model.
 from simclr_tf.run.preflight.overlap import (check_eval_overlap, evaluated_pairs,
-                                             knn_bank_split)
+                                             knn_bank_split, note_eval_classes)
 from simclr_tf.run.preflight.paths import _check_data_dir, _check_model_dir
 from simclr_tf.run.preflight.weights import (_check_checkpoint_readable,
                                              _check_official_selector,
@@ -124,9 +124,11 @@ def check(config, strategy, source):
             _check_recorded_flags(config)
         if not latest and mode.trains and not config.checkpoint:
             _check_recorded_start(config)
+    eval_overlap = check_eval_overlap(config, source, mode)
+    note_eval_classes(config, source, mode)
     return RunContext(source=source, num_classes=num_classes,
                       num_train_examples=num_train_examples, teacher=teacher_info,
-                      eval_overlap=check_eval_overlap(config, source, mode))
+                      eval_overlap=eval_overlap)
 
 
 def _check_encoder(config):

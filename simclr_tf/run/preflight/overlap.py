@@ -3,6 +3,7 @@ refusal of an evaluation whose split shares examples with what trained the weigh
 fills the kNN bank or fits the probe (`check_eval_overlap`, unless
 --allow_eval_overlap; `simclr_tf.evaluation.overlap` counts the shared examples).
 """
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -100,11 +101,51 @@ def check_eval_overlap(config, source, mode):
             ". An accuracy measured there counts examples that trained the weights, "
             "fill the kNN bank or fit the probe: it is inflated. Choose splits that do not "
             "overlap (e.g. --train_split='train[:90%]' --eval_split='train[90%:]' for a "
-            "dataset with one split), or pass --allow_eval_overlap to run anyway "
-            "(result.json then records eval_overlaps_train: true)."))
+            "TFDS dataset with one split; an image folder lists its files class by class, "
+            "so give it train/ and val/ subfolders instead), or pass --allow_eval_overlap "
+            "to run anyway (result.json then records eval_overlaps_train: true)."))
     for each in found:
         logging.warning("--allow_eval_overlap: %s.", _describe_overlap(each))
     return [{k: v for k, v in each.items() if k != "unit"} for each in found]
+
+
+# Splits up to this size have their labels read for `note_eval_classes` (a pass over
+# the labels only; ImageNet's validation split is 50,000).
+_CLASS_CHECK_MAX_EXAMPLES = 200_000
+
+
+def note_eval_classes(config, source, mode):
+    """A warning, naming the class counts, for each evaluated split (of
+    `evaluated_pairs`) that holds one class, or under half of the dataset's, where
+    the dataset has several: its top-1 measures those classes only (0.0 for a head
+    that never answers them). Image folders list their files class by class, so a
+    slice of one split ('train[90%:]') takes the classes at its end. Returns the
+    warnings (for tests)."""
+    if source.num_classes <= 1:
+        return []
+    said = []
+    for _, _, flag, split, _ in evaluated_pairs(config, mode):
+        if not split or not source.has_labels(split) or \
+                source.num_examples(split) > _CLASS_CHECK_MAX_EXAMPLES:
+            continue
+        labels = source.load_labels(split)
+        classes, counts = np.unique(labels[labels >= 0], return_counts=True)
+        if len(classes) == 0 or (len(classes) > 1 and 2 * len(classes) >= source.num_classes):
+            continue
+        names = getattr(source, "class_names", ())
+        shown = ", ".join(f"{names[c] if c < len(names) else c}: {n}"
+                          for c, n in list(zip(classes.tolist(), counts.tolist()))[:10])
+        folder = (" Image folders list their files class by class, so a slice of one "
+                  "split ('train[90%:]') holds the classes at its end: hold out a split "
+                  "folder of its own (train/ and val/ subfolders) instead."
+                  if type(source).__name__ == "ImageFolderSource" else "")
+        message = (f"--{flag}={split!r} holds {len(classes)} of the dataset's "
+                   f"{source.num_classes} classes ({shown}): its accuracy measures those "
+                   f"classes only.{folder}")
+        if message not in said:
+            logging.warning("%s", message)
+            said.append(message)
+    return said
 
 
 def _describe_overlap(overlap):
