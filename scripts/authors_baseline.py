@@ -37,6 +37,8 @@ from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow.compat.v2 as tf  # noqa: E402
 
+import authors_shims  # noqa: E402  (scripts/: the shim for their Dense placeholder)
+
 flags.DEFINE_string("authors_dir", None, "the tf2/ folder of a google-research/simclr checkout")
 # The flags the authors' modules read, with their run.py defaults where it has them.
 flags.DEFINE_integer("resnet_depth", 50, "")
@@ -67,17 +69,6 @@ FLAGS = flags.FLAGS
 NUM_CLASSES = 10
 
 
-def _shim_dense_placeholder():
-    """Dense(units=-1) as a placeholder that build() replaces (tf_keras >= 2.13)."""
-    dense = tf.keras.layers.Dense
-
-    class Dense(dense):
-        def __init__(self, units, *args, **kwargs):
-            super().__init__(1 if units == -1 else units, *args, **kwargs)
-
-    tf.keras.layers.Dense = Dense
-
-
 def load_authors_modules(authors_dir):
     """The authors' modules (lars_optimizer, model, objective) from their tf2/ folder,
     with the Dense placeholder shim; exits with a message when they cannot load."""
@@ -88,7 +79,7 @@ def load_authors_modules(authors_dir):
         raise SystemExit("The authors' code needs Keras 2: pip install tf_keras and run "
                          "with TF_USE_LEGACY_KERAS=1 (set by default by this script, but "
                          "tf_keras is not installed)")
-    _shim_dense_placeholder()
+    authors_shims.shim_dense_placeholder()
     sys.path.insert(0, os.path.abspath(authors_dir))
     import lars_optimizer  # noqa: E402  (the authors' modules)
     import model as model_lib  # noqa: E402

@@ -75,6 +75,8 @@ sys.path.insert(0, AUTHORS_DIR)
 
 import numpy as np  # noqa: E402
 import tensorflow.compat.v2 as tf  # noqa: E402
+
+import authors_shims  # noqa: E402  (scripts/: the shim for their Dense placeholder)
 from absl import app, flags  # noqa: E402
 from tensorflow.core.protobuf import trackable_object_graph_pb2  # noqa: E402
 
@@ -91,16 +93,6 @@ flags.DEFINE_string("out", None, "the .npz to write: variables after the step, l
 flags.DEFINE_integer("num_examples", 0, "examples of the schedule's epoch (0: N)")
 flags.DEFINE_bool("float64", False, "their model, loss and optimizer in float64")
 FLAGS = flags.FLAGS
-
-
-def _shim_dense_placeholder():
-    dense = tf.keras.layers.Dense
-
-    class Dense(dense):
-        def __init__(self, units, *args, **kwargs):
-            super().__init__(1 if units == -1 else units, *args, **kwargs)
-
-    tf.keras.layers.Dense = Dense
 
 
 class _Float64OneHot:
@@ -266,7 +258,7 @@ def one_step():
 
 
 def main(_):
-    _shim_dense_placeholder()
+    authors_shims.shim_dense_placeholder()
     if FLAGS.make_checkpoint:
         make_checkpoint()
     elif FLAGS.checkpoint and FLAGS.views and FLAGS.out:
