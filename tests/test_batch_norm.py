@@ -28,6 +28,17 @@ def numpy_bn_grads(x, gamma, dy):
     return dx, dgamma, dbeta
 
 
+def assert_batch_statistics(layer, x, y, gamma, beta, moving_mean, moving_var):
+    """`y` normalised by the batch's statistics, and the moving averages updated with
+    the biased batch variance (as Keras' layer does) from `moving_mean`/`moving_var`."""
+    want, mean, var = numpy_bn(x.astype(np.float64), gamma, beta)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer.moving_mean.numpy(), 0.9 * moving_mean + 0.1 * mean,
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 * moving_var + 0.1 * var,
+                               rtol=1e-6, atol=1e-6)
+
+
 def make_layer(shape, cls=layers.BatchNormalization, **kwargs):
     layer = cls(axis=-1, momentum=0.9, epsilon=EPS, **kwargs)
     layer.build(shape)
@@ -64,13 +75,7 @@ def test_training_output_statistics_and_gradients_equal_numpy(shape, center, sca
         objective = tf.reduce_sum(y * dy)
     grads = tape.gradient(objective, [xt] + layer.trainable_variables)
 
-    want, mean, var = numpy_bn(x.astype(np.float64), gamma, beta)
-    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
-    # Moving averages use the biased batch variance, as Keras' layer does.
-    np.testing.assert_allclose(layer.moving_mean.numpy(), 0.9 * moving_mean + 0.1 * mean,
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 * moving_var + 0.1 * var,
-                               rtol=1e-6, atol=1e-6)
+    assert_batch_statistics(layer, x, y, gamma, beta, moving_mean, moving_var)
     dx, dgamma, dbeta = numpy_bn_grads(x.astype(np.float64), gamma, dy.astype(np.float64))
     np.testing.assert_allclose(grads[0].numpy(), dx, rtol=1e-4, atol=1e-5)
     expected = ([dgamma] if scale else []) + ([dbeta] if center else [])
@@ -114,12 +119,7 @@ def test_a_frozen_layer_with_batch_statistics_normalises_and_updates_as_the_auth
                 y = layer(xt, training=True)
         else:
             y = layer(xt, training=True)
-    want, mean, var = numpy_bn(x.astype(np.float64), gamma, beta)
-    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(layer.moving_mean.numpy(), 0.9 * moving_mean + 0.1 * mean,
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 * moving_var + 0.1 * var,
-                               rtol=1e-6, atol=1e-6)
+    assert_batch_statistics(layer, x, y, gamma, beta, moving_mean, moving_var)
     assert tape.gradient(y, xt) is not None  # the input's gradient still flows
     # Inference still reads the moving statistics.
     want, _, _ = numpy_bn(x.astype(np.float64), gamma, beta, layer.moving_mean.numpy(),
