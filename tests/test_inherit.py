@@ -235,6 +235,17 @@ def test_a_variant_run_is_extended_without_retyping_the_variant(tmp_path):
     assert records.flag_changes(run_dir, config) == []
 
 
+def test_the_most_telling_difference_from_a_run_comes_first(tmp_path):
+    """Another dataset or model is listed (and named by the error) before a rate or
+    a warmup (issue 44, item 16)."""
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
+    run_dir = _recorded_run(tmp_path / "run", mode="train")
+    config, _ = _config([f"--model_dir={run_dir}", "--warmup_epochs=3",
+                         "--learning_rate=0.123", "--resnet_depth=34", "--dataset=fashion_mnist"])
+    assert [flag for flag, _, _ in records.flag_changes(run_dir, config)] == [
+        "dataset", "resnet_depth", "learning_rate", "warmup_epochs"]
+
+
 # ------------------------------------------- a record's types (issue 34, item 3)
 
 

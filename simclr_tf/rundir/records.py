@@ -399,10 +399,19 @@ def flag_changes(model_dir, config):
         return []
     # A flag that sets others (--variant) is compared in those.
     setting = [flag for flag, (_, sets) in Config.flag_pairs().items() if sets]
-    return [(f.name, getattr(recorded, f.name), getattr(config, f.name))
-            for f in Config.flag_fields()
-            if f.name not in FREE_FLAGS and f.name not in setting
-            and getattr(recorded, f.name) != getattr(config, f.name)]
+    changed = [f for f in Config.flag_fields()
+               if f.name not in FREE_FLAGS and f.name not in setting
+               and getattr(recorded, f.name) != getattr(config, f.name)]
+    # The most telling difference first: another dataset or model before a rate.
+    changed.sort(key=lambda f: _CHANGE_ORDER.index(f.metadata["group"]))
+    return [(f.name, getattr(recorded, f.name), getattr(config, f.name)) for f in changed]
+
+
+# `flag_changes`' order: the help groups (`fields.HELP_GROUPS`) by what a difference
+# in them says about the run.
+_CHANGE_ORDER = ("Data", "Model", "Run", "Contrastive objective and augmentation",
+                 "Fine-tuning", "Distillation", "Optimisation and schedule",
+                 "Checkpoints and export", "Evaluation", "Hardware and distribution")
 
 
 def history_path(model_dir):
