@@ -47,6 +47,14 @@ def test_tfds_unknown_and_unprepared_fails_clearly():
         registry.get_dataset("no_such_dataset")
 
 
+def test_a_folder_given_without_its_prefix_is_named_with_the_fix(tmp_path):
+    """An existing folder as --dataset=PATH: the error gives --dataset=folder:PATH
+    (issue 44, item 16)."""
+    with pytest.raises(ValueError, match=f"it is a folder; an image folder is given as "
+                       f"--dataset=folder:{tmp_path}$"):
+        registry.get_dataset(str(tmp_path))
+
+
 @pytest.mark.parametrize("name,num_classes", [
     ("cifar10", 10), ("imagenet2012", 1000), ("imagenet2012_subset/1pct", 1000),
     ("mnist", 10),

@@ -14,6 +14,7 @@ not downloaded) raises DatasetNotPreparedError (a ValueError);
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import threading
 from typing import Mapping
@@ -149,6 +150,10 @@ class TFDSSource(DatasetSource):
             if isinstance(e, tfds.core.registered.DatasetNotFoundError) or \
                     reason.startswith("Parsing builder name string"):
                 reason = "not a TFDS dataset"
+            if os.path.isdir(os.path.expanduser(name)):  # an image folder, unprefixed
+                raise UnknownDatasetError(
+                    f"Unknown dataset {name!r}: it is a folder; an image folder is "
+                    f"given as --dataset={FOLDER_PREFIX}{name}") from e
             raise UnknownDatasetError(
                 f"Unknown dataset {name!r} ({reason}): use a TFDS name such as "
                 f"'cifar10', 'digits' or '{FOLDER_PREFIX}/path'.") from e
