@@ -282,6 +282,22 @@ def test_a_mode_that_reads_weights_needs_some_before_anything_is_built(
                                f"{str(tmp_path)!r}; train first{alternatives}")
 
 
+def test_a_misspelt_model_dir_beside_a_run_names_the_run(tiny_run, tmp_path):
+    """A --model_dir that does not exist next to a close name that holds checkpoints:
+    the error asks whether that one was meant (issue 44, item 16)."""
+    tiny_run.copy_to(tmp_path / "pretrain_run")
+    typo = str(tmp_path / "pretrian_run")
+    with pytest.raises(ConfigError) as info:
+        _check(config(model_dir=typo, mode="eval", eval_wait_secs=0))
+    assert str(info.value).endswith(
+        f"(no such directory); train first, pass --checkpoint, or wait for one with "
+        f"--eval_wait_secs. Did you mean --model_dir={tmp_path / 'pretrain_run'}? It holds "
+        "checkpoints.")
+    with pytest.raises(ConfigError) as info:  # nothing close: no guess
+        _check(config(model_dir=str(tmp_path / "other"), mode="eval", eval_wait_secs=0))
+    assert "Did you mean" not in str(info.value)
+
+
 @pytest.mark.parametrize("argv, flag, named", [
     (["--mode=eval", "--model_dir={typo}"], "model_dir", "{typo}"),
     (["--mode=eval", "--model_dir={empty}"], "model_dir", "{empty}"),

@@ -7,6 +7,7 @@ of their own, re-exported here: `overlap` (the evaluated splits against what tra
 the weights) and `weights` (weights that fit the model the flags describe).
 """
 import contextlib
+import difflib
 import os
 
 import tensorflow as tf
@@ -367,9 +368,27 @@ def _check_something_to_load(config, mode):
                           "checkpoint.")
     missing = "" if not config.model_dir or tf.io.gfile.isdir(config.model_dir) else (
         " (a file)" if tf.io.gfile.exists(config.model_dir) else " (no such directory)")
+    close = _close_run_directory(config.model_dir) if missing else None
+    meant = f" Did you mean --model_dir={close}? It holds checkpoints." if close else ""
     raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
                       f"{config.model_dir!r}{missing}; train first"
-                      + "".join(f", {text}" for text in alternatives) + ".")
+                      + "".join(f", {text}" for text in alternatives) + "." + meant)
+
+
+def _close_run_directory(model_dir):
+    """A directory beside a missing `model_dir` whose name is close to its name (a
+    typo) and that holds checkpoints; None when there is none."""
+    parent, name = os.path.split(os.path.expanduser(model_dir).rstrip("/"))
+    try:
+        siblings = [entry for entry in os.listdir(parent or ".")
+                    if os.path.isdir(os.path.join(parent, entry))]
+    except OSError:
+        return None
+    for candidate in difflib.get_close_matches(name, siblings, n=3, cutoff=0.8):
+        path = os.path.join(parent, candidate)
+        if checkpoints.latest(path):
+            return path
+    return None
 
 
 def _check_labelled_split(source, flag, split):
