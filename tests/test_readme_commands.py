@@ -50,6 +50,8 @@ def test_the_readmes_other_student_distils_as_written(tmp_path):
         student = json.load(f)
     assert student["train_mode"] == "distill" and not student["checkpoint"]
     assert student["width_multiplier"] == float(given["width_multiplier"]) != 0.25
+    # docs/distillation.md's from-scratch recipe (row (d)), not the self-distillation's.
+    assert (student["distill_temperature"], student["learning_rate"]) == (1.0, 2.0)
     for flag in ("dataset", "image_size", "resnet_depth", "stem", "num_proj_layers"):
         assert student[flag] == getattr(teacher, flag), flag
     assert os.path.exists(student_dir / "ckpt-2.index")
