@@ -91,6 +91,21 @@ def test_data_dir_wins_over_the_debian_package(tmp_path, no_debian_package):
                 .split_sizes) == {"train": 12, "test": 4}
 
 
+def test_the_files_read_are_the_sources_provenance(tmp_path, no_debian_package):
+    """What a run records under result.json's 'data' (issue 44, item 3): the four
+    files it read, wherever they were found."""
+    write_fashion_mnist(no_debian_package, sizes={"train": 12, "test": 4})
+    write_fashion_mnist(str(tmp_path / "mine"), gzipped=False)
+    for data_dir, folder in ((None, no_debian_package), (str(tmp_path / "mine"),
+                                                          str(tmp_path / "mine"))):
+        provenance = registry.get_dataset("fashion_mnist", data_dir=data_dir).provenance()
+        assert sorted(provenance["files"]) == ["test/images", "test/labels",
+                                               "train/images", "train/labels"]
+        assert all(path.startswith(os.path.realpath(folder))
+                   for path in provenance["files"].values())
+        assert provenance["name"] == "fashion_mnist" and provenance["num_classes"] == 10
+
+
 def test_nowhere_is_one_error_naming_apt_get_and_data_dir(tmp_path):
     data_dir = str(tmp_path / "empty")
     os.mkdir(data_dir)

@@ -50,7 +50,11 @@ def test_the_run_records_its_steps_checkpoints_and_export(tiny_run):
     flags_json = json.load(open(os.path.join(run_dir, "flags.json")))
     assert flags_json["train_steps"] == TinyRun.STEPS
     assert flags_json["resolved_stem"] == "cifar"
-    assert json.load(open(os.path.join(run_dir, "result.json")))["global_step"] == 4
+    recorded = json.load(open(os.path.join(run_dir, "result.json")))
+    assert recorded["global_step"] == 4
+    # What the run read (issue 44, item 3): the dataset, its classes and splits.
+    assert recorded["data"] == dict(name="digits", num_classes=10,
+                                    split_sizes=dict(train=1437, test=360))
     assert result["saved_model"] == os.path.join(run_dir, "saved_model", "4")
 
     # The export serves the checkpoint's model: float images in, its outputs out.

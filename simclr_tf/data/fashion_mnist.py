@@ -201,6 +201,11 @@ class FashionMnistSource(ArraySource):
         self.class_names = CLASS_NAMES
         self.files = dict(files)
 
+    def provenance(self):
+        return dict(super().provenance(), files={
+            f"{split}/{kind}": os.path.realpath(path)
+            for (split, kind), path in sorted(self.files.items())})
+
     def _decode(self, columns):
         return columns["image"]  # grey; `load` replicates it to RGB
 

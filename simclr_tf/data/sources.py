@@ -255,6 +255,14 @@ class DatasetSource(abc.ABC):
     def load_labels(self, split: str) -> np.ndarray:
         """All labels of `split` in canonical order, int64 [num_examples]."""
 
+    def provenance(self) -> dict:
+        """Where this source's examples are read from, as JSON-able values: what a
+        run's result.json records under 'data' (the name, the classes and split
+        sizes; a source that reads files says which: the TFDS folder and version,
+        Fashion-MNIST's four files)."""
+        return dict(name=self.name, num_classes=self.num_classes,
+                    split_sizes=dict(self.split_sizes))
+
     def data_identity(self, split: str) -> dict:
         """What the examples of `split` are, as JSON-able values that change when
         the data does: what a cache of anything computed from them is keyed by

@@ -235,6 +235,10 @@ class TFDSSource(DatasetSource):
     def unlabelled_splits(self) -> tuple[str, ...]:
         return self._unlabelled
 
+    def provenance(self):
+        return dict(super().provenance(), data_dir=str(self._builder.data_dir),
+                    version=str(self._builder.info.version))
+
     def data_identity(self, split: str) -> dict:
         """The base identity and the prepared dataset's version and data folder."""
         return dict(super().data_identity(split), version=str(self._builder.info.version),

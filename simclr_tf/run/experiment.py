@@ -87,6 +87,7 @@ def _run(config, mode, strategy):
         if config.final_linear_probe and mode.trains:
             results.update(linear_probe.final_linear_probe(config, strategy, context))
         results.update(skipped_images_record(source))
+        results["data"] = source.provenance()  # what the run read: its files, if any
         if results and writes:  # merged into the previous result (records)
             if lock is not None:
                 lock.check()
