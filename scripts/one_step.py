@@ -449,12 +449,15 @@ def compare(ours_path, theirs_path):
 
 def main(argv):
     """The command line `argv` (argv[0] the program); returns the exit status."""
+    if any(arg in ("-h", "--help", "--helpfull") for arg in argv[1:]):
+        print(__doc__ + "\nFlags:\n" + FLAGS.get_help())
+        return 0
     try:
         FLAGS.unparse_flags()
         try:
             argv = FLAGS(list(argv))
         except flags.Error as error:
-            raise InputError(f"{error} (python scripts/one_step.py --helpfull lists the "
+            raise InputError(f"{error} (python scripts/one_step.py --help lists the "
                              "flags)") from error
         if len(argv) > 1 and argv[1] == "compare":
             if len(argv) != 4:
