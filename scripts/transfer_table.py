@@ -162,7 +162,8 @@ def main(argv=None):
             model, source, image_size=image_size, train_split=train, test_split=test,
             batch_size=args.batch_size, knn_k=args.knn_k,
             knn_temperature=args.knn_temperature, cache_dir=cache_dir,
-            encoder_id=encoder_id, seed=args.seed, c_grid=c_grid)
+            encoder_id=encoder_id, seed=args.seed, c_grid=c_grid,
+            allow_overlap=True)  # checked above, for every dataset, before any feature
         # The protocol in the line, as --mode=linear_probe says it: both choose C the
         # same way, from their grids (--probe_c here).
         print(f"{name}: kNN (k={args.knn_k}) {row['knn_top_1']:.4f}, linear probe "
