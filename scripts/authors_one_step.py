@@ -23,7 +23,7 @@ Two uses:
       --train_batch_size=8 --warmup_epochs=0 --train_steps=10 [their run.py flags]
 
 What runs is the authors' code: their `model.Model` built by their flags (its stem by
---image_size, set to the views' size, as their run.py builds it), their
+--image_size, the views' size unless given, as their run.py builds it), their
 `build_optimizer` (LARS with their exclusions, or their momentum / Adam), their
 `WarmUpAndCosineDecay` over --num_examples examples (default: the N of the views, one
 global batch: an epoch is one step), their `add_contrastive_loss`,
@@ -191,7 +191,8 @@ def one_step():
         raise SystemExit("--use_blur must stay false: the views are given as the model "
                          "receives them")
     FLAGS.use_blur = False
-    FLAGS.image_size = size  # their run.py: the stem and the blur follow it
+    if not FLAGS["image_size"].present:  # the stem follows it: the views' size then
+        FLAGS.image_size = size
     reader, names = _checkpoint_names(FLAGS.checkpoint)
     heads = [name for name in names
              if name.startswith("head_supervised/") and name.endswith("/kernel")]

@@ -35,8 +35,10 @@ Flags take the authors' run.py defaults, where ours differ too (e.g. no separate
 rate unless --head_learning_rate is given). The schedule's epoch is --num_examples
 examples (default N: one step is one epoch), for the warmup and cosine arithmetic of
 their run.py. The architecture flags (--resnet_depth, --width_multiplier, --sk_ratio,
---se_ratio, --proj_head_mode, --num_proj_layers, --proj_out_dim, --num_classes,
---image_size) are read from the checkpoint and the views; given, they must agree. Their
+--se_ratio, --proj_head_mode, --num_proj_layers, --proj_out_dim, --num_classes) are
+read from the checkpoint; given, they must agree, and so must --image_size with its
+stem (their code builds the CIFAR stem at --image_size <= 32, whatever the views'
+size: the views may have another size than --image_size, as in their code). Their
 run.py's flags that change nothing in one step (data, evaluation, checkpoints, TPU)
 are accepted and ignored.
 
@@ -121,7 +123,8 @@ flags.DEFINE_bool("use_blur", False, "must stay false: the views are given as th
 # Read from the checkpoint and the views; given, they must agree.
 flags.DEFINE_integer("num_classes", None, "classes of the supervised head (the checkpoint's)",
     flag_values=FLAGS)
-flags.DEFINE_integer("image_size", None, "the views' size", flag_values=FLAGS)
+flags.DEFINE_integer("image_size", None, "the authors' stem choice: <= 32 the CIFAR stem "
+                     "(the checkpoint's stem is used; given, it must agree)", flag_values=FLAGS)
 flags.DEFINE_integer("resnet_depth", None, "the checkpoint's", flag_values=FLAGS)
 flags.DEFINE_float("width_multiplier", None, "the checkpoint's", flag_values=FLAGS)
 flags.DEFINE_float("sk_ratio", None, "the checkpoint's", flag_values=FLAGS)
@@ -191,9 +194,9 @@ def read_views(path, train_mode):
     if images.ndim != 4 or images.shape[-1] != channels:
         raise InputError(f"--views: --train_mode={train_mode} takes images {shape}. "
                          f"Received shape {list(images.shape)}")
-    if images.shape[0] == 0 or images.shape[1] != images.shape[2]:
-        raise InputError("--views: images must be N >= 1 square views [N, H, H, C]. "
-                         f"Received shape {list(images.shape)}")
+    if images.shape[0] == 0:
+        raise InputError("--views: images hold no example (N = 0). Received shape "
+                         f"{list(images.shape)}")
     if not np.all(np.isfinite(images)) or images.min() < 0.0 or images.max() > 1.0:
         raise InputError(f"--views: images must be finite and in [0, 1] (the authors' "
                          f"model takes no normalisation). Received values in "
@@ -220,7 +223,7 @@ def read_checkpoint(path):
 
 def check_flags(config, images, labels):
     """The flags against the checkpoint and the views, before any TF work."""
-    n, size = images.shape[0], images.shape[1]
+    n = images.shape[0]
     if FLAGS.train_batch_size is not None and FLAGS.train_batch_size != n:
         raise InputError(f"--train_batch_size={FLAGS.train_batch_size} but --views holds "
                          f"N={n} examples: the step takes them as one global batch")
@@ -229,14 +232,17 @@ def check_flags(config, images, labels):
                          "given as the model receives them (blur them before, as the "
                          "authors' model does inside its call)")
     resnet = config["encoder_options"]
-    stem = "cifar" if size <= 32 else "imagenet"
-    if resnet["stem"] != stem:
+    # Their code builds the CIFAR stem when its --image_size flag is <= 32 (the views'
+    # size does not enter); the checkpoint's stem is the one that loads.
+    if FLAGS.image_size is not None and \
+            (FLAGS.image_size <= 32) != (resnet["stem"] == "cifar"):
+        built = "cifar" if FLAGS.image_size <= 32 else "imagenet"
         raise InputError(
-            f"The checkpoint has the {resnet['stem']} stem, but the authors' code builds the "
-            f"{stem} stem for {size}-px views (the CIFAR stem at image_size <= 32): its "
-            "variables would not load there. Pass views of a size that fits the model")
-    given = dict(image_size=(FLAGS.image_size, size),
-                 resnet_depth=(FLAGS.resnet_depth, resnet["depth"]),
+            f"--image_size={FLAGS.image_size}: the authors' code builds the {built} stem "
+            f"then (the CIFAR stem at image_size <= 32), but the checkpoint has the "
+            f"{resnet['stem']} stem, whose variables would not load there. Drop "
+            "--image_size (the checkpoint's stem is used) or give one that fits it")
+    given = dict(resnet_depth=(FLAGS.resnet_depth, resnet["depth"]),
                  width_multiplier=(FLAGS.width_multiplier, resnet["width_multiplier"]),
                  sk_ratio=(FLAGS.sk_ratio, resnet["sk_ratio"]),
                  se_ratio=(FLAGS.se_ratio, resnet["se_ratio"]),
@@ -244,12 +250,11 @@ def check_flags(config, images, labels):
                  num_proj_layers=(FLAGS.num_proj_layers, config["num_proj_layers"]),
                  proj_out_dim=(FLAGS.proj_out_dim, config["proj_out_dim"]),
                  num_classes=(FLAGS.num_classes, config["num_classes"]))
-    wrong = [f"--{name}={flag} (the {'views' if name == 'image_size' else 'checkpoint'}: "
-             f"{value})" for name, (flag, value) in given.items()
-             if flag is not None and flag != value]
+    wrong = [f"--{name}={flag} (the checkpoint: {value})"
+             for name, (flag, value) in given.items() if flag is not None and flag != value]
     if wrong:
-        raise InputError("These flags contradict the checkpoint or the views: "
-                         + ", ".join(wrong) + ". Drop them: they are read from there")
+        raise InputError("These flags contradict the checkpoint: " + ", ".join(wrong)
+                         + ". Drop them: they are read from it")
     needs_head = FLAGS.train_mode == "finetune" or FLAGS.lineareval_while_pretraining
     if needs_head and config["num_classes"] is None:
         raise InputError(
@@ -379,7 +384,8 @@ def run():
                   learning_rate=logs["learning_rate"])
     out.update({name: dtype(value) for name, value in values.items()})
     np.savez(FLAGS.out, **out)
-    print(f"{FLAGS.train_mode} step on {images.shape[0]} examples of {images.shape[1]} px: "
+    print(f"{FLAGS.train_mode} step on {images.shape[0]} examples of "
+          f"{images.shape[1]}x{images.shape[2]} px: "
           + ", ".join(f"{name} {float(value):.6g}" for name, value in values.items())
           + f"; {len(out) - len(values)} variables -> {FLAGS.out}")
 
