@@ -253,7 +253,8 @@ def one_step():
     out = {_name(v): v.numpy().astype(dtype) for v in model.variables}
     out.update({k: dtype(v.numpy()) for k, v in losses.items()})
     out["learning_rate"] = dtype(learning_rate)
-    np.savez(FLAGS.out, **out)
+    with open(FLAGS.out, "wb") as f:  # exactly at --out (np.savez would add .npz)
+        np.savez(f, **out)
     print(f"wrote {FLAGS.out}: {len(model.variables)} variables; " + ", ".join(
         f"{k} {float(v):.6g}" for k, v in losses.items()))
 

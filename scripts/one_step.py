@@ -370,6 +370,8 @@ def run():
     check_flags(info.config, images, labels)
     if not FLAGS.out:
         raise InputError("--out=PATH.npz is required: where the variables after the step go")
+    if os.path.isdir(FLAGS.out):
+        raise InputError(f"--out={FLAGS.out} is a folder; name the .npz file to write")
     out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
     if not os.path.isdir(out_dir):
         raise InputError(f"--out={FLAGS.out}: its folder {out_dir} does not exist")
@@ -383,7 +385,8 @@ def run():
                   weight_decay_loss=logs["weight_decay"], total_loss=logs["loss"],
                   learning_rate=logs["learning_rate"])
     out.update({name: dtype(value) for name, value in values.items()})
-    np.savez(FLAGS.out, **out)
+    with open(FLAGS.out, "wb") as f:  # exactly at --out (np.savez would add .npz)
+        np.savez(f, **out)
     print(f"{FLAGS.train_mode} step on {images.shape[0]} examples of "
           f"{images.shape[1]}x{images.shape[2]} px: "
           + ", ".join(f"{name} {float(value):.6g}" for name, value in values.items())

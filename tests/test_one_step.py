@@ -128,6 +128,16 @@ def test_flags_that_contradict_the_model_or_the_views_are_refused(flag, expected
     assert expected in capsys.readouterr().err
 
 
+def test_an_out_path_that_cannot_be_written_is_refused_before_the_step(small_official,
+                                                                      tmp_path, capsys):
+    views = _views(tmp_path / "views.npz", "pretrain")
+    for out, expected in ((tmp_path, "is a folder"),
+                          (tmp_path / "missing" / "out.npz", "does not exist")):
+        assert run_tool(f"--checkpoint={small_official}", f"--views={views}",
+                        f"--out={out}") == 2
+        assert expected in capsys.readouterr().err
+
+
 def test_a_folder_that_is_not_an_authors_savedmodel_is_refused(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "checkpoint").write_text("not a model")
