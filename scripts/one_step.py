@@ -59,6 +59,7 @@ from simclr_tf.run import quiet
 tf = quiet.import_tensorflow()
 
 # pylint: disable=wrong-import-position
+from simclr_tf.config import rules  # noqa: E402
 from simclr_tf.method import optimizers, schedules  # noqa: E402
 from simclr_tf.method.train import StepOptions, Trainer  # noqa: E402
 from simclr_tf.models import freeze_for_finetuning  # noqa: E402
@@ -267,13 +268,12 @@ def check_flags(config, images, labels):
     if FLAGS.train_mode == "pretrain" and FLAGS.fine_tune_after_block != -1:
         raise InputError("--fine_tune_after_block freezes blocks when fine-tuning; the "
                          "authors' code refuses it in pretraining. Leave it at -1")
-    if not -1 <= FLAGS.fine_tune_after_block <= 4:
-        raise InputError(f"--fine_tune_after_block must be in -1..4. Received "
-                         f"{FLAGS.fine_tune_after_block}")
-    layers = config["num_proj_layers"] if config["proj_head_mode"] == "nonlinear" else 1
-    if not -1 <= FLAGS.ft_proj_selector <= layers:
-        raise InputError(f"--ft_proj_selector must be in -1..{layers} (the head's "
-                         f"{layers} layers). Received {FLAGS.ft_proj_selector}")
+    try:  # the Config's own rules for these flags (an index into the head's outputs)
+        rules.check_fine_tune_after_block(FLAGS.fine_tune_after_block)
+        rules.check_ft_proj_selector(config["proj_head_mode"], config["num_proj_layers"],
+                                     FLAGS.ft_proj_selector)
+    except ValueError as error:
+        raise InputError(f"--{error}") from error
 
 
 # ----- the step ----------------------------------------------------------------------
@@ -299,8 +299,9 @@ def build_model(info):
     return model
 
 
-def one_step(model, images, labels):
-    """Runs one step of --train_mode on (images, labels); returns its logs."""
+def one_step(model, named, prefix, images, labels):
+    """Runs one step of --train_mode on (images, labels); returns its logs. `named`:
+    `named_variables(model, prefix)`."""
     n = images.shape[0]
     plan = schedules.compute_steps(
         num_examples=FLAGS.num_examples or n, batch_size=n, train_epochs=FLAGS.train_epochs,
@@ -318,7 +319,7 @@ def one_step(model, images, labels):
                       StepOptions(train_mode=FLAGS.train_mode, temperature=FLAGS.temperature,
                                   hidden_norm=FLAGS.hidden_norm),
                       weight_decay_loss=decay)
-    restore_optimizer(optimizer, model)
+    restore_optimizer(optimizer, named, prefix)
     if FLAGS.float64:
         images = images.astype(np.float64)
     if FLAGS.train_mode == "pretrain":  # [N, H, W, 6] -> the two views, as theirs splits
@@ -334,10 +335,11 @@ def one_step(model, images, labels):
         return trainer.train_steps(iterator, 1)
 
 
-def restore_optimizer(optimizer, model):
+def restore_optimizer(optimizer, named, prefix):
     """The step and LARS momentum a training checkpoint of the authors' code carries
-    (their released SavedModels carry none: the optimizer then starts fresh)."""
-    state = read_official_optimizer(FLAGS.checkpoint)
+    (their released SavedModels carry none: the optimizer then starts fresh).
+    `named`: {the authors' full name: our variable}."""
+    state = read_official_optimizer(prefix)
     if state is None:
         return
     step, slots = state
@@ -346,11 +348,10 @@ def restore_optimizer(optimizer, model):
             f"--checkpoint={FLAGS.checkpoint} carries the state of an optimizer with slots "
             f"{sorted(slots)}; this tool continues LARS' ('Momentum'), with "
             "--optimizer=lars. Pass the model's SavedModel to start the optimizer fresh")
-    prefix, _ = read_official_names(FLAGS.checkpoint)
     reader = tf.train.load_checkpoint(prefix)
     optimizer.iterations.assign(step)
     momentum = slots.get("Momentum", {})
-    for name, variable in named_variables(model, prefix).items():
+    for name, variable in named.items():
         if name in momentum and variable.trainable:
             slot = optimizer.momentums[optimizer._get_variable_index(variable)]  # pylint: disable=protected-access
             slot.assign(reader.get_tensor(momentum[name]).astype(slot.dtype))
@@ -376,10 +377,10 @@ def run():
     if not os.path.isdir(out_dir):
         raise InputError(f"--out={FLAGS.out}: its folder {out_dir} does not exist")
     model = build_model(info)
-    logs = one_step(model, images, labels)
+    named = named_variables(model, info.prefix)
+    logs = one_step(model, named, info.prefix, images, labels)
     dtype = np.float64 if FLAGS.float64 else np.float32
-    out = {name: np.asarray(variable.numpy(), dtype)
-           for name, variable in named_variables(model, info.prefix).items()}
+    out = {name: np.asarray(variable.numpy(), dtype) for name, variable in named.items()}
     values = dict(contrast_loss=logs.get("contrast_loss", 0.0),
                   supervised_loss=logs.get("supervised_loss", 0.0),
                   weight_decay_loss=logs["weight_decay"], total_loss=logs["loss"],
@@ -396,8 +397,10 @@ def run():
 # ----- compare -----------------------------------------------------------------------
 
 def update_differences(ours, theirs, before):
-    """{name: |update_ours - update_theirs|_max / |update_theirs|_max} per variable
-    (0 where neither moved), and {loss: relative difference}."""
+    """Per variable, the difference of the updates relative to the authors' update:
+    {name: (max|ours - theirs| / max|theirs|, ||ours - theirs|| / ||theirs||)} (the
+    absolute difference where theirs did not move), and {scalar: relative
+    difference}."""
     missing = sorted((set(theirs) ^ set(ours)) - set(SCALARS))
     if missing:
         raise InputError(f"The two outputs hold different names: {missing[:10]}")
@@ -407,13 +410,18 @@ def update_differences(ours, theirs, before):
             continue
         start = before[name]
         mine, reference = ours[name] - start, theirs[name] - start
-        size = float(np.max(np.abs(reference)))
-        difference = float(np.max(np.abs(mine - reference)))
-        updates[name] = difference / size if size > 0 else difference
+        gap = mine - reference
+        updates[name] = (_relative(np.max(np.abs(gap)), np.max(np.abs(reference))),
+                         _relative(np.linalg.norm(gap), np.linalg.norm(reference)))
     losses = {name: abs(float(ours[name]) - float(theirs[name])) /
               max(abs(float(theirs[name])), 1e-12)
               for name in SCALARS if name in theirs and name in ours}
     return updates, losses
+
+
+def _relative(difference, size):
+    """`difference` relative to `size`; itself where the size is 0 (nothing moved)."""
+    return float(difference / size if size > 0 else difference)
 
 
 def initial_values(checkpoint, wanted):
@@ -445,6 +453,7 @@ def compare(ours_path, theirs_path):
     ours, theirs = dict(np.load(ours_path)), dict(np.load(theirs_path))
     before = initial_values(FLAGS.checkpoint, theirs)
     updates, losses = update_differences(ours, theirs, before)
+    updates = {name: largest for name, (largest, _) in updates.items()}
     worst = sorted(updates.items(), key=lambda item: -item[1])[:5]
     print(f"{len(updates)} variables; largest update difference / update size: "
           + ", ".join(f"{name} {value:.2e}" for name, value in worst))

@@ -87,21 +87,11 @@ def views(path, train_mode, size, num_classes, seed):
 def differences(ours_path, theirs_path, checkpoint):
     """(max-relative, norm-relative, loss) worst over the variables and losses."""
     ours, theirs = dict(np.load(ours_path)), dict(np.load(theirs_path))
-    before = one_step.initial_values(checkpoint, theirs)
-    worst_max = worst_norm = 0.0
-    for name in theirs:
-        if name in one_step.SCALARS:
-            continue
-        mine, reference = ours[name] - before[name], theirs[name] - before[name]
-        size_max, size_norm = np.max(np.abs(reference)), np.linalg.norm(reference)
-        gap = mine - reference
-        worst_max = max(worst_max, np.max(np.abs(gap)) / size_max if size_max else
-                        np.max(np.abs(gap)))
-        worst_norm = max(worst_norm, np.linalg.norm(gap) / size_norm if size_norm else
-                         np.linalg.norm(gap))
-    losses = [abs(float(ours[k]) - float(theirs[k])) / max(abs(float(theirs[k])), 1e-12)
-              for k in one_step.LOSSES]
-    return worst_max, worst_norm, max(losses)
+    updates, losses = one_step.update_differences(
+        ours, theirs, one_step.initial_values(checkpoint, theirs))
+    return (max(largest for largest, _ in updates.values()),
+            max(norm for _, norm in updates.values()),
+            max(losses[name] for name in one_step.LOSSES))
 
 
 def main():

@@ -116,7 +116,8 @@ def test_bad_views_are_refused_naming_the_problem(make, expected, small_official
     ("--image_size=32", "--image_size=32: the authors' code builds the cifar stem then"),
     ("--use_blur", "applies no augmentation"),
     ("--fine_tune_after_block=2", "refuses it in pretraining"),
-    ("--ft_proj_selector=5", "--ft_proj_selector must be in -1..3"),
+    ("--ft_proj_selector=5", "--ft_proj_selector must be in [-4, 3] for a 'nonlinear' head "
+     "with 3 layer(s)"),
     ("--learning_rte=0.1", "Unknown command line flag 'learning_rte'"),
 ])
 def test_flags_that_contradict_the_model_or_the_views_are_refused(flag, expected,
