@@ -10,6 +10,7 @@ from absl import logging
 from simclr_tf.config import run_dirs
 from simclr_tf.weights import checkpoints
 from simclr_tf.config import ConfigError
+from simclr_tf.data import folders
 from simclr_tf.evaluation import overlap
 from simclr_tf.config.tables import evaluators as evaluator_table
 
@@ -125,7 +126,9 @@ def note_eval_classes(config, source, mode):
     if source.num_classes <= 1:
         return []
     said = []
-    for _, _, flag, split, _ in evaluated_pairs(config, mode):
+    evaluated = dict.fromkeys((flag, split) for _, _, flag, split, _ in
+                              evaluated_pairs(config, mode))  # each split's labels once
+    for flag, split in evaluated:
         if not split or not source.has_labels(split) or \
                 source.num_examples(split) > _CLASS_CHECK_MAX_EXAMPLES:
             continue
@@ -139,13 +142,12 @@ def note_eval_classes(config, source, mode):
         folder = (" Image folders list their files class by class, so a slice of one "
                   "split ('train[90%:]') holds the classes at its end: hold out a split "
                   "folder of its own (train/ and val/ subfolders) instead."
-                  if type(source).__name__ == "ImageFolderSource" else "")
+                  if isinstance(source, folders.ImageFolderSource) else "")
         message = (f"--{flag}={split!r} holds {len(classes)} of the dataset's "
                    f"{source.num_classes} classes ({shown}): its accuracy measures those "
                    f"classes only.{folder}")
-        if message not in said:
-            logging.warning("%s", message)
-            said.append(message)
+        logging.warning("%s", message)
+        said.append(message)
     return said
 
 
