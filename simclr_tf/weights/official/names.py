@@ -44,16 +44,30 @@ def _object_graph(reader, prefix):
     return graph
 
 
+def _child(graph, node_id, name):
+    """The id of node `node_id`'s child called `name`, or None."""
+    ids = [child.node_id for child in graph.nodes[node_id].children
+           if child.local_name == name]
+    return ids[0] if ids else None
+
+
+def _variable(graph, node_id):
+    """Node `node_id`'s variable value attribute (`full_name`, `checkpoint_key`), or
+    None for a node that is not a variable."""
+    found = [attribute for attribute in graph.nodes[node_id].attributes
+             if attribute.name == "VARIABLE_VALUE"]
+    return found[0] if found else None
+
+
 def _model_nodes(graph):
     """Ids of the object-graph nodes reachable from the root's `model` child; None
     when the root has no such child. A training checkpoint of the authors' code
     (`tf.train.Checkpoint(model=..., optimizer=..., global_step=...)`) also holds
     their optimizer's step and slots and a save counter: those are not the model's."""
-    stack = [child.node_id for child in graph.nodes[0].children
-             if child.local_name == "model"]
-    if not stack:
+    model = _child(graph, 0, "model")
+    if model is None:
         return None
-    seen = set()
+    stack, seen = [model], set()
     while stack:
         node = stack.pop()
         if node not in seen:
@@ -75,26 +89,16 @@ def read_official_optimizer(path):
     prefix = checkpoint_prefix(path)
     reader = tf.train.load_checkpoint(prefix)
     graph = _object_graph(reader, prefix)
-    optimizer = [child.node_id for child in graph.nodes[0].children
-                 if child.local_name == "optimizer"]
-    if not optimizer:
+    optimizer = _child(graph, 0, "optimizer")
+    if optimizer is None:
         return None
-    node = graph.nodes[optimizer[0]]
-    step_keys = [attribute.checkpoint_key for child in node.children
-                 if child.local_name == "iter"
-                 for attribute in graph.nodes[child.node_id].attributes
-                 if attribute.name == "VARIABLE_VALUE"]
-    step = int(reader.get_tensor(step_keys[0])) if step_keys else 0
-
-    def value_key(node_id):
-        keys = [attribute for attribute in graph.nodes[node_id].attributes
-                if attribute.name == "VARIABLE_VALUE"]
-        return keys[0] if keys else None
-
+    step_node = _child(graph, optimizer, "iter")
+    step_value = None if step_node is None else _variable(graph, step_node)
+    step = 0 if step_value is None else int(reader.get_tensor(step_value.checkpoint_key))
     slots = {}
-    for slot in node.slot_variables:
-        original, value = value_key(slot.original_variable_node_id), value_key(
-            slot.slot_variable_node_id)
+    for slot in graph.nodes[optimizer].slot_variables:
+        original, value = (_variable(graph, slot.original_variable_node_id),
+                           _variable(graph, slot.slot_variable_node_id))
         if original is not None and value is not None:
             slots.setdefault(slot.slot_name, {})[original.full_name] = value.checkpoint_key
     return step, slots
