@@ -244,6 +244,9 @@ def test_the_most_telling_difference_from_a_run_comes_first(tmp_path):
                          "--learning_rate=0.123", "--resnet_depth=34", "--dataset=fashion_mnist"])
     assert [flag for flag, _, _ in records.flag_changes(run_dir, config)] == [
         "dataset", "resnet_depth", "learning_rate", "warmup_epochs"]
+    # The order names every help group once: a new group must be placed in it.
+    from simclr_tf.config import fields  # pylint: disable=import-outside-toplevel
+    assert sorted(records._CHANGE_ORDER) == sorted(fields.HELP_GROUPS)  # pylint: disable=protected-access
 
 
 # ------------------------------------------- a record's types (issue 34, item 3)
