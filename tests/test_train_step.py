@@ -432,7 +432,8 @@ def test_the_wait_for_input_is_measured_and_changes_nothing():
         results[name] = [loop.run_steps(trainer, iter(dataset), 1) for _ in range(3)]
     slow_logs, fast_logs = results["slow"][1:], results["memory"][1:]  # after tracing
     assert all(0.25 < log["data_wait"] < 5 and log["input_share"] > 0.3 for log in slow_logs)
-    assert all(log["data_wait"] < 0.05 for log in fast_logs)
+    # Half the slow pipeline's floor: 0.05 failed on a loaded machine (load 5 on 2 cores).
+    assert all(log["data_wait"] < 0.125 for log in fast_logs), fast_logs
     for slow_log, fast_log in zip(results["slow"], results["memory"]):
         assert slow_log["loss"] == fast_log["loss"]
 
