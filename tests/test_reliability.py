@@ -68,12 +68,17 @@ def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
     assert result.returncode == 0
 
 
-@pytest.mark.large  # 30 s each
-@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.large  # 30 s
+# SIGINT alone: SIGTERM takes the same handler (stop_signals.STOP_SIGNALS) and exit
+# status (128 + its number); a real run's SIGTERM, its checkpoint at the step reached,
+# its last logged interval and exit 143 are test_sigterm_while_the_input_blocks_saves_
+# and_exits_143's (and the soak's SIGTERM attempts). The SIGTERM case took 43 s in the
+# full suite at e7be00e.
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130)])
 def test_a_stop_signal_saves_a_checkpoint_at_the_current_step_and_exits(tmp_path, signum,
                                                                        status):
-    """SIGTERM (preemption) exits 143, SIGINT (Ctrl-C) 130: both after a checkpoint
-    at the step reached, without a traceback."""
+    """SIGINT (Ctrl-C) exits 130 (SIGTERM, preemption, 143) after a checkpoint at the
+    step reached, without a traceback."""
     model_dir = tmp_path / "run"
     command = [sys.executable, os.path.join(REPO, "run.py"), "--train_steps=400",
                "--checkpoint_steps=400", f"--model_dir={model_dir}", "--mode=train",
