@@ -366,3 +366,28 @@ def check_serving_max_pixels(max_pixels, name="serving_max_pixels"):
             or max_pixels < 0:
         raise ValueError(f"{name} must be an int >= 0 (0 = no limit), e.g. "
                          f"{SERVING_MAX_PIXELS}. Received: {name}={max_pixels!r}")
+
+
+# --export_format: what `--mode=export` (and a training run's end) writes, each under
+# model_dir/<format>/<step>/ (`simclr_tf.weights.export.FORMATS`): the serving
+# SavedModel; ONNX and LiteRT files of the model on preprocessed images; a keras-hub
+# preset of the encoder.
+EXPORT_FORMATS = ("saved_model", "onnx", "litert", "keras_hub")
+
+
+def export_formats(value):
+    """The formats of a comma-separated --export_format, in the order of
+    `EXPORT_FORMATS` (each once); ValueError naming an unknown one or an empty list.
+
+    Example:
+        >>> export_formats("onnx, saved_model")
+        ('saved_model', 'onnx')
+    """
+    names = [name.strip() for name in str(value).split(",") if name.strip()]
+    unknown = [name for name in names if name not in EXPORT_FORMATS]
+    if unknown or not names:
+        raise ValueError(
+            f"export_format must be a comma-separated subset of {', '.join(EXPORT_FORMATS)} "
+            f"(e.g. saved_model,onnx,litert). Received: export_format={value!r}"
+            + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else ""))
+    return tuple(name for name in EXPORT_FORMATS if name in names)

@@ -104,8 +104,8 @@ def train(config, strategy, context):
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
-        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=export_mode.export_model(
-            model, config, step, write_guard=guard))))
+        hooks.append(loop.AtEnd(lambda step, logs: export_mode.export_model(
+            model, config, step, write_guard=guard)))
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
     saving = _RecordsFlagsWhenSaving(state, context.flags_record)
