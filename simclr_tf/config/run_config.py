@@ -244,6 +244,12 @@ class Config(fields.FlagTable):
     jit_compile: bool = _hw(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
         "and it fails under MirroredStrategy on CPU.")
+    augmentations: str = _aug(
+        "", "Comma-separated transformations of a training view: crop (random resized "
+        "crop; else the whole image resized), flip, color (jitter and grayscale at "
+        "--color_jitter_strength), or 'none'; blur is --use_blur. Empty = the train "
+        "mode's own: pretraining all three, fine-tuning and distillation crop,flip.",
+        checks=(bounds.rule(rules.augmentations),))
     augment_on: str = _aug(
         "host", "Where pretraining augmentations run: 'host' (tf.data, per image) or "
         "'device' (crop, flip, colour jitter, grayscale batched in the train step; "
