@@ -16,6 +16,11 @@ Studies (--study; `all` runs each):
                `head`'s points (they are trained once)
   temperature  tau 0.05 / 0.1 / 0.5 / 1 with and without L2-normalised z (Table 5)
   batch        batch 64 / 256 / 1024 after 5 and 20 epochs (Figure 9)
+  augment      the views' transformations (Figure 5): none, crop, colour, crop+colour,
+               crop+flip+colour (--augmentations), on grey and on tinted Fashion-MNIST
+  color        colour strength 1/8 ... 1, and 1 + blur (Table 1), on both variants,
+               beside a supervised encoder (--train_mode=finetune from random weights,
+               all labels) trained with and without colour distortion
 
 Results: --results (JSON lines, one per point: study, setting, seed, the flags, every
 metric). Resumable: a point already in the file (same study, setting, seed, budget) is
@@ -91,12 +96,37 @@ STUDIES = {
         (f"batch {batch}, {epochs} epochs", dict(train_batch_size=batch, train_epochs=epochs))
         for epochs in (5, 20) for batch in (64, 256, 1024)]),
 }
+# The augmentation and colour studies run on both variants of Fashion-MNIST: grey (as
+# it is: no colour shortcut) and tinted (one random colour per image: two crops of an
+# image share a colour histogram, the shortcut colour distortion removes).
+VARIANTS = (("grey", "fashion_mnist"), ("tinted", "fashion_mnist_tinted"))
+STUDIES["augment"] = _points("augment", [
+    (f"{variant}: {label}", dict(dataset=dataset, augmentations=augmentations))
+    for variant, dataset in VARIANTS
+    for label, augmentations in (("none", "none"), ("crop", "crop"), ("colour", "color"),
+                                 ("crop+colour", "crop,color"),
+                                 ("crop+flip+colour", "crop,flip,color"))])
+STUDIES["color"] = _points("color", [
+    (f"{variant}: {label}", dict(dataset=dataset, color_jitter_strength=strength,
+                                 use_blur=blur))
+    for variant, dataset in VARIANTS
+    for label, strength, blur in (("1/8", 0.125, False), ("1/4", 0.25, False),
+                                  ("1/2", 0.5, False), ("1", 1.0, False),
+                                  ("1 + blur", 1.0, True))] + [
+    (f"{variant}: supervised, {label}", dict(
+        dataset=dataset, train_mode="finetune", augmentations=augmentations,
+        color_jitter_strength=1.0))
+    for variant, dataset in VARIANTS
+    for label, augmentations in (("crop+flip", "crop,flip"),
+                                 ("crop+flip+colour 1", "crop,flip,color"))])
 # What each study's page and picture show: the representations and metrics compared.
 VIEWS = {
     "head": ("h", ("knn", "probe")),
     "h_vs_z": ("layers", ("probe",)),
     "temperature": ("h", ("knn", "probe", "contrast_acc")),
     "batch": ("h", ("knn", "probe")),
+    "augment": ("h", ("knn", "probe")),
+    "color": ("h", ("knn", "probe")),
 }
 
 
@@ -115,6 +145,8 @@ def run_py_flags(budget, point, seed, model_dir, data_dir):
         num_proj_layers=budget.num_proj_layers, optimizer="lars",
         lineareval_while_pretraining=False, progress="lines")
     flags.update(dict(point.flags))
+    if flags["train_mode"] != "pretrain":  # the supervised column: labels, one view
+        del flags["lineareval_while_pretraining"]
     flags["checkpoint_epochs"] = flags["train_epochs"]  # one checkpoint, at the end
     if data_dir:
         flags["data_dir"] = data_dir
@@ -180,6 +212,8 @@ def contrast_metrics(model_dir):
     from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     lines = [line for line in records.read_metrics(os.path.join(model_dir, "metrics.jsonl"))
              if "train/contrast_acc" in line][-3:]
+    if not lines:  # a supervised point has no contrastive task
+        return dict(contrast_acc=None, contrast_loss=None)
     return dict(contrast_acc=float(np.mean([l["train/contrast_acc"] for l in lines])),
                 contrast_loss=float(np.mean([l["train/contrast_loss"] for l in lines])))
 
@@ -225,9 +259,11 @@ class Runner:
                 f.write(json.dumps(row, sort_keys=True) + "\n")
             self.rows.append(row)
         probe_h = row["metrics"]["h"]["probe"]
+        contrast = row["contrast_acc"]
         say(f"{point.study} / {point.setting} / seed {seed}: h probe {probe_h:.4f} "
-            f"kNN {row['metrics']['h']['knn']:.4f}, contrast acc "
-            f"{row['contrast_acc']:.3f} ({wall:.0f} s)")
+            f"kNN {row['metrics']['h']['knn']:.4f}"
+            + (f", contrast acc {contrast:.3f}" if contrast is not None else "")
+            + f" ({wall:.0f} s)")
         return "done"
 
     def _evaluate(self, run_dir, seed):
@@ -261,7 +297,8 @@ def summary(rows, study):
                     for metric, value in metrics.items():
                         cell.setdefault((layer, metric), []).append(value)
                 for metric in ("contrast_acc", "contrast_loss", "wall_seconds"):
-                    cell.setdefault(("step", metric), []).append(row[metric])
+                    if row.get(metric) is not None:
+                        cell.setdefault(("step", metric), []).append(row[metric])
                 cell.setdefault(("seeds", "n"), []).append(row["seed"])
     return table
 
@@ -417,10 +454,11 @@ def main(argv=None):
         from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
         quiet.import_tensorflow()
         runner = Runner(args, budget)
-        # Seeds outermost: a study's every setting has seed 0 before any has seed 1.
+        # A study's points (seed 0's settings, then seed 1's, ...) before the next
+        # study's: each study's table is complete as early as it can be.
         todo, seen = [], set()
-        for seed in args.seeds:
-            for study in args.studies:
+        for study in args.studies:
+            for seed in args.seeds:
                 for point in STUDIES[study]:
                     if (point, seed) not in seen:
                         seen.add((point, seed))

@@ -31,9 +31,13 @@ def test_a_point_overrides_the_budgets_flags_and_keys_on_all_of_them():
     flags = ablations.run_py_flags(budget, batch, 0, "/run", None)
     assert (flags["train_batch_size"], flags["checkpoint_epochs"]) == (1024, 20)
     keys = {json.dumps(ablations.point_key(p, s, budget), sort_keys=True)
-            for study in ("head", "temperature", "batch")
+            for study in ("head", "temperature", "batch", "augment", "color")
             for p in ablations.STUDIES[study] for s in (0, 1)}
-    assert len(keys) == 2 * (3 + 8 + 6)  # every point and seed apart
+    assert len(keys) == 2 * (3 + 8 + 6 + 10 + 14)  # every point and seed apart
+    supervised = ablations.run_py_flags(budget, ablations.STUDIES["color"][-1], 0, "/r", None)
+    assert supervised["train_mode"] == "finetune" and supervised["dataset"] == (
+        "fashion_mnist_tinted") and "lineareval_while_pretraining" not in supervised
+    assert supervised["augmentations"] == "crop,flip,color"
     # h_vs_z reads the head study's runs: the same keys, trained once.
     assert [ablations.point_key(p, 0, budget) for p in ablations.STUDIES["h_vs_z"]] == [
         ablations.point_key(p, 0, budget) for p in ablations.STUDIES["head"]]
