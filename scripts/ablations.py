@@ -21,6 +21,9 @@ Studies (--study; `all` runs each):
   color        colour strength 1/8 ... 1, and 1 + blur (Table 1), on both variants,
                beside a supervised encoder (--train_mode=finetune from random weights,
                all labels) trained with and without colour distortion
+  loss         NT-Xent against NT-Logistic and margin triplet (Table 2;
+               --train_mode=nt_logistic | margin_triplet), at the budget's temperature
+               and a margin of 0.5, untuned
 
 Results: --results (JSON lines, one per point: study, setting, seed, the flags, every
 metric). Resumable: a point already in the file (same study, setting, seed, budget) is
@@ -119,6 +122,10 @@ STUDIES["color"] = _points("color", [
     for variant, dataset in VARIANTS
     for label, augmentations in (("crop+flip", "crop,flip"),
                                  ("crop+flip+colour 1", "crop,flip,color"))])
+STUDIES["loss"] = _points("loss", [
+    ("NT-Xent", dict(train_mode="pretrain")),
+    ("NT-Logistic", dict(train_mode="nt_logistic")),
+    ("margin triplet", dict(train_mode="margin_triplet", triplet_margin=0.5))])
 # What each study's page and picture show: the representations and metrics compared.
 VIEWS = {
     "head": ("h", ("knn", "probe")),
@@ -127,6 +134,7 @@ VIEWS = {
     "batch": ("h", ("knn", "probe")),
     "augment": ("h", ("knn", "probe")),
     "color": ("h", ("knn", "probe")),
+    "loss": ("h", ("knn", "probe", "contrast_acc")),
 }
 
 
@@ -145,7 +153,7 @@ def run_py_flags(budget, point, seed, model_dir, data_dir):
         num_proj_layers=budget.num_proj_layers, optimizer="lars",
         lineareval_while_pretraining=False, progress="lines")
     flags.update(dict(point.flags))
-    if flags["train_mode"] != "pretrain":  # the supervised column: labels, one view
+    if flags["train_mode"] == "finetune":  # the supervised column: labels, one view
         del flags["lineareval_while_pretraining"]
     flags["checkpoint_epochs"] = flags["train_epochs"]  # one checkpoint, at the end
     if data_dir:

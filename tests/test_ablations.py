@@ -31,9 +31,12 @@ def test_a_point_overrides_the_budgets_flags_and_keys_on_all_of_them():
     flags = ablations.run_py_flags(budget, batch, 0, "/run", None)
     assert (flags["train_batch_size"], flags["checkpoint_epochs"]) == (1024, 20)
     keys = {json.dumps(ablations.point_key(p, s, budget), sort_keys=True)
-            for study in ("head", "temperature", "batch", "augment", "color")
+            for study in ("head", "temperature", "batch", "augment", "color", "loss")
             for p in ablations.STUDIES[study] for s in (0, 1)}
-    assert len(keys) == 2 * (3 + 8 + 6 + 10 + 14)  # every point and seed apart
+    assert len(keys) == 2 * (3 + 8 + 6 + 10 + 14 + 3)  # every point and seed apart
+    triplet = ablations.run_py_flags(budget, ablations.STUDIES["loss"][2], 0, "/r", None)
+    assert "--triplet_margin=0.5" in ablations.command(triplet)
+    assert "--train_mode=margin_triplet" in ablations.command(triplet)
     supervised = ablations.run_py_flags(budget, ablations.STUDIES["color"][-1], 0, "/r", None)
     assert supervised["train_mode"] == "finetune" and supervised["dataset"] == (
         "fashion_mnist_tinted") and "lineareval_while_pretraining" not in supervised
