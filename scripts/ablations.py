@@ -126,6 +126,9 @@ STUDIES["loss"] = _points("loss", [
     ("NT-Xent", dict(train_mode="pretrain")),
     ("NT-Logistic", dict(train_mode="nt_logistic")),
     ("margin triplet", dict(train_mode="margin_triplet", triplet_margin=0.5))])
+# `--study=all` runs them in this order: the cheapest and most telling first.
+STUDIES = {name: STUDIES[name] for name in (
+    "head", "h_vs_z", "loss", "temperature", "augment", "color", "batch")}
 # What each study's page and picture show: the representations and metrics compared.
 VIEWS = {
     "head": ("h", ("knn", "probe")),

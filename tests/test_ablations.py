@@ -75,7 +75,7 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--study=colour"], "--study: expected one of head, h_vs_z, temperature, batch"),
+    (["--study=colour"], "--study: expected one of head, h_vs_z, loss, temperature"),
     (["--study=head", "--seeds=a"], "--seeds: expected comma-separated integers"),
     (["--study=head", "--jobs=0"], "--jobs: expected >= 1"),
     (["--study=head", "--smoke"], "--smoke writes no page"),
