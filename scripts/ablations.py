@@ -37,8 +37,8 @@ Examples:
   python scripts/ablations.py --study=head --jobs=2
   python scripts/ablations.py --study=all --jobs=2          # every study, ~10 h on 2 cores
   python scripts/ablations.py --study=head --report_only    # tables and plots again
-  python scripts/ablations.py --study=head --smoke --seeds=0 --workdir=/tmp/smoke \\
-      --results=/tmp/smoke/results.jsonl --doc=                # the whole path in minutes
+  python scripts/ablations.py --study=head --settings=nonlinear --smoke --seeds=0 \\
+      --workdir=/tmp/smoke --doc=                # the whole path in a minute
 """
 from __future__ import annotations
 
@@ -418,6 +418,9 @@ def parse_args(argv):
         epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--study", required=True,
                         help=f"one of {', '.join(STUDIES)}, or all")
+    parser.add_argument("--settings", default="",
+                        help="only these settings of the study (comma-separated labels, "
+                        "as the tables show them; default all)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--results", default=None,
                         help="JSON lines (default: <workdir>/results.jsonl)")
@@ -437,6 +440,12 @@ def parse_args(argv):
         parser.error(f"--study: expected one of {', '.join(STUDIES)} or all, "
                      f"got {args.study!r}")
     args.studies = list(STUDIES) if args.study == "all" else [args.study]
+    args.settings = [name.strip() for name in args.settings.split(",") if name.strip()]
+    known = {point.setting for study in args.studies for point in STUDIES[study]}
+    unknown = [name for name in args.settings if name not in known]
+    if unknown:
+        parser.error(f"--settings: {', '.join(map(repr, unknown))} not in "
+                     f"--study={args.study}: {', '.join(sorted(known))}")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
@@ -471,6 +480,8 @@ def main(argv=None):
         for study in args.studies:
             for seed in args.seeds:
                 for point in STUDIES[study]:
+                    if args.settings and point.setting not in args.settings:
+                        continue
                     if (point, seed) not in seen:
                         seen.add((point, seed))
                         todo.append((point, seed))
