@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf.models.outputs import H, LOGITS, Z
-from simclr_tf.weights.serving import _local_batch_norm
+from simclr_tf.weights.serving import local_batch_norm
 
 INPUT = "images"
 EMBEDDING, PROJECTION, LOGITS_OUTPUT, PROBABILITIES = (
@@ -54,7 +54,7 @@ def inference_model(model, image_size):
     if not model.built:
         model(tf.zeros([1, image_size, image_size, 3]), training=False)
     images = keras.Input((image_size, image_size, 3), name=INPUT, dtype="float32")
-    with _local_batch_norm(model):
+    with local_batch_norm(model):
         features = model(images, training=False)
     outputs = {EMBEDDING: keras.ops.cast(features[H], "float32"),
                PROJECTION: keras.ops.cast(features[Z], "float32")}
