@@ -57,24 +57,7 @@ def nt_xent(z1, z2, *, temperature, hidden_norm=True,
         ValueError: on a non-positive temperature or mismatched shapes.
     """
     rules.check_temperature(temperature)
-    if z1.shape.rank != 2 or z2.shape.rank != 2 or (
-            z1.shape.is_fully_defined() and z2.shape.is_fully_defined()
-            and z1.shape != z2.shape):
-        raise ValueError(
-            "z1 and z2 must both be [n, d] with the same shape. Received: "
-            f"z1.shape={z1.shape}, z2.shape={z2.shape}")
-    # float32 whatever the compute dtype: exp(1/temperature) and the 1e9 mask
-    # overflow float16 and lose most of their digits in bfloat16.
-    z1 = tf.cast(z1, tf.float32)
-    z2 = tf.cast(z2, tf.float32)
-    if hidden_norm:
-        z1 = tf.math.l2_normalize(z1, axis=-1)
-        z2 = tf.math.l2_normalize(z2, axis=-1)
-
-    n = tf.shape(z1)[0]
-    z1_all = gather_fn(z1)  # [N, d], N = n * replicas
-    z2_all = gather_fn(z2)
-    labels = tf.range(n, dtype=tf.int32) + collectives.replica_id() * n  # [n]
+    z1, z2, z1_all, z2_all, labels = _gathered(z1, z2, hidden_norm, gather_fn)
     # The anchor's own view in the same-view blocks sits at its global index.
     self_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
 
@@ -93,19 +76,34 @@ def nt_xent(z1, z2, *, temperature, hidden_norm=True,
     return ContrastiveOutput(loss=loss, logits_ab=logits_ab, labels=labels)
 
 
-def _pair_loss(z1, z2, per_anchor, *, scale, hidden_norm, gather_fn):
-    """The two directions' mean of `per_anchor(positive [n], candidates [n, 2N],
-    negative_mask [n, 2N]) -> [n]`, over the similarities of each anchor (a view of
-    this replica) with its positive (the other view of its image) and its 2N - 2
-    negatives (every other view of the global batch), as `nt_xent` gathers them."""
+def _gathered(z1, z2, hidden_norm, gather_fn):
+    """This replica's projections (float32, L2-normalised with `hidden_norm`), the
+    global batch's ([N, d], N = n * replicas) and each anchor's global index [n].
+    ValueError unless both are [n, d]."""
+    if z1.shape.rank != 2 or z2.shape.rank != 2 or (
+            z1.shape.is_fully_defined() and z2.shape.is_fully_defined()
+            and z1.shape != z2.shape):
+        raise ValueError(
+            "z1 and z2 must both be [n, d] with the same shape. Received: "
+            f"z1.shape={z1.shape}, z2.shape={z2.shape}")
+    # float32 whatever the compute dtype: exp(1/temperature) and the 1e9 mask
+    # overflow float16 and lose most of their digits in bfloat16.
     z1 = tf.cast(z1, tf.float32)
     z2 = tf.cast(z2, tf.float32)
     if hidden_norm:
         z1 = tf.math.l2_normalize(z1, axis=-1)
         z2 = tf.math.l2_normalize(z2, axis=-1)
     n = tf.shape(z1)[0]
-    z1_all, z2_all = gather_fn(z1), gather_fn(z2)
     labels = tf.range(n, dtype=tf.int32) + collectives.replica_id() * n
+    return z1, z2, gather_fn(z1), gather_fn(z2), labels
+
+
+def _pair_loss(z1, z2, per_anchor, *, scale, hidden_norm, gather_fn):
+    """The two directions' mean of `per_anchor(positive [n], candidates [n, 2N],
+    negative_mask [n, 2N]) -> [n]`, over the similarities of each anchor (a view of
+    this replica) with its positive (the other view of its image) and its 2N - 2
+    negatives (every other view of the global batch), as `nt_xent` gathers them."""
+    z1, z2, z1_all, z2_all, labels = _gathered(z1, z2, hidden_norm, gather_fn)
     positive_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
     # In the other view's block the positive is no negative; in the same view's, the
     # anchor itself is none.
