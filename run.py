@@ -115,9 +115,11 @@ def objective_options(flag_values, values):
     if row is None or not row.options:
         return values["objective_options"]
     given = json.loads(values["objective_options"] or "{}")
-    for name, _ in row.options:
-        if flag_values[name].present or name not in given:
-            given[name] = flag_values[name].value
+    for name, default in row.options:
+        # A FlagValues made for the Config's flags alone has no option flags.
+        flag = flag_values[name] if name in flag_values else None
+        if (flag is not None and flag.present) or name not in given:
+            given[name] = flag.value if flag is not None else default
     return json.dumps(given, sort_keys=True)
 
 
@@ -166,7 +168,8 @@ def _config_and_record(flag_values, report):
         raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
     # Config cannot tell --sk_ratio=0 from no --sk_ratio: the flags can.
     given = [f.name for f in Config.flag_fields() if flag_values[f.name].present]
-    if any(flag_values[name].present for name in train_modes.all_options()):
+    if any(name in flag_values and flag_values[name].present
+           for name in train_modes.all_options()):
         given.append("objective_options")
     config = Config.from_dict(values, given=given)
     try:

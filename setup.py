@@ -41,6 +41,14 @@ setuptools.setup(
         # requirements (tensorflow-text, sentencepiece, kagglehub, tokenizers, ...),
         # so that `pip check` passes.
         "hub": ["keras-hub==0.32.0"],
+        # --export_format=onnx (Keras' Model.export converts with tf2onnx) and running
+        # the ONNX and LiteRT files (onnxruntime; ai-edge-litert, LiteRT's interpreter);
+        # the LiteRT converter is TensorFlow's own. `pip check` passes beside
+        # tensorflow 2.21 (docs/serving.md).
+        "export": ["onnx==1.23.2", "tf2onnx==1.17.0", "onnxruntime==1.32.0",
+                   "ai-edge-litert==2.3.0"],
+        # scripts/plot_run.py's pictures.
+        "plot": ["matplotlib>=3.8"],
         # CUDA hosts: TensorFlow's CUDA libraries (docs/install.md).
         "gpu": ["tensorflow[and-cuda]==2.21.0"],
     },

@@ -77,6 +77,8 @@ ROWS = ("random", "supervised", "simclr_tf", "lightly")
 TRAINED_ROWS = ("supervised", "simclr_tf", "lightly")
 KNN_K, KNN_TEMPERATURE = 200, 0.07
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+# The table's picture, beside the page (docs/images/benchmark.png; `--replot`).
+PLOT = os.path.join(ROOT, "docs", "images", "benchmark.png")
 BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
 DEFAULT_LIGHTLY_PYTHON = os.path.join(ROOT, ".venv-lightly", "bin", "python")
 
@@ -467,6 +469,56 @@ def per_seed_table(cells, seeds):
     return "\n".join(lines)
 
 
+def results_from_page(text):
+    """{row: {'knn': [...], 'probe': [...]}} (fractions) from the page's per-seed table
+    between the markers: the page is the record when the --json is gone."""
+    section = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    results = {}
+    for line in section.split("Each seed", 1)[1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or cells[0] not in ROWS:
+            continue
+        pairs = [c.split("/") for c in cells[1:] if "/" in c]
+        results[cells[0]] = dict(knn=[float(k) / 100 for k, _ in pairs],
+                                 probe=[float(p) / 100 for _, p in pairs])
+    if not results:
+        raise ValueError("no per-seed table between the page's benchmark markers")
+    return results
+
+
+def plot_results(results, path, title):
+    """Bars of kNN and linear-probe top-1 per row, mean ± sample std over the seeds."""
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        print("No plot: matplotlib is not installed (pip install -e '.[plot]').")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    rows = [row for row in ROWS if row in results]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    width = 0.38
+    for offset, (metric, label) in zip((-width / 2, width / 2),
+                                       (("knn", "kNN"), ("probe", "linear probe"))):
+        means = [100 * mean_std(results[row][metric])[0] for row in rows]
+        sds = [100 * mean_std(results[row][metric])[1] for row in rows]
+        bars = ax.bar([i + offset for i in range(len(rows))], means, width, yerr=sds,
+                      capsize=3, label=label)
+        ax.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
+    ax.set_xticks(range(len(rows)), rows)
+    ax.set_ylabel("top-1 (%), mean ± sd over seeds")
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"Wrote {path}")
+    return path
+
+
 def report(results, cells, args, budget):
     seeds = sorted({c["seed"] for c in cells})
     lines = [table(results), "", "Each seed (top-1, %):", "",
@@ -551,7 +603,12 @@ def parse_args(argv):
     parser.add_argument("--json", default=None,
                         help="per-seed results (default: <workdir>/benchmark.json)")
     parser.add_argument("--doc", default=DOC)
+    parser.add_argument("--plot", default=PLOT, help="the table's picture (PNG)")
+    parser.add_argument("--replot", action="store_true",
+                        help="only draw --plot from --doc's per-seed table, run nothing")
     args = parser.parse_args(argv)
+    if args.replot:
+        return args
     args.argv = list(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -575,6 +632,11 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.replot:
+        with open(args.doc) as f:
+            results = results_from_page(f.read())
+        plot_results(results, args.plot, "Fashion-MNIST, budget cpu (docs/benchmarks.md)")
+        return 0
     budget = BUDGETS["fast" if args.fast else args.budget]
     from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
@@ -628,6 +690,8 @@ def main(argv=None):
         with open(args.doc, "w") as f:
             f.write(replace_section(old, text))
         print(f"Wrote the table into {args.doc}")
+        plot_results(results, args.plot,
+                     f"Fashion-MNIST, budget {args.budget} (docs/benchmarks.md)")
     return 1 if failed else 0
 
 

@@ -168,3 +168,24 @@ def test_the_doc_shows_no_path_of_one_machine(bench):
         "--threads=1", "--lightly_python=<lightly's python>", "--resume"]
     assert bench.shareable_argv(["--lightly_python", "/home/me/py", "--seeds=0"]) == [
         "--lightly_python", "<lightly's python>", "--seeds=0"]
+
+
+def test_the_plot_of_the_page_is_drawn_from_its_per_seed_table(bench, tmp_path):
+    """`--replot` reads the page's per-seed table (the record when the --json is gone):
+    every row, three seeds, means within the rounding of the summary table's."""
+    pytest.importorskip("matplotlib", reason="needs matplotlib (pip install -e '.[plot]')")
+    with open(bench.DOC) as f:
+        page = f.read()
+    results = bench.results_from_page(page)
+    assert sorted(results) == sorted(bench.ROWS)
+    summary = page.split(bench.BEGIN, 1)[1].split("Each seed", 1)[0]
+    for row, metrics in results.items():
+        assert len(metrics["knn"]) == len(metrics["probe"]) == 3
+        line = next(l for l in summary.splitlines() if l.startswith(f"| {row} |"))
+        knn_mean = float(line.split("|")[2].split("±")[0])
+        assert abs(100 * np.mean(metrics["knn"]) - knn_mean) <= 0.1, row
+    out = tmp_path / "benchmark.png"
+    assert bench.main(["--replot", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="no per-seed table"):
+        bench.results_from_page(f"{bench.BEGIN}\nEach seed\n{bench.END}")

@@ -263,6 +263,11 @@ def test_device_views_with_fine_tuning_are_a_flag_error_not_a_silent_host():
                        r"pretraining views .*drop --augment_on=device"):
         Config.from_dict(_bad(augment_on="device", train_mode="finetune")).validate()
     Config.from_dict(_bad(augment_on="device", train_mode="finetune", mode="eval")).validate()
+    with pytest.raises(ConfigError, match=r"^--augmentations: chooses the host's "
+                       r"transformations; --augment_on=device draws all three"):
+        Config.from_dict(_bad(augment_on="device", augmentations="crop")).validate()
+    with pytest.raises(ConfigError, match=r"^--augmentations: .*'cutout' unknown"):
+        Config.from_dict(_bad(augmentations="crop,cutout")).validate()
 
 
 def test_grad_cache_is_for_pretraining_with_one_rule_for_flags_and_library():

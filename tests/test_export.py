@@ -174,7 +174,7 @@ def served(tmp_path_factory):
     expected["grads"] = [tf.convert_to_tensor(g).numpy() for g in grads]
     # The export traces batch norm unsynchronised (one replica: same statistics,
     # another formula for the variance); so does the reference computation here.
-    with serving._local_batch_norm(model):
+    with serving.local_batch_norm(model):
         expected["hub_train"] = _expected(model, images32, training=True)
     _, stderr = _wait(server)
     with np.load(spec["out_npz"]) as data:

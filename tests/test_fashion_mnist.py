@@ -204,3 +204,30 @@ def test_debian_package_holds_the_real_dataset(monkeypatch):
     image, label = next(iter(source.load("test[-1:]")))
     assert image.shape == (28, 28, 3) and image.dtype.name == "uint8"
     assert 0 <= int(label) <= 9 and int(np.asarray(image).max()) > 100
+
+
+def test_the_tinted_variant_is_the_grey_images_times_one_fixed_colour_each(tmp_path):
+    """'fashion_mnist_tinted' (the colour studies): the same files, ids and labels, each
+    image its grey pixels times a tint drawn from (seed, split index) that a second
+    source draws again; recorded in its provenance. Only from the IDX files."""
+    data_dir = str(tmp_path / "files")
+    write_fashion_mnist(data_dir)
+    plain = registry.get_dataset("fashion_mnist", data_dir=data_dir)
+    tinted = registry.get_dataset("fashion_mnist_tinted", data_dir=data_dir)
+    assert tinted.name == "fashion_mnist_tinted" and tinted.split_sizes == plain.split_sizes
+    grey, labels = map(np.stack, zip(*_examples(plain, "test")))
+    coloured, tinted_labels = map(np.stack, zip(*_examples(tinted, "test")))
+    np.testing.assert_array_equal(labels, tinted_labels)
+    tint = fashion_mnist.tints("test", len(labels))
+    assert tint.min() >= fashion_mnist.TINT_LOW and tint.max() <= 1.0
+    expected = np.round(grey[..., :1].astype(np.float32) * tint[:, None, None, :])
+    np.testing.assert_array_equal(coloured, expected.astype(np.uint8))
+    assert not np.array_equal(coloured[..., 0], coloured[..., 1])  # colour, not grey
+    again = np.stack([x for x, _ in _examples(
+        registry.get_dataset("fashion_mnist_tinted", data_dir=data_dir), "test")])
+    np.testing.assert_array_equal(again, coloured)
+    assert not np.array_equal(fashion_mnist.tints("train", 4), tint[:4])
+    assert tinted.provenance()["tint"]["seed"] == fashion_mnist.TINT_SEED
+    assert tinted.data_identity("test") != plain.data_identity("test")
+    with pytest.raises(fashion_mnist.FashionMnistNotFoundError, match="IDX files only"):
+        registry.get_dataset("fashion_mnist_tinted", data_dir=str(tmp_path))

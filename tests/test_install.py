@@ -99,7 +99,7 @@ def test_the_hub_import_error_says_what_is_missing(monkeypatch):
         hub.import_keras_hub()
 
 
-INSTALL = "pip install -e '.[test,hub]'"
+INSTALL = "pip install -e '.[test,hub,export,plot]'"
 
 
 def _readme_commands():
@@ -161,7 +161,7 @@ def _requirement_closure(name, extras=()):
 
 
 def test_the_installed_requirements_are_consistent():
-    """Issue 33, 3: after the README's test command (`.[test,hub]`), every requirement
+    """Issue 33, 3: after the README's test command (`.[test,hub,export,plot]`), every requirement
     of ours and of our requirements is met (`pip check`, for the distributions our
     closure holds: a user's unrelated packages are not ours to judge), and there is one
     TensorFlow: no tensorflow-cpu beside the `tensorflow` setup.py requires (two
@@ -172,7 +172,7 @@ def test_the_installed_requirements_are_consistent():
 
     from packaging.utils import canonicalize_name
 
-    ours = _requirement_closure("simclr_tf", ("test", "hub"))
+    ours = _requirement_closure("simclr_tf", ("test", "hub", "export", "plot"))
     assert {"tensorflow", "keras", "tensorflow-datasets"} <= ours
     report = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
                             text=True, check=False).stdout.splitlines()

@@ -222,3 +222,46 @@ def test_top_k_correct():
     assert losses.top_k_correct(labels, logits, 2).numpy() == 2.0  # rows 0 and 1
     # k above the number of classes is clipped: every labelled example is a hit.
     assert losses.top_k_correct(labels, logits, 5).numpy() == 3.0
+
+
+def _pair_reference(z1, z2, per_anchor, hidden_norm=True):
+    """numpy: each anchor of each direction, its positive and its 2n - 2 negatives."""
+    if hidden_norm:
+        z1 = z1 / np.linalg.norm(z1, axis=1, keepdims=True)
+        z2 = z2 / np.linalg.norm(z2, axis=1, keepdims=True)
+    n = len(z1)
+    total = 0.0
+    for anchors, others in ((z1, z2), (z2, z1)):
+        for i in range(n):
+            positive = anchors[i] @ others[i]
+            negatives = [anchors[i] @ others[j] for j in range(n) if j != i] + [
+                anchors[i] @ anchors[j] for j in range(n) if j != i]
+            total += per_anchor(positive, np.array(negatives))
+    return total / n
+
+
+@pytest.mark.parametrize("hidden_norm", [True, False])
+def test_the_papers_table_2_losses_equal_numpy(hidden_norm):
+    """NT-Logistic and margin triplet (the loss study's alternatives to NT-Xent)."""
+    rng = np.random.default_rng(5)
+    z1, z2 = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+    log_sigmoid = lambda x: -np.logaddexp(0.0, -x)  # noqa: E731
+    t, m = 0.3, 0.4
+    logistic = losses.nt_logistic(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+                                  temperature=t, hidden_norm=hidden_norm)
+    expected = _pair_reference(z1, z2, lambda p, neg: -log_sigmoid(p / t) - np.mean(
+        log_sigmoid(-neg / t)), hidden_norm)
+    np.testing.assert_allclose(logistic.loss.numpy(), expected, rtol=2e-5)
+    triplet = losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+                                    margin=m, hidden_norm=hidden_norm)
+    expected = _pair_reference(z1, z2, lambda p, neg: np.mean(np.maximum(neg - p + m, 0)),
+                               hidden_norm)
+    np.testing.assert_allclose(triplet.loss.numpy(), expected, rtol=2e-5)
+    # Their contrast accuracy reads the same similarities as NT-Xent's.
+    xent = losses.nt_xent(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+                          temperature=t, hidden_norm=hidden_norm)
+    np.testing.assert_allclose(logistic.logits_ab, xent.logits_ab, rtol=1e-6)
+    assert float(losses.contrast_acc(triplet)) == float(losses.contrast_acc(xent))
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+                              margin=0)

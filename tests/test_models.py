@@ -194,6 +194,13 @@ def test_projection_head_modes(mode, layers, selector, expected_width):
                                    rtol=1e-5, atol=1e-6)
     if selector == 0:
         np.testing.assert_array_equal(out["supervised_head_input"], h)
+    # hiddens: [h, layer 1, ..., z], what the selector indexes (the h-vs-z study).
+    hiddens = head.hiddens(h, training=False)
+    assert len(hiddens) == head.num_layers + 1
+    np.testing.assert_array_equal(hiddens[0], h)
+    inference = head(h, training=False)
+    np.testing.assert_array_equal(hiddens[-1], inference["proj_head_output"])
+    np.testing.assert_array_equal(hiddens[selector], inference["supervised_head_input"])
 
 
 def test_projection_head_rejects_out_of_range_selector():

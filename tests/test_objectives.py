@@ -200,3 +200,26 @@ def test_an_objective_option_named_like_a_run_py_flag_is_refused(option, tmp_pat
     error = capsys.readouterr().err
     assert f"line 2: ValueError: train mode 'ema': its option '{option}'" in error
     assert "ema" not in train_modes.TRAIN_MODES
+
+
+@pytest.mark.large  # 2 x ~8 s: two tiny pretrainings in process
+@pytest.mark.parametrize("train_mode, options, loss_at_start", [
+    ("nt_logistic", "{}", (3.0, 9.0)),
+    ("margin_triplet", '{"triplet_margin": 0.3}', (0.2, 1.2)),
+])
+def test_the_papers_table_2_losses_pretrain_like_nt_xent(tmp_path, train_mode, options,
+                                                          loss_at_start):
+    """The loss study's built-in modes train as pretraining does (views, online head,
+    records) with their own loss: its value is of its own scale, not NT-Xent's."""
+    from helpers import run_fixtures  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
+    cfg = run_fixtures.config(model_dir=str(tmp_path / "run"), train_mode=train_mode,
+                              objective_options=options, train_steps=2)
+    result = experiment.run(cfg)
+    assert result["global_step"] == 2
+    low, high = loss_at_start
+    assert low < result["train/contrast_loss"] < high, result["train/contrast_loss"]
+    assert 0 <= result["train/contrast_acc"] <= 1 and "train/supervised_loss" in result
+    flags = json.load(open(tmp_path / "run" / "flags.json"))
+    assert flags["train_mode"] == train_mode and json.loads(
+        flags["objective_options"]) == json.loads(options)

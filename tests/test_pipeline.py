@@ -135,3 +135,42 @@ def test_global_batch_must_divide_over_replicas(digits, strategy):
     with pytest.raises(ValueError, match="global_batch_size"):
         pipeline.build_distributed_dataset(strategy, digits, "train",
                                            global_batch_size=7)
+
+
+def _first_batch(digits, **kwargs):
+    data = pipeline.build_input_fn(digits, "train[:8]", global_batch_size=8,
+                                   image_size=16, seed=3, shuffle_buffer_size=8,
+                                   **kwargs)(None)
+    return next(iter(data))
+
+
+def test_augmentations_take_the_views_apart_and_their_default_is_the_modes_own(digits):
+    """--augmentations (the paper's augmentation study): '' is each mode's own (the
+    same batches as naming its transformations), 'none' resizes the whole image
+    (both views equal), and fine-tuning may add colour (the supervised column of the
+    colour study)."""
+    (v1, v2), labels = _first_batch(digits)
+    (n1, n2), _ = _first_batch(digits, augmentations="crop,flip,color")
+    np.testing.assert_array_equal(v1, n1)
+    np.testing.assert_array_equal(v2, n2)
+    (r1, r2), _ = _first_batch(digits, augmentations="none")
+    np.testing.assert_array_equal(r1, r2)
+    images = [image for image, _ in digits.load("train[:8]").as_numpy_iterator()]
+    order = np.argsort(labels.numpy(), kind="stable")  # the batch is shuffled: match rows
+    resized = np.stack([np.clip(tf.image.resize(tf.image.convert_image_dtype(
+        image, tf.float32), [16, 16], method="bicubic"), 0, 1) for image in images])
+    found = {tuple(np.round(r.ravel()[:40], 5)) for r in r1.numpy()}
+    assert found == {tuple(np.round(r.ravel()[:40], 5)) for r in resized}, order
+    (c1, c2), _ = _first_batch(digits, augmentations="crop")  # crop alone: no colour
+    assert not np.array_equal(c1, c2)
+    tuned, _ = _first_batch(digits, train_mode="finetune")
+    same, _ = _first_batch(digits, train_mode="finetune", augmentations="crop,flip")
+    coloured, _ = _first_batch(digits, train_mode="finetune",
+                               augmentations="crop,flip,color", color_jitter_strength=1.0)
+    np.testing.assert_array_equal(tuned, same)
+    assert not np.array_equal(tuned, coloured)
+    with pytest.raises(ValueError, match="augmentations must be 'none' or a comma-separated "
+                                         "subset of crop, flip, color"):
+        _first_batch(digits, augmentations="crop,cutout")
+    with pytest.raises(ValueError, match="draws all three"):
+        _first_batch(digits, augmentations="crop", augment_on="device")

@@ -41,13 +41,14 @@ from simclr_tf.config.tables import modes
 from simclr_tf.config.tables import train_modes
 from simclr_tf.config.errors import ConfigError
 
-# Never read from a record: which run and mode this is (and what the mode evaluates:
-# --evaluators means what that mode runs), the machine it runs on, and the
-# permissions a command gives for itself alone (an evaluation on training examples is
+# Never read from a record: which run and mode this is (and what the mode evaluates
+# and writes: --evaluators and --export_format mean what this command does), the
+# machine it runs on, and the permissions a command gives for itself alone (an evaluation on training examples is
 # allowed by the command that asks for it, not by the run it reads).
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
               "reevaluate", "allow_eval_overlap", "master", "use_tpu", "tpu_name", "tpu_zone",
-              "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs", "evaluators")
+              "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs", "evaluators",
+              "export_format")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
 # What a reader of another run's weights needs besides: the heads the run trained.

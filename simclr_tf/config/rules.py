@@ -366,3 +366,61 @@ def check_serving_max_pixels(max_pixels, name="serving_max_pixels"):
             or max_pixels < 0:
         raise ValueError(f"{name} must be an int >= 0 (0 = no limit), e.g. "
                          f"{SERVING_MAX_PIXELS}. Received: {name}={max_pixels!r}")
+
+
+# --export_format: what `--mode=export` (and a training run's end) writes, each under
+# model_dir/<format>/<step>/ (`simclr_tf.weights.export.FORMATS`): the serving
+# SavedModel; ONNX and LiteRT files of the model on preprocessed images; a keras-hub
+# preset of the encoder.
+EXPORT_FORMATS = ("saved_model", "onnx", "litert", "keras_hub")
+
+
+def export_formats(value):
+    """The formats of a comma-separated --export_format, in the order of
+    `EXPORT_FORMATS` (each once); ValueError naming an unknown one or an empty list.
+
+    Example:
+        >>> export_formats("onnx, saved_model")
+        ('saved_model', 'onnx')
+    """
+    names = [name.strip() for name in str(value).split(",") if name.strip()]
+    unknown = [name for name in names if name not in EXPORT_FORMATS]
+    if unknown or not names:
+        raise ValueError(
+            f"export_format must be a comma-separated subset of {', '.join(EXPORT_FORMATS)} "
+            f"(e.g. saved_model,onnx,litert). Received: export_format={value!r}"
+            + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else ""))
+    return tuple(name for name in EXPORT_FORMATS if name in names)
+
+
+# --augmentations: the transformations of a training view (the switches of
+# `augment.preprocess_for_train`; blur is --use_blur's). '' = the train mode's own:
+# pretraining all three, fine-tuning and distillation crop and flip; 'none' = the whole
+# image resized. The paper's augmentation study takes them apart.
+AUGMENTATIONS = ("crop", "flip", "color")
+
+
+def augmentations(value, views=2):
+    """The transformations of a comma-separated --augmentations, in the order of
+    `AUGMENTATIONS`; '' -> the train mode's own (`views` 2: all, else crop and flip),
+    'none' -> (). ValueError naming an unknown one.
+
+    Example:
+        >>> augmentations("color,crop")
+        ('crop', 'color')
+        >>> augmentations("", views=1)
+        ('crop', 'flip')
+    """
+    text = str(value or "").strip()
+    if not text:
+        return AUGMENTATIONS if views == 2 else ("crop", "flip")
+    if text == "none":
+        return ()
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in AUGMENTATIONS]
+    if unknown:
+        raise ValueError(
+            f"augmentations must be 'none' or a comma-separated subset of "
+            f"{', '.join(AUGMENTATIONS)} (e.g. crop,color; blur is --use_blur). Received: "
+            f"augmentations={value!r} ({', '.join(map(repr, unknown))} unknown)")
+    return tuple(name for name in AUGMENTATIONS if name in names)

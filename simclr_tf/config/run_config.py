@@ -163,7 +163,7 @@ class Config(fields.FlagTable):
                                      "lines run; unused.")
     keep_checkpoint_max: int = _ckpt(5, "Maximum number of checkpoints to keep.",
                                      checks=(bounds.positive("e.g. 5"),))
-    keep_hub_module_max: int = _ckpt(1, "Maximum number of exported SavedModels to keep.",
+    keep_hub_module_max: int = _ckpt(1, "Maximum number of exports to keep (of each format).",
                                      checks=(bounds.positive("e.g. 1"),))
     temperature: float = _aug(0.1, "Temperature parameter for contrastive loss.",
                               checks=(bounds.rule(rules.check_temperature),))
@@ -244,6 +244,12 @@ class Config(fields.FlagTable):
     jit_compile: bool = _hw(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
         "and it fails under MirroredStrategy on CPU.")
+    augmentations: str = _aug(
+        "", "Comma-separated transformations of a training view: crop (random resized "
+        "crop; else the whole image resized), flip, color (jitter and grayscale at "
+        "--color_jitter_strength), or 'none'; blur is --use_blur. Empty = the train "
+        "mode's own: pretraining all three, fine-tuning and distillation crop,flip.",
+        checks=(bounds.rule(rules.augmentations),))
     augment_on: str = _aug(
         "host", "Where pretraining augmentations run: 'host' (tf.data, per image) or "
         "'device' (crop, flip, colour jitter, grayscale batched in the train step; "
@@ -366,6 +372,13 @@ class Config(fields.FlagTable):
         "(tf.config.experimental.enable_op_determinism) on top of the fixed seeds and "
         "the restored data position, so a resumed run ends with exactly the weights of "
         "an uninterrupted one. Can be slower.")
+    export_format: str = _ckpt(
+        "saved_model", "Comma-separated formats that --mode=export and the end of "
+        "training write, each to model_dir/<format>/<step>/: saved_model (TF Serving; "
+        "every signature), onnx and litert (the model on preprocessed images of the "
+        "run's image size: embedding, projection, logits; `pip install -e '.[export]'` to "
+        "run them), keras_hub (a keras-hub preset of the encoder, with a model card).",
+        checks=(bounds.rule(rules.export_formats),))
     serving_max_pixels: int = _ckpt(
         rules.SERVING_MAX_PIXELS, "Exports: the most pixels (width x height, read from "
         "the header before decoding) of one image sent to serving_default; a larger "

@@ -86,6 +86,9 @@ def _check_combinations(config):
         raise ConfigError("augment_on", "device draws the two pretraining views in the "
                           "train step; fine-tuning's crops run on the host: drop "
                           "--augment_on=device (or pretrain).")
+    if mode.trains and config.augment_on == "device" and config.augmentations.strip():
+        raise ConfigError("augmentations", "chooses the host's transformations; "
+                          "--augment_on=device draws all three: drop one of them.")
     if config.jit_compile and config.strategy == "mirrored":
         raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                           "TensorFlow 2.21 (XLA cannot reach the other replicas' "

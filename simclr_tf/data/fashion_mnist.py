@@ -210,6 +210,54 @@ class FashionMnistSource(ArraySource):
         return columns["image"]  # grey; `load` replicates it to RGB
 
 
+# 'fashion_mnist_tinted': each image given one random colour, so that two crops of an
+# image share a colour histogram, the shortcut the paper's colour distortion removes
+# (Fashion-MNIST, grey, has none). Image i of a split is its grey pixels times a tint
+# of three factors drawn uniformly from [TINT_LOW, 1] by a generator seeded with
+# (TINT_SEED, the split's index, i): fixed, and recorded in result.json's `data`.
+TINTED_NAME = "fashion_mnist_tinted"
+TINT_SEED, TINT_LOW = 20_261_203, 0.25
+
+
+def tints(split: str, count: int) -> np.ndarray:
+    """float32 [count, 3]: the tint of each image of base split `split`."""
+    index = ("train", "test").index(split)
+    return np.random.default_rng([TINT_SEED, index]).uniform(
+        TINT_LOW, 1.0, size=(count, 3)).astype(np.float32)
+
+
+class TintedFashionMnistSource(FashionMnistSource):
+    """Fashion-MNIST with one random colour per image (`tints`); the same files,
+    ids, labels and splits as `FashionMnistSource`."""
+
+    def __init__(self, files: dict[tuple[str, str], str]):
+        super().__init__(files)
+        self.name = TINTED_NAME
+        for split, columns in self._rows.items():
+            columns["tint"] = tints(split, len(columns["label"]))
+
+    def provenance(self):
+        return dict(super().provenance(), tint=dict(
+            seed=TINT_SEED, low=TINT_LOW, rule="pixels x U(low, 1)^3 per image, "
+            "row i (the example id) of a generator seeded by (seed, split index)"))
+
+    def _decode(self, columns):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        grey = tf.cast(columns["image"], tf.float32)  # [28, 28, 1]
+        return tf.cast(tf.round(grey * columns["tint"]), tf.uint8)  # [28, 28, 3]
+
+
+def tinted_fashion_mnist_source(data_dir: str | None = None) -> DatasetSource:
+    """'fashion_mnist_tinted' from Fashion-MNIST's IDX files (found as
+    `fashion_mnist_source` finds them; TFDS's copy has another order, so its ids,
+    and thus its tints, would differ: it is not used)."""
+    files = find_idx_files(data_dir)
+    if files is None:
+        raise FashionMnistNotFoundError(not_found_message(data_dir) + (
+            f" ({TINTED_NAME} reads the IDX files only, not TFDS's copy.)"))
+    return TintedFashionMnistSource(files)
+
+
 def not_found_message(data_dir: str | None) -> str:
     """What to do when Fashion-MNIST is nowhere (the one wording)."""
     if data_dir:

@@ -69,6 +69,7 @@ def build_input_fn(
     shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
     start_step: int = 0,
     augment_on: str = "host",
+    augmentations: str = "",
 ) -> InputFn:
     """Returns `input_fn(input_context) -> tf.data.Dataset` of per-replica batches.
 
@@ -97,6 +98,8 @@ def build_input_fn(
         `(dict(image=uint8 [n, S, S, 3], size=int32 [n, 2], seed=int64 [n, 2]),
         labels)` from `device_augment.host_preprocess` (decode and resize only), and
         the train step draws the views (`device_augment.make_view_fn`).
+      augmentations: the transformations of a view (`rules.augmentations`: '' the
+        train mode's own, 'none', or a subset of crop, flip, color).
 
     Returns:
       The input function; called with None it gives global batches on one device.
@@ -115,6 +118,9 @@ def build_input_fn(
     rules.check_color_jitter_strength(color_jitter_strength)
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.
     pretraining = objective.views == 2
+    transforms = rules.augmentations(augmentations, objective.views)
+    switches = dict(crop="crop" in transforms, flip="flip" in transforms,
+                    color_distort="color" in transforms)
     if objective.needs_labels and not source.has_labels(split):
         raise ValueError(
             f"Split {split!r} of dataset {source.name!r} has no labels: it can only be "
@@ -140,14 +146,15 @@ def build_input_fn(
 
         def view(view_seed):
             return augment.preprocess_for_train(
-                image, image_size, image_size,
+                image, image_size, image_size, **switches,
                 color_jitter_strength=color_jitter_strength, impl=impl, seed=view_seed)
 
         return (view(seeds[0]), view(seeds[1])), label
 
     def preprocess_finetune(image, label, image_seed):
         return augment.preprocess_for_train(
-            image, image_size, image_size, color_distort=False, impl=impl,
+            image, image_size, image_size, **switches,
+            color_jitter_strength=color_jitter_strength, impl=impl,
             seed=image_seed), label
 
     if augment_on not in ("host", "device"):
@@ -155,6 +162,9 @@ def build_input_fn(
                          f"Received: augment_on={augment_on!r}")
     if augment_on == "device" and not pretraining:
         raise ValueError("`augment_on='device'` applies to pretraining only.")
+    if augment_on == "device" and str(augmentations or "").strip():
+        raise ValueError("`augmentations` chooses the host's transformations; "
+                         "`augment_on='device'` draws all three.")
 
     def preprocess_pretrain_device(image, label, image_seed):
         return device_augment.host_preprocess(image, image_size, image_seed), label

@@ -30,7 +30,7 @@ import os
 from typing import Callable
 
 from simclr_tf.data.digits import DigitsSource
-from simclr_tf.data.fashion_mnist import fashion_mnist_source
+from simclr_tf.data.fashion_mnist import fashion_mnist_source, tinted_fashion_mnist_source
 from simclr_tf.data.folders import ImageFolderSource
 from simclr_tf.data.sources import FOLDER_PREFIX, DatasetSource
 from simclr_tf.data.tfds_source import TFDSSource, UnknownDatasetError, tfds_names
@@ -38,6 +38,7 @@ from simclr_tf.data.tfds_source import TFDSSource, UnknownDatasetError, tfds_nam
 _FACTORIES: dict[str, Callable[[str | None], DatasetSource]] = {
     "digits": lambda data_dir: DigitsSource(),
     "fashion_mnist": fashion_mnist_source,
+    "fashion_mnist_tinted": tinted_fashion_mnist_source,
 }
 
 

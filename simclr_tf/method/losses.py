@@ -1,4 +1,5 @@
-"""SimCLR's NT-Xent contrastive loss, the supervised loss, and their metrics.
+"""SimCLR's NT-Xent contrastive loss, the supervised loss, and their metrics; the
+paper's Table 2 alternatives to NT-Xent (NT-Logistic, margin triplet).
 
 Every loss here returns the value one replica contributes *before* the division by
 `num_replicas_in_sync` that the train step does inside the tape: summing the
@@ -56,24 +57,7 @@ def nt_xent(z1, z2, *, temperature, hidden_norm=True,
         ValueError: on a non-positive temperature or mismatched shapes.
     """
     rules.check_temperature(temperature)
-    if z1.shape.rank != 2 or z2.shape.rank != 2 or (
-            z1.shape.is_fully_defined() and z2.shape.is_fully_defined()
-            and z1.shape != z2.shape):
-        raise ValueError(
-            "z1 and z2 must both be [n, d] with the same shape. Received: "
-            f"z1.shape={z1.shape}, z2.shape={z2.shape}")
-    # float32 whatever the compute dtype: exp(1/temperature) and the 1e9 mask
-    # overflow float16 and lose most of their digits in bfloat16.
-    z1 = tf.cast(z1, tf.float32)
-    z2 = tf.cast(z2, tf.float32)
-    if hidden_norm:
-        z1 = tf.math.l2_normalize(z1, axis=-1)
-        z2 = tf.math.l2_normalize(z2, axis=-1)
-
-    n = tf.shape(z1)[0]
-    z1_all = gather_fn(z1)  # [N, d], N = n * replicas
-    z2_all = gather_fn(z2)
-    labels = tf.range(n, dtype=tf.int32) + collectives.replica_id() * n  # [n]
+    z1, z2, z1_all, z2_all, labels = _gathered(z1, z2, hidden_norm, gather_fn)
     # The anchor's own view in the same-view blocks sits at its global index.
     self_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
 
@@ -90,6 +74,92 @@ def nt_xent(z1, z2, *, temperature, hidden_norm=True,
         labels=labels, logits=tf.concat([logits_ba, logits_bb], axis=1))
     loss = tf.reduce_mean(loss_a + loss_b)
     return ContrastiveOutput(loss=loss, logits_ab=logits_ab, labels=labels)
+
+
+def _gathered(z1, z2, hidden_norm, gather_fn):
+    """This replica's projections (float32, L2-normalised with `hidden_norm`), the
+    global batch's ([N, d], N = n * replicas) and each anchor's global index [n].
+    ValueError unless both are [n, d]."""
+    if z1.shape.rank != 2 or z2.shape.rank != 2 or (
+            z1.shape.is_fully_defined() and z2.shape.is_fully_defined()
+            and z1.shape != z2.shape):
+        raise ValueError(
+            "z1 and z2 must both be [n, d] with the same shape. Received: "
+            f"z1.shape={z1.shape}, z2.shape={z2.shape}")
+    # float32 whatever the compute dtype: exp(1/temperature) and the 1e9 mask
+    # overflow float16 and lose most of their digits in bfloat16.
+    z1 = tf.cast(z1, tf.float32)
+    z2 = tf.cast(z2, tf.float32)
+    if hidden_norm:
+        z1 = tf.math.l2_normalize(z1, axis=-1)
+        z2 = tf.math.l2_normalize(z2, axis=-1)
+    n = tf.shape(z1)[0]
+    labels = tf.range(n, dtype=tf.int32) + collectives.replica_id() * n
+    return z1, z2, gather_fn(z1), gather_fn(z2), labels
+
+
+def _pair_loss(z1, z2, per_anchor, *, scale, hidden_norm, gather_fn):
+    """The two directions' mean of `per_anchor(positive [n], candidates [n, 2N],
+    negative_mask [n, 2N]) -> [n]`, over the similarities of each anchor (a view of
+    this replica) with its positive (the other view of its image) and its 2N - 2
+    negatives (every other view of the global batch), as `nt_xent` gathers them."""
+    z1, z2, z1_all, z2_all, labels = _gathered(z1, z2, hidden_norm, gather_fn)
+    positive_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
+    # In the other view's block the positive is no negative; in the same view's, the
+    # anchor itself is none.
+    negative_mask = tf.concat([1.0 - positive_mask, 1.0 - positive_mask], axis=1)
+
+    def direction(anchors, others_all, same_all):
+        cross = tf.matmul(anchors, others_all, transpose_b=True)  # [n, N]
+        same = tf.matmul(anchors, same_all, transpose_b=True)
+        positive = tf.reduce_sum(cross * positive_mask, axis=1)
+        return cross, per_anchor(positive, tf.concat([cross, same], axis=1), negative_mask)
+
+    sim_ab, loss_a = direction(z1, z2_all, z1_all)
+    _, loss_b = direction(z2, z1_all, z2_all)
+    return ContrastiveOutput(loss=tf.reduce_mean(loss_a + loss_b),
+                             logits_ab=sim_ab * scale, labels=labels)
+
+
+def _masked_mean(values, mask):
+    return tf.reduce_sum(values * mask, axis=1) / tf.reduce_sum(mask, axis=1)
+
+
+def nt_logistic(z1, z2, *, temperature, hidden_norm=True,
+                gather_fn=collectives.cross_replica_concat):
+    """NT-Logistic, the paper's Table 2: per anchor, -log sigmoid(s+ / t) minus the
+    mean over its negatives of log sigmoid(-s- / t) (the negatives averaged, so that
+    they weigh as much as the positive), both directions summed, as `nt_xent`.
+
+    Returns:
+        A `ContrastiveOutput` (`logits_ab`: similarities / temperature).
+    """
+    rules.check_temperature(temperature)
+    inv_t = 1.0 / float(temperature)
+
+    def per_anchor(positive, candidates, negative_mask):
+        return (-tf.math.log_sigmoid(positive * inv_t)
+                - _masked_mean(tf.math.log_sigmoid(-candidates * inv_t), negative_mask))
+    return _pair_loss(z1, z2, per_anchor, scale=inv_t, hidden_norm=hidden_norm,
+                      gather_fn=gather_fn)
+
+
+def margin_triplet(z1, z2, *, margin, hidden_norm=True,
+                   gather_fn=collectives.cross_replica_concat):
+    """Margin triplet, the paper's Table 2: per anchor, the mean over its negatives
+    of max(s- - s+ + margin, 0) (no negative mining), both directions summed.
+
+    Returns:
+        A `ContrastiveOutput` (`logits_ab`: the similarities).
+    """
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0. Received: margin={margin!r}")
+
+    def per_anchor(positive, candidates, negative_mask):
+        return _masked_mean(tf.nn.relu(candidates - positive[:, None] + margin),
+                            negative_mask)
+    return _pair_loss(z1, z2, per_anchor, scale=1.0, hidden_norm=hidden_norm,
+                      gather_fn=gather_fn)
 
 
 def contrast_acc(output):

@@ -105,13 +105,19 @@ class ProjectionHead(TracedOutputShapeMixin, CheckpointListsMixin, keras.layers.
                 name=f"{'l' if self.mode == 'linear' else 'nl'}_{j}", **bn_args))
         build_by_tracing(self, input_shape)
 
-    def call(self, inputs, training=None):
+    def hiddens(self, inputs, training=None):
+        """[h, layer 1, ..., layer L = z]: the input and every layer's output (what
+        `ft_proj_selector` indexes; evaluating each is the paper's h-vs-z study)."""
         hiddens = [inputs]
         for j, layer in enumerate(self.head_layers):
             x = layer(hiddens[-1], training=training)
             if j != len(self.head_layers) - 1:
                 x = ops.relu(x)
             hiddens.append(x)
+        return hiddens
+
+    def call(self, inputs, training=None):
+        hiddens = self.hiddens(inputs, training=training)
         return {"proj_head_input": inputs,
                 Z: hiddens[-1],
                 "supervised_head_input": hiddens[self.ft_proj_selector]}

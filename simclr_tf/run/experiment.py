@@ -21,7 +21,7 @@ from simclr_tf.weights import checkpoints
 from simclr_tf.config.tables import evaluators as evaluator_table
 from simclr_tf.config.tables import modes
 from simclr_tf.run import run_lock
-from simclr_tf.config import ConfigError
+from simclr_tf.config import ConfigError, rules
 from simclr_tf.run.modes import evaluations, linear_probe, train
 from simclr_tf.run.modes import export as export_mode
 
@@ -139,9 +139,9 @@ def recorded_results(config, mode, context):
         if name in _PROBE_ENTRIES and (protocol.get("train") or {}).get(
                 "split") != config.train_split:
             return None
-    export = result.get("saved_model")
-    if export and not tf.io.gfile.exists(export):
-        return None
+    for fmt in rules.export_formats(config.export_format):  # each asked for, still there
+        if not result.get(fmt) or not tf.io.gfile.exists(result[fmt]):
+            return None
     return dict(result, recorded=True)
 
 

@@ -1,7 +1,10 @@
-"""SavedModel export for serving: TF Serving, `tf.saved_model.load`, Keras, colabs.
+"""Exports: the SavedModel for serving (TF Serving, `tf.saved_model.load`, Keras,
+colabs), and ONNX, LiteRT and keras-hub beside it (`FORMATS`, --export_format).
 
-`export_for_step(model, model_dir, step, image_size=...)` writes
-`model_dir/saved_model/<step>/` and keeps the newest `keep_hub_module_max` exports;
+`export_for_step(model, model_dir, step, image_size=..., fmt="saved_model")` writes
+`model_dir/<format>/<step>/` (`simclr_tf.weights.portable` writes the ONNX and LiteRT
+files, `simclr_tf.weights.hub_preset` the keras-hub preset; below, the SavedModel)
+and keeps the newest `keep_hub_module_max` exports of that format;
 it never deletes an export newer than the one written (an export of an earlier
 checkpoint, because the newest one is unreadable, leaves the newer export) nor one
 its caller names as the only copy of its step's weights (`only_copies`).
@@ -57,6 +60,7 @@ h = loaded.signatures["serving_default"](image_bytes=tf.constant([jpeg]))["embed
 features = loaded(images, trainable=False)["final_avg_pool"]  # the authors' colabs
 ```
 """
+import dataclasses
 import os
 import re
 import uuid
@@ -77,6 +81,23 @@ _STEP_DIR = re.compile(r"^\d+$")
 _SCRATCH_DIR = re.compile(r"^\..+\.(tmp|old)-[0-9a-f]+$")
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportFormat:
+    """A format of --export_format: its exports are model_dir/<dirname>/<step>/, each
+    complete once it holds `marker` (written atomically: a folder renamed into place)."""
+    dirname: str
+    marker: str
+
+
+FORMATS = {
+    "saved_model": ExportFormat(SAVED_MODEL_DIRNAME, "saved_model.pb"),
+    "onnx": ExportFormat("onnx", "model.onnx"),  # simclr_tf.weights.portable
+    "litert": ExportFormat("litert", "model.tflite"),
+    "keras_hub": ExportFormat("keras_hub", "model.weights.h5"),  # weights.hub_preset
+}
+assert tuple(FORMATS) == rules.EXPORT_FORMATS
+
+
 def _save(module, path, signatures):
     # Keras' batch norm and our layers use no tf.custom_gradient, but if one ever
     # does, its gradient is saved so loading prints no "unsaved custom gradients".
@@ -87,6 +108,38 @@ def _save(module, path, signatures):
 def _scratch_path(path, kind):
     parent, name = os.path.split(path.rstrip("/"))
     return os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:12]}")
+
+
+def _write_atomically(export_dir, write):
+    """`write(tmp_dir)` into a hidden sibling, renamed to `export_dir` once complete;
+    an existing `export_dir` is replaced only then. If writing fails, the temporary
+    directory is removed and the error re-raised."""
+    export_dir = _checked_dir(export_dir)
+    parent = os.path.dirname(export_dir)
+    if parent:
+        tf.io.gfile.makedirs(parent)
+    tmp_dir = _scratch_path(export_dir, "tmp")
+    try:
+        write(tmp_dir)
+    except BaseException:
+        if tf.io.gfile.exists(tmp_dir):
+            tf.io.gfile.rmtree(tmp_dir)
+        raise
+    old_dir = None
+    if tf.io.gfile.exists(export_dir):
+        old_dir = _scratch_path(export_dir, "old")
+        tf.io.gfile.rename(export_dir, old_dir)
+    tf.io.gfile.rename(tmp_dir, export_dir)
+    if old_dir is not None:
+        tf.io.gfile.rmtree(old_dir)
+    return export_dir
+
+
+def _checked_dir(export_dir):
+    if not export_dir or not str(export_dir).strip("/"):
+        raise ValueError(f"`export_dir` must be a directory path. "
+                         f"Received: export_dir={export_dir!r}")
+    return str(export_dir).rstrip("/")
 
 
 def export_saved_model(model, export_dir, *, image_size, crop=None,
@@ -111,80 +164,85 @@ def export_saved_model(model, export_dir, *, image_size, crop=None,
     Raises:
         ValueError: bad `image_size` or `max_pixels`, or empty `export_dir`.
     """
-    if not export_dir or not str(export_dir).strip("/"):
-        raise ValueError(f"`export_dir` must be a directory path. "
-                         f"Received: export_dir={export_dir!r}")
-    export_dir = str(export_dir).rstrip("/")
+    export_dir = _checked_dir(export_dir)
     module, signatures = create_serving_module(model, image_size=image_size, crop=crop,
                                                max_pixels=max_pixels)
-    parent = os.path.dirname(export_dir)
-    if parent:
-        tf.io.gfile.makedirs(parent)
-    tmp_dir = _scratch_path(export_dir, "tmp")
-    try:
-        _save(module, tmp_dir, signatures)
-    except BaseException:
-        if tf.io.gfile.exists(tmp_dir):
-            tf.io.gfile.rmtree(tmp_dir)
-        raise
-    old_dir = None
-    if tf.io.gfile.exists(export_dir):
-        old_dir = _scratch_path(export_dir, "old")
-        tf.io.gfile.rename(export_dir, old_dir)
-    tf.io.gfile.rename(tmp_dir, export_dir)
-    if old_dir is not None:
-        tf.io.gfile.rmtree(old_dir)
-    return export_dir
+    return _write_atomically(export_dir, lambda tmp: _save(module, tmp, signatures))
 
 
-def exported_steps(model_dir):
-    """Steps of the complete exports under `model_dir/saved_model/`, ascending."""
-    base = os.path.join(model_dir, SAVED_MODEL_DIRNAME)
+def export_format(model, export_dir, fmt, *, image_size, card=""):
+    """Writes `model` in format `fmt` ('onnx', 'litert', 'keras_hub') to `export_dir`,
+    atomically (see `export_saved_model`); `card`, the keras-hub preset's README.md."""
+    # Imported here: the ONNX converter and keras-hub are optional extras.
+    # pylint: disable=import-outside-toplevel
+    if fmt == "keras_hub":
+        from simclr_tf.weights import hub_preset
+
+        def write(tmp):
+            hub_preset.write_preset(model, tmp, image_size, card)
+    else:
+        from simclr_tf.weights import portable
+        writer = {"onnx": portable.write_onnx, "litert": portable.write_litert}[fmt]
+
+        def write(tmp):
+            tf.io.gfile.makedirs(tmp)
+            writer(model, tmp, image_size)
+    return _write_atomically(export_dir, write)
+
+
+def exported_steps(model_dir, fmt="saved_model"):
+    """Steps of the complete exports of format `fmt` in model_dir, ascending."""
+    kind = FORMATS[fmt]
+    base = os.path.join(model_dir, kind.dirname)
     if not tf.io.gfile.isdir(base):
         return []
     steps = []
     for name in tf.io.gfile.listdir(base):
         name = name.rstrip("/")
         if _STEP_DIR.match(name) and tf.io.gfile.exists(
-                os.path.join(base, name, "saved_model.pb")):
+                os.path.join(base, name, kind.marker)):
             steps.append(int(name))
     return sorted(steps)
 
 
-def latest_export(model_dir):
-    """Path of the newest complete export under `model_dir/saved_model/`, or None."""
-    steps = exported_steps(model_dir)
+def latest_export(model_dir, fmt="saved_model"):
+    """Path of the newest complete export of format `fmt` in model_dir, or None."""
+    steps = exported_steps(model_dir, fmt)
     if not steps:
         return None
-    return os.path.join(model_dir, SAVED_MODEL_DIRNAME, str(steps[-1]))
+    return os.path.join(model_dir, FORMATS[fmt].dirname, str(steps[-1]))
 
 
-def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1,
-                    crop=None, max_pixels=rules.SERVING_MAX_PIXELS, only_copies=()):
-    """Exports to `model_dir/saved_model/<step>/`, keeping the newest exports.
+def export_for_step(model, model_dir, step, *, image_size, fmt="saved_model",
+                    keep_hub_module_max=1, crop=None, max_pixels=rules.SERVING_MAX_PIXELS,
+                    only_copies=(), card=""):
+    """Exports to `model_dir/<format>/<step>/`, keeping the newest exports.
 
     After a successful export, exports of earlier steps beyond `keep_hub_module_max`
     are deleted (`rotation`), as are scratch directories that an export killed
     mid-write left behind. The export just written, every newer one and those of
     `only_copies` are always kept. Only one process may export into a `model_dir`
-    at a time (the chief).
+    at a time (the chief). Each format keeps its own exports.
 
     Args:
         model: a SimCLR model (see `ServingModule`).
         model_dir: the run's directory.
         step: non-negative int, the training step of the weights.
         image_size: positive int, side of the model's square input images.
+        fmt: a key of `FORMATS` (`rules.EXPORT_FORMATS`).
         keep_hub_module_max: exports kept, >= 0; 0 keeps all (the reference's flag).
         crop: centre-crop in the serving signatures; None: the training recipe's rule.
         max_pixels: most pixels of one served image (see `create_serving_module`).
         only_copies: steps whose export is the only copy of their weights (no
             intact checkpoint holds them; `modes.export.export_model` knows): kept.
+        card: the keras-hub preset's model card (markdown).
 
     Returns:
         The export's path.
 
     Raises:
-        ValueError: bad `step`, `keep_hub_module_max`, `image_size` or `max_pixels`.
+        ValueError: bad `step`, `keep_hub_module_max`, `image_size`, `max_pixels` or
+            `fmt`.
     """
     step = _as_int(step, "step")
     if step < 0:
@@ -193,14 +251,20 @@ def export_for_step(model, model_dir, step, *, image_size, keep_hub_module_max=1
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
         raise ValueError("`keep_hub_module_max` must be an int >= 0 (0 keeps all). "
                          f"Received: keep_hub_module_max={keep_hub_module_max!r}")
-    base = os.path.join(model_dir, SAVED_MODEL_DIRNAME)
-    path = export_saved_model(model, os.path.join(base, str(step)),
-                              image_size=image_size, crop=crop, max_pixels=max_pixels)
+    if fmt not in FORMATS:
+        raise ValueError(f"`fmt` must be one of {', '.join(FORMATS)}. Received: fmt={fmt!r}")
+    base = os.path.join(model_dir, FORMATS[fmt].dirname)
+    target = os.path.join(base, str(step))
+    if fmt == "saved_model":
+        path = export_saved_model(model, target, image_size=image_size, crop=crop,
+                                  max_pixels=max_pixels)
+    else:
+        path = export_format(model, target, fmt, image_size=image_size, card=card)
     for name in tf.io.gfile.listdir(base):
         name = name.rstrip("/")
         if _SCRATCH_DIR.match(name):
             tf.io.gfile.rmtree(os.path.join(base, name))
-    for old_step in rotation(exported_steps(model_dir), step, keep, only_copies):
+    for old_step in rotation(exported_steps(model_dir, fmt), step, keep, only_copies):
         tf.io.gfile.rmtree(os.path.join(base, str(old_step)))
     return path
 
@@ -244,6 +308,6 @@ __all__ = [
     "IMAGE_BYTES_INPUT", "IMAGES_INPUT", "IMAGE_VALUE_TOLERANCE",
     "SAVED_MODEL_DIRNAME", "SERVING_DEFAULT", "SERVING_IMAGES", "SERVING_OUTPUTS",
     "ServingModule", "create_serving_module", "decode_batch", "export_for_step",
-    "export_saved_model",
+    "export_format", "export_saved_model", "ExportFormat", "FORMATS",
     "exported_steps", "latest_export", "rotation",
 ]

@@ -75,7 +75,7 @@ class ServingModule(tf.Module):
             A dict of float32 tensors keyed with the reference's names, plus
             `default` = `final_avg_pool`.
         """
-        with _local_batch_norm(self.model):
+        with local_batch_norm(self.model):
             features = _call_model(self.model, images, training=trainable)
         outputs = {name: _as_float32(value) for name, value in features.items()}
         outputs["default"] = outputs[H]
@@ -110,7 +110,7 @@ class ServingModule(tf.Module):
                                            crop=self._crop)
 
     def _serving_outputs(self, images):
-        with _local_batch_norm(self.model):
+        with local_batch_norm(self.model):
             features = _call_model(self.model, images, training=False)
         outputs = dict(embedding=_as_float32(features[H]),
                        projection=_as_float32(features[Z]))
@@ -158,7 +158,7 @@ def _tf_variables(variables):
 
 
 @contextlib.contextmanager
-def _local_batch_norm(model):
+def local_batch_norm(model):
     """Traces cross-replica batch norm as plain batch norm.
 
     An exported model runs on one replica, where both compute the same statistics;

@@ -112,6 +112,17 @@ TRAIN_MODES = {row.name: row for row in (
               labels="optional", needs_teacher=True, freezes=True, monitors=("distill",),
               metrics=("distill_loss", "teacher_agreement", "supervised_loss",
                        "supervised_acc")),
+    *(TrainMode(name, f"{_PACKAGE}.pair_losses:{cls}", help_, views=2, labels="none",
+                online_head=True, blur=True, grad_cache=True, contrastive_batch=True,
+                knn_monitor=True, options=options,
+                metrics=("contrast_loss", "contrast_acc", "contrast_entropy",
+                         "supervised_loss", "supervised_acc"))
+      for name, cls, help_, options in (
+          ("nt_logistic", "NTLogistic", "nt_logistic: pretraining with the paper's "
+           "NT-Logistic loss instead of NT-Xent (its Table 2)", ()),
+          ("margin_triplet", "MarginTriplet", "margin_triplet: pretraining with the "
+           "paper's margin triplet loss (its Table 2; --triplet_margin)",
+           dict(triplet_margin=0.5)))),
 )}
 
 

@@ -59,10 +59,15 @@ class Pretrain(base.Objective):
                                  collectives.replica_id(), chunk)
         return tuple(self.options.blur_fn([view1, view2], seed=seed))
 
+    def contrastive(self, z1, z2):
+        """The contrastive loss of the views' projections: NT-Xent (a subclass may
+        compare another, `pair_losses`)."""
+        return losses.nt_xent(z1, z2, temperature=self.options.temperature,
+                              hidden_norm=self.options.hidden_norm)
+
     def loss(self, z1, z2, logits, labels):
         """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
-        contrastive = losses.nt_xent(z1, z2, temperature=self.options.temperature,
-                                     hidden_norm=self.options.hidden_norm)
+        contrastive = self.contrastive(z1, z2)
         metrics = dict(contrast_loss=contrastive.loss,
                        contrast_acc=losses.contrast_acc(contrastive),
                        contrast_entropy=losses.contrast_entropy(contrastive))

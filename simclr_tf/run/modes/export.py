@@ -1,44 +1,80 @@
-"""--mode=export: a SavedModel of model_dir's latest checkpoint; `export_model`, the
-export of a model at a step that every mode which exports calls (model_dir's
-rotation, the lock's check, an I/O failure named)."""
+"""--mode=export: the exports of --export_format (a SavedModel by default) of
+model_dir's latest checkpoint; `export_model`, the exports of a model at a step that
+every mode which exports calls (model_dir's rotation, the lock's check, an I/O failure
+named)."""
 import tensorflow as tf
 
+from simclr_tf.config import rules
+from simclr_tf.rundir import records
 from simclr_tf.run import preflight
 from simclr_tf.weights import checkpoints, export
 from simclr_tf.run.modes import parts
 
 
 class ExportError(RuntimeError):
-    """Exporting the SavedModel failed; the checkpoints are intact."""
+    """Exporting failed; the checkpoints (and the formats written before) are intact."""
 
 
 def export_model(model, config, step, *, write_guard=None):
-    """model_dir/saved_model/<step>; an I/O failure (a full disk) names what is safe
-    and how to retry. The rotation keeps every export whose step has no intact
-    checkpoint in model_dir: it is the only copy of those weights. `write_guard` (the
-    run's lock check) is asked first: a run that lost model_dir exports nothing."""
+    """model_dir/<format>/<step> for each format of --export_format (the SavedModel
+    first); an I/O failure (a full disk) or a format the model does not fit names
+    what is safe and how to retry. Each format's rotation keeps every export whose
+    step has no intact checkpoint in model_dir: it is the only copy of those
+    weights. `write_guard` (the run's lock check) is asked first: a run that lost
+    model_dir exports nothing.
+
+    Returns:
+        {format: the export's path}, in the order of `rules.EXPORT_FORMATS`.
+    """
     if write_guard is not None:
         write_guard()
-    try:
-        return export.export_for_step(model, config.model_dir, step,
-                                      image_size=config.image_size,
-                                      keep_hub_module_max=config.keep_hub_module_max,
-                                      max_pixels=config.serving_max_pixels,
-                                      only_copies=_exports_without_checkpoint(config))
-    except (OSError, tf.errors.OpError) as error:
-        raise ExportError(
-            f"Exporting the SavedModel of step {step} to {config.model_dir}/saved_model "
-            f"failed: {str(error).strip().splitlines()[0][:300]}. The checkpoints are "
-            "saved and intact; free space (or fix the path) and run the same flags with "
-            "--mode=export.") from None
+    written = {}
+    for fmt in rules.export_formats(config.export_format):
+        try:
+            written[fmt] = export.export_for_step(
+                model, config.model_dir, step, fmt=fmt, image_size=config.image_size,
+                keep_hub_module_max=config.keep_hub_module_max,
+                max_pixels=config.serving_max_pixels,
+                only_copies=_exports_without_checkpoint(config, fmt),
+                card=_model_card(model, config, step) if fmt == "keras_hub" else "")
+        except (OSError, tf.errors.OpError, ValueError, ImportError) as error:
+            where = f"{config.model_dir}/{export.FORMATS[fmt].dirname}"
+            done = "".join(f" The {name} export is written: {path}." for name, path
+                           in written.items())
+            retry = (f"free space (or fix the path) and run the same flags with "
+                     f"--mode=export --export_format={fmt}"
+                     if isinstance(error, (OSError, tf.errors.OpError)) else
+                     f"--export_format without {fmt} exports the other formats")
+            raise ExportError(
+                f"Exporting the {fmt} of step {step} to {where} failed: "
+                f"{str(error).strip().splitlines()[0][:300]}. The checkpoints are saved "
+                f"and intact.{done} To export it, {retry}.") from None
+    return written
 
 
-def _exports_without_checkpoint(config):
-    """Steps of model_dir's exports that no intact checkpoint of model_dir holds."""
+def _model_card(model, config, step):
+    """The keras-hub preset's README.md: the run's recorded flags and result."""
+    from simclr_tf.weights import hub_preset  # pylint: disable=import-outside-toplevel
+    flags, result = {}, {}
+    for kind, into in ((records.FLAGS, flags), (records.RESULT, result)):
+        path = records.record_path(config.model_dir, kind, "train")
+        if tf.io.gfile.exists(path):
+            try:
+                into.update(records.read_json(path))
+            except (ValueError, OSError):
+                pass  # the card then says less; the export is what matters
+    flags = flags or config.to_dict()
+    parameters = sum(int(v.numpy().size) for v in model.encoder.weights)
+    return hub_preset.model_card(flags=flags, result=result, step=step,
+                                 image_size=config.image_size, parameters=parameters)
+
+
+def _exports_without_checkpoint(config, fmt):
+    """Steps of model_dir's exports of `fmt` that no intact checkpoint holds."""
     prefixes, _ = checkpoints.candidates(config.model_dir)
     intact = {checkpoints.step_of(p) for p in prefixes
               if checkpoints.unreadable_reason(p) is None}
-    return [s for s in export.exported_steps(config.model_dir) if s not in intact]
+    return [s for s in export.exported_steps(config.model_dir, fmt) if s not in intact]
 
 
 def export_latest(config, strategy, context):
@@ -48,9 +84,11 @@ def export_latest(config, strategy, context):
     with preflight.flag_errors("model_dir"):
         latest = checkpoints.load_into(model, config.model_dir, whole_model=True).prefix
     step = checkpoints.step_of(latest, 0)
-    replaced = step in export.exported_steps(config.model_dir)
-    path = export_model(model, config, step, write_guard=context.write_guard)
-    print(f"Exported {latest} to {path}"
-          + (" (replacing the export of the same checkpoint)" if replaced else ""),
-          flush=True)
-    return dict(saved_model=path)
+    replaced = {fmt for fmt in rules.export_formats(config.export_format)
+                if step in export.exported_steps(config.model_dir, fmt)}
+    written = export_model(model, config, step, write_guard=context.write_guard)
+    for fmt, path in written.items():
+        print(f"Exported {latest} to {path}" + (
+            " (replacing the export of the same checkpoint)" if fmt in replaced else ""),
+            flush=True)
+    return written

@@ -62,7 +62,8 @@ def train(config, strategy, context):
         train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
         seed=config.seed, label_subset_ids=subset_ids, labelled_ids=labelled_ids,
-        start_step=step, augment_on=config.augment_on)
+        start_step=step, augment_on=config.augment_on,
+        augmentations=config.augmentations)
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if chief:
         write_session_start(writer, step)
@@ -104,8 +105,8 @@ def train(config, strategy, context):
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
     if chief:
-        hooks.append(loop.AtEnd(lambda step, logs: dict(saved_model=export_mode.export_model(
-            model, config, step, write_guard=guard))))
+        hooks.append(loop.AtEnd(lambda step, logs: export_mode.export_model(
+            model, config, step, write_guard=guard)))
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
     saving = _RecordsFlagsWhenSaving(state, context.flags_record)
@@ -217,14 +218,16 @@ def training_protocols(config, results, *, split, steps, checkpoint):
     the last logging interval's training batches, not an evaluation: augmented
     views of the training split, at the weights of each step)."""
     first, last = steps
-    if train_modes.get(config.train_mode).views == 2:
-        augmentation = (
-            "two random views per image: random resized crop, horizontal flip, colour "
-            f"jitter (strength {config.color_jitter_strength:g}) and grayscale"
-            + (", Gaussian blur" if config.use_blur else "")
-            + (" (drawn on the device)" if config.augment_on == "device" else ""))
-    else:
-        augmentation = "random resized crop and horizontal flip"
+    views = train_modes.get(config.train_mode).views
+    names = dict(crop="random resized crop", flip="horizontal flip", color=(
+        f"colour jitter (strength {config.color_jitter_strength:g}) and grayscale"))
+    transforms = [names[t] for t in rules.augmentations(config.augmentations, views)]
+    transforms += ["Gaussian blur"] if views == 2 and config.use_blur else []
+    augmentation = (" and " if len(transforms) == 2 else ", ").join(transforms) or (
+        "resize only")
+    if views == 2:
+        augmentation = ("two random views per image: " + augmentation
+                        + (" (drawn on the device)" if config.augment_on == "device" else ""))
     found = {}
     for name, method in TRAINING_ACCURACIES.items():
         if name not in results:
@@ -361,7 +364,7 @@ def write_view_summary(config, source, split, writer, num_images=8):
         source, split, global_batch_size=num_images,
         train_mode=config.train_mode, image_size=config.image_size,
         color_jitter_strength=config.color_jitter_strength,
-        shuffle_buffer_size=num_images)(None)
+        augmentations=config.augmentations, shuffle_buffer_size=num_images)(None)
     images, _ = next(iter(data))
     if train_modes.get(config.train_mode).views == 2:
         images = tf.concat(images, axis=2)  # view 1 | view 2, side by side

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from simclr_tf.config import architecture, rules
 from simclr_tf.rundir import records
-from simclr_tf.weights import checkpoints, teacher
+from simclr_tf.weights import checkpoints, portable, teacher
 from simclr_tf.config.tables import encoders as encoder_table
 from simclr_tf.config.tables import evaluators as evaluator_table
 from simclr_tf.config.tables import modes
@@ -95,6 +95,8 @@ def check(config, strategy, source):
     mode = modes.get(config.mode)
     check_weights_found(config)
     _check_encoder(config)
+    if mode.trains or config.mode == "export":
+        _check_export_formats(config)
     num_classes, num_train_examples, teacher_info = source.num_classes or None, None, None
     if mode.trains:
         num_train_examples = _check_training(config, strategy, source)
@@ -152,6 +154,19 @@ def _check_encoder(config):
         raise ConfigError("image_size", f"{size} is not a multiple of the patch size "
                           f"{patch} of --encoder={name}; use e.g. "
                           f"{max(patch, size - size % patch)} or 224.")
+
+
+def _check_export_formats(config):
+    """The packages each format of --export_format needs import (an optional extra),
+    before a training run spends its time and fails at its end."""
+    formats = rules.export_formats(config.export_format)
+    if "keras_hub" in formats:
+        _require_keras_hub("export_format", "keras_hub")
+    if "onnx" in formats:
+        try:
+            portable.require("onnx")
+        except ImportError as error:
+            raise ConfigError("export_format", str(error)) from None
 
 
 def _require_keras_hub(flag, subject):

@@ -1,0 +1,511 @@
+#!/usr/bin/env python
+"""The paper's findings at small scale: Fashion-MNIST ablations, 3 seeds a point.
+
+Each study trains SimCLR (run.py, --train_mode=pretrain) at the accuracy benchmark's
+`cpu` budget (scripts/benchmark_accuracy.py: the first 10,000 training images at 16 px,
+ResNet-18 x0.25 with the CIFAR stem, batch 256, 10 epochs, LARS 2.0, temperature 0.2,
+colour strength 0.5, no blur, a 2-layer head) with one setting changed, and evaluates
+the frozen representations on the test split: weighted kNN (k 200, T 0.07, the bank =
+the training images) and the paper's linear probe (L-BFGS logistic regression), on h
+and on every layer of the projection head (layer 1 ... z), RankMe of each, and the
+step's own contrastive accuracy (the mean of its last three logged intervals).
+
+Studies (--study; `all` runs each):
+  head         the projection head (Figure 8): none / linear / nonlinear (2 layers)
+  h_vs_z       the same runs, read as h against z (and the hidden layer): a view of
+               `head`'s points (they are trained once)
+  temperature  tau 0.05 / 0.1 / 0.5 / 1 with and without L2-normalised z (Table 5)
+  batch        batch 64 / 256 / 1024 after 5 and 20 epochs (Figure 9)
+  augment      the views' transformations (Figure 5): none, crop, colour, crop+colour,
+               crop+flip+colour (--augmentations), on grey and on tinted Fashion-MNIST
+  color        colour strength 1/8 ... 1, and 1 + blur (Table 1), on both variants,
+               beside a supervised encoder (--train_mode=finetune from random weights,
+               all labels) trained with and without colour distortion
+  loss         NT-Xent against NT-Logistic and margin triplet (Table 2;
+               --train_mode=nt_logistic | margin_triplet), at the budget's temperature
+               and a margin of 0.5, untuned
+
+Results: --results (JSON lines, one per point: study, setting, seed, the flags, every
+metric). Resumable: a point already in the file (same study, setting, seed, budget) is
+skipped, and a point whose training was interrupted resumes its run directory under
+--workdir. --jobs trains points side by side (evaluations take turns). It prints
+where it is. --doc writes each study's tables between its markers in docs/ablations.md
+(`ablations:<study>:begin` / `:end`, prose around them kept) and its plot as
+docs/images/ablations_<study>.png; --report_only rewrites them from --results alone.
+
+Examples:
+  python scripts/ablations.py --study=head --jobs=2
+  python scripts/ablations.py --study=all --jobs=2          # every study, ~10 h on 2 cores
+  python scripts/ablations.py --study=head --report_only    # tables and plots again
+  python scripts/ablations.py --study=head --settings=nonlinear --smoke --seeds=0 \\
+      --workdir=/tmp/smoke --doc=                # the whole path in a minute
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import benchmark_accuracy as bench  # noqa: E402  (budgets, features, kNN and probe)
+
+DOC = os.path.join(ROOT, "docs", "ablations.md")
+IMAGES = os.path.join(ROOT, "docs", "images")
+# The smoke budget: the whole path in minutes; its numbers mean nothing.
+SMOKE = dataclasses.replace(bench.BUDGETS["fast"], train_split="train[:256]",
+                            image_size=16, epochs=1, test_split="test[:256]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One setting of a study: run.py flags over the budget's, and the label shown."""
+    study: str
+    setting: str
+    flags: tuple = ()
+
+    @property
+    def slug(self):
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in
+                       f"{self.study}_{self.setting}")
+
+
+def _points(study, settings):
+    return [Point(study, label, tuple(sorted(flags.items()))) for label, flags in settings]
+
+
+HEAD = [("none", dict(proj_head_mode="none")),
+        ("linear", dict(proj_head_mode="linear", num_proj_layers=1)),
+        ("nonlinear", dict(proj_head_mode="nonlinear", num_proj_layers=2))]
+STUDIES = {
+    "head": _points("head", HEAD),
+    "h_vs_z": _points("head", HEAD),  # the head study's runs, read as h against z
+    "temperature": _points("temperature", [
+        (f"tau {tau}, {'l2' if norm else 'no norm'}", dict(temperature=tau, hidden_norm=norm))
+        for norm in (True, False) for tau in (0.05, 0.1, 0.5, 1.0)]),
+    "batch": _points("batch", [
+        (f"batch {batch}, {epochs} epochs", dict(train_batch_size=batch, train_epochs=epochs))
+        for epochs in (5, 20) for batch in (64, 256, 1024)]),
+}
+# The augmentation and colour studies run on both variants of Fashion-MNIST: grey (as
+# it is: no colour shortcut) and tinted (one random colour per image: two crops of an
+# image share a colour histogram, the shortcut colour distortion removes).
+VARIANTS = (("grey", "fashion_mnist"), ("tinted", "fashion_mnist_tinted"))
+STUDIES["augment"] = _points("augment", [
+    (f"{variant}: {label}", dict(dataset=dataset, augmentations=augmentations))
+    for variant, dataset in VARIANTS
+    for label, augmentations in (("none", "none"), ("crop", "crop"), ("colour", "color"),
+                                 ("crop+colour", "crop,color"),
+                                 ("crop+flip+colour", "crop,flip,color"))])
+STUDIES["color"] = _points("color", [
+    (f"{variant}: {label}", dict(dataset=dataset, color_jitter_strength=strength,
+                                 use_blur=blur))
+    for variant, dataset in VARIANTS
+    for label, strength, blur in (("1/8", 0.125, False), ("1/4", 0.25, False),
+                                  ("1/2", 0.5, False), ("1", 1.0, False),
+                                  ("1 + blur", 1.0, True))] + [
+    (f"{variant}: supervised, {label}", dict(
+        dataset=dataset, train_mode="finetune", augmentations=augmentations,
+        color_jitter_strength=1.0))
+    for variant, dataset in VARIANTS
+    for label, augmentations in (("crop+flip", "crop,flip"),
+                                 ("crop+flip+colour 1", "crop,flip,color"))])
+STUDIES["loss"] = _points("loss", [
+    ("NT-Xent", dict(train_mode="pretrain")),
+    ("NT-Logistic", dict(train_mode="nt_logistic")),
+    ("margin triplet", dict(train_mode="margin_triplet", triplet_margin=0.5))])
+# `--study=all` runs them in this order: the cheapest and most telling first.
+STUDIES = {name: STUDIES[name] for name in (
+    "head", "h_vs_z", "loss", "temperature", "augment", "color", "batch")}
+# What each study's page and picture show: the representations and metrics compared.
+VIEWS = {
+    "head": ("h", ("knn", "probe")),
+    "h_vs_z": ("layers", ("probe",)),
+    "temperature": ("h", ("knn", "probe", "contrast_acc")),
+    "batch": ("h", ("knn", "probe")),
+    "augment": ("h", ("knn", "probe")),
+    "color": ("h", ("knn", "probe")),
+    "loss": ("h", ("knn", "probe", "contrast_acc")),
+}
+
+
+def run_py_flags(budget, point, seed, model_dir, data_dir):
+    """run.py's flags for `point`: the benchmark's pretraining over `budget`, then the
+    point's own (a setting overrides the budget's value)."""
+    flags = dict(
+        dataset="fashion_mnist", train_split=budget.train_split, eval_split="",
+        mode="train", train_mode="pretrain", seed=seed, model_dir=model_dir,
+        image_size=budget.image_size, stem="cifar", resnet_depth=budget.resnet_depth,
+        width_multiplier=budget.width_multiplier, train_batch_size=budget.batch_size,
+        train_epochs=budget.epochs, warmup_epochs=budget.warmup_epochs,
+        learning_rate=budget.learning_rate, learning_rate_scaling="linear",
+        weight_decay=budget.weight_decay, temperature=budget.temperature,
+        color_jitter_strength=budget.color_jitter_strength, use_blur=False,
+        num_proj_layers=budget.num_proj_layers, optimizer="lars",
+        lineareval_while_pretraining=False, progress="lines")
+    flags.update(dict(point.flags))
+    if flags["train_mode"] == "finetune":  # the supervised column: labels, one view
+        del flags["lineareval_while_pretraining"]
+    flags["checkpoint_epochs"] = flags["train_epochs"]  # one checkpoint, at the end
+    if data_dir:
+        flags["data_dir"] = data_dir
+    return flags
+
+
+def command(flags):
+    args = []
+    for name, value in flags.items():
+        if isinstance(value, bool):
+            args.append(f"--{name}" if value else f"--no{name}")
+        else:
+            args.append(f"--{name}={value}")
+    return [sys.executable, os.path.join(ROOT, "run.py"), *args]
+
+
+def point_key(point, seed, budget):
+    """What makes a point's result reusable: its study, setting, seed and the whole
+    flag set (the budget included), hashed."""
+    flags = run_py_flags(budget, point, seed, "", None)
+    digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:16]
+    return dict(study=point.study, setting=point.setting, seed=seed, flags_hash=digest)
+
+
+def read_results(path):
+    """The recorded points (a torn last line, from a kill mid-write, is dropped)."""
+    if not path or not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def _recorded(rows, key):
+    return next((r for r in rows if all(r.get(k) == v for k, v in key.items())), None)
+
+
+def layer_features(model, images, batch=512):
+    """{'h': ..., 'layer_1': ..., 'z': ...} of `images` in inference mode: h and every
+    layer of the projection head (`ProjectionHead.hiddens`; 'none' has h = z)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models.outputs import H  # pylint: disable=import-outside-toplevel
+    parts = {}
+    for start in range(0, len(images), batch):
+        chunk = tf.constant(images[start:start + batch])
+        h = model.encoder(chunk, training=False)[H]
+        hiddens = model.projection_head.hiddens(h, training=False)
+        names = ["h"] + [f"layer_{j}" for j in range(1, len(hiddens) - 1)] + (
+            ["z"] if len(hiddens) > 1 else [])
+        for name, value in zip(names, hiddens):
+            parts.setdefault(name, []).append(np.asarray(value, np.float32))
+    return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def contrast_metrics(model_dir):
+    """The step's contrastive accuracy and loss: means of the last three logged
+    intervals of metrics.jsonl."""
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
+    lines = [line for line in records.read_metrics(os.path.join(model_dir, "metrics.jsonl"))
+             if "train/contrast_acc" in line][-3:]
+    if not lines:  # a supervised point has no contrastive task
+        return dict(contrast_acc=None, contrast_loss=None)
+    return dict(contrast_acc=float(np.mean([l["train/contrast_acc"] for l in lines])),
+                contrast_loss=float(np.mean([l["train/contrast_loss"] for l in lines])))
+
+
+class Runner:
+    """Trains and evaluates points; appends each finished one to --results."""
+
+    def __init__(self, args, budget):
+        self.args, self.budget = args, budget
+        self.rows = read_results(args.results)
+        self.lock = threading.Lock()  # one evaluation (and one write) at a time
+        self.feats = None
+
+    def _features(self):
+        if self.feats is None:
+            self.feats = bench.Features(self.budget, self.args.data_dir)
+        return self.feats
+
+    def run(self, point, seed):
+        key = point_key(point, seed, self.budget)
+        with self.lock:
+            if _recorded(self.rows, key):
+                return "recorded"
+        run_dir = os.path.join(self.args.workdir, f"{point.slug}_seed{seed}", "run")
+        flags = run_py_flags(self.budget, point, seed, run_dir, self.args.data_dir)
+        os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+        log = os.path.join(os.path.dirname(run_dir), "log.txt")
+        say(f"{point.study} / {point.setting} / seed {seed}: training ({log})")
+        started = time.time()
+        with open(log, "a") as f:
+            done = subprocess.run(command(flags), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                  env=bench.thread_env(self.args.threads), check=False)
+        if done.returncode != 0:
+            tail = open(log).read()[-1500:]
+            raise RuntimeError(f"{point.study} / {point.setting} / seed {seed}: run.py "
+                               f"exited {done.returncode}; the end of {log}:\n{tail}")
+        wall = time.time() - started
+        with self.lock:
+            row = dict(key, setting_flags=dict(point.flags), budget=dataclasses.asdict(
+                self.budget), wall_seconds=wall, machine=bench.machine(),
+                **contrast_metrics(run_dir), metrics=self._evaluate(run_dir, seed))
+            with open(self.args.results, "a") as f:
+                f.write(json.dumps(row, sort_keys=True) + "\n")
+            self.rows.append(row)
+        probe_h = row["metrics"]["h"]["probe"]
+        contrast = row["contrast_acc"]
+        say(f"{point.study} / {point.setting} / seed {seed}: h probe {probe_h:.4f} "
+            f"kNN {row['metrics']['h']['knn']:.4f}"
+            + (f", contrast acc {contrast:.3f}" if contrast is not None else "")
+            + f" ({wall:.0f} s)")
+        return "done"
+
+    def _evaluate(self, run_dir, seed):
+        from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+        feats = self._features()
+        bank_y, bank_images = feats.labels_and_images(self.budget.train_split)
+        test_y, test_images = feats.labels_and_images(self.budget.test_split)
+        model, _, _ = checkpoints.open_encoder(run_dir)
+        bank, test = layer_features(model, bank_images), layer_features(model, test_images)
+        return {name: bench.evaluate(bank[name], test[name], bank_y, test_y, seed)
+                for name in bank}
+
+
+def say(text):
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+# ---------------------------------------------------------------- the page
+
+
+def summary(rows, study):
+    """{setting: {(layer, metric): [per-seed values]}} of a study's recorded points, in
+    the study's order of settings."""
+    points = STUDIES[study]
+    table = {}
+    for point in points:
+        for row in rows:
+            if row["study"] == point.study and row["setting"] == point.setting:
+                cell = table.setdefault(point.setting, {})
+                for layer, metrics in row["metrics"].items():
+                    for metric, value in metrics.items():
+                        cell.setdefault((layer, metric), []).append(value)
+                for metric in ("contrast_acc", "contrast_loss", "wall_seconds"):
+                    if row.get(metric) is not None:
+                        cell.setdefault(("step", metric), []).append(row[metric])
+                cell.setdefault(("seeds", "n"), []).append(row["seed"])
+    return table
+
+
+def _spread(values, scale=100.0, digits=1):
+    mean, sd = bench.mean_std(values)
+    return f"{mean * scale:.{digits}f} ± {sd * scale:.{digits}f}"
+
+
+def study_table(rows, study):
+    table = summary(rows, study)
+    if not table:
+        return "No point of this study is recorded yet."
+    view, metrics = VIEWS[study]
+    if view == "layers":
+        layers = ["h", "layer_1", "z"]
+        head = "| head | " + " | ".join(f"{m} on {layer} (%)" for layer in layers
+                                         for m in metrics) + " | seeds |"
+        lines = [head, "|---|" + "---|" * (len(layers) * len(metrics) + 1)]
+        for setting, cell in table.items():
+            values = [_spread(cell[(layer, m)]) if (layer, m) in cell else "-"
+                      for layer in layers for m in metrics]
+            lines.append(f"| {setting} | " + " | ".join(values)
+                         + f" | {len(cell[('seeds', 'n')])} |")
+        return "\n".join(lines)
+    names = {"knn": "kNN on h (%)", "probe": "linear probe on h (%)",
+             "contrast_acc": "contrastive accuracy (%)"}
+    lines = ["| setting | " + " | ".join(names[m] for m in metrics)
+             + " | RankMe of h | train s | seeds |",
+             "|---|" + "---|" * (len(metrics) + 3)]
+    for setting, cell in table.items():
+        values = [_spread(cell[("step", m)] if m == "contrast_acc" else cell[("h", m)])
+                  for m in metrics]
+        lines.append(f"| {setting} | " + " | ".join(values)
+                     + f" | {_spread(cell[('h', 'rankme')], 1, 1)} "
+                     f"| {_spread(cell[('step', 'wall_seconds')], 1, 0)} "
+                     f"| {len(cell[('seeds', 'n')])} |")
+    return "\n".join(lines)
+
+
+def plot(rows, study, path):
+    table = summary(rows, study)
+    if not table:
+        return None
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        say("no plot: matplotlib is not installed (pip install -e '.[plot]')")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    view, metrics = VIEWS[study]
+    series = ([(f"{m} on {layer}", layer, m) for layer in ("h", "layer_1", "z")
+               for m in metrics] if view == "layers" else
+              [(m, "step" if m == "contrast_acc" else "h", m) for m in metrics])
+    settings = list(table)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(settings) + 2), 3.4))
+    width = 0.8 / len(series)
+    for i, (label, layer, metric) in enumerate(series):
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(settings))]
+        cells = [table[s].get((layer, metric)) for s in settings]
+        means = [100 * bench.mean_std(c)[0] if c else np.nan for c in cells]
+        sds = [100 * bench.mean_std(c)[1] if c else 0 for c in cells]
+        ax.bar(xs, means, width, yerr=sds, capsize=2, label=label)
+    ax.set_xticks(range(len(settings)), settings, rotation=20 if len(settings) > 4 else 0,
+                  ha="right" if len(settings) > 4 else "center", fontsize=8)
+    ax.set_ylabel("%, mean ± sd over seeds")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(f"{study}: Fashion-MNIST, budget cpu", fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_doc(rows, studies, doc, images):
+    text = open(doc).read() if os.path.exists(doc) else "# Ablations\n"
+    for study in studies:
+        begin, end = f"<!-- ablations:{study}:begin -->", f"<!-- ablations:{study}:end -->"
+        machines = sorted({r["machine"] for r in rows if r["study"] == STUDIES[study][0].study})
+        section = (study_table(rows, study) + "\n\nMean ± sample std over seeds; measured on "
+                   + ("; ".join(machines) or "-") + ".")
+        picture = plot(rows, study, os.path.join(images, f"ablations_{study}.png"))
+        if picture:
+            section += (f"\n\n![{study}: mean ± sd over seeds]"
+                        f"(images/{os.path.basename(picture)})")
+        if begin in text:
+            head, rest = text.split(begin, 1)
+            text = head + begin + "\n" + section + "\n" + end + rest.split(end, 1)[1]
+        else:
+            text = text.rstrip("\n") + f"\n\n## {study}\n\n{begin}\n{section}\n{end}\n"
+    with open(doc, "w") as f:
+        f.write(text)
+    say(f"wrote {doc}")
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="ablations.py", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--study", required=True,
+                        help=f"one of {', '.join(STUDIES)}, or all")
+    parser.add_argument("--settings", default="",
+                        help="only these settings of the study (comma-separated labels, "
+                        "as the tables show them; default all)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--results", default=None,
+                        help="JSON lines (default: <workdir>/results.jsonl)")
+    parser.add_argument("--workdir", default="/tmp/simclr_ablations")
+    parser.add_argument("--jobs", type=int, default=1, help="points trained side by side")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="compute threads per run (default: cores / jobs)")
+    parser.add_argument("--data_dir", default=None)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few steps per point on 256 images: the path, not numbers")
+    parser.add_argument("--doc", default=DOC, help="the page ('' = none)")
+    parser.add_argument("--images", default=IMAGES)
+    parser.add_argument("--report_only", action="store_true",
+                        help="write the page from --results, train nothing")
+    args = parser.parse_args(argv)
+    if args.study != "all" and args.study not in STUDIES:
+        parser.error(f"--study: expected one of {', '.join(STUDIES)} or all, "
+                     f"got {args.study!r}")
+    args.studies = list(STUDIES) if args.study == "all" else [args.study]
+    args.settings = [name.strip() for name in args.settings.split(",") if name.strip()]
+    known = {point.setting for study in args.studies for point in STUDIES[study]}
+    unknown = [name for name in args.settings if name not in known]
+    if unknown:
+        parser.error(f"--settings: {', '.join(map(repr, unknown))} not in "
+                     f"--study={args.study}: {', '.join(sorted(known))}")
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+    if not args.seeds:
+        parser.error("--seeds: give at least one seed")
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected >= 1, got {args.jobs}")
+    args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    args.results = args.results or os.path.join(args.workdir, "results.jsonl")
+    if os.path.isdir(args.results):
+        parser.error(f"--results: {args.results} is a directory; name a file")
+    if args.smoke and args.doc == DOC:
+        parser.error("--smoke writes no page: its numbers mean nothing; pass --doc=''")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    budget = SMOKE if args.smoke else bench.BUDGETS["cpu"]
+    os.makedirs(args.workdir, exist_ok=True)
+    if os.path.dirname(args.results):
+        os.makedirs(os.path.dirname(args.results), exist_ok=True)
+    failed = []
+    if not args.report_only:
+        from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
+        quiet.import_tensorflow()
+        runner = Runner(args, budget)
+        # A study's points (seed 0's settings, then seed 1's, ...) before the next
+        # study's: each study's table is complete as early as it can be.
+        todo, seen = [], set()
+        for study in args.studies:
+            for seed in args.seeds:
+                for point in STUDIES[study]:
+                    if args.settings and point.setting not in args.settings:
+                        continue
+                    if (point, seed) not in seen:
+                        seen.add((point, seed))
+                        todo.append((point, seed))
+        recorded = sum(_recorded(runner.rows, point_key(p, s, budget)) is not None
+                       for p, s in todo)
+        say(f"{len(todo)} points ({recorded} recorded) in {args.results}; "
+            f"{args.jobs} job(s), {args.threads} thread(s) each")
+        with futures.ThreadPoolExecutor(args.jobs) as pool:
+            running = {pool.submit(runner.run, p, s): (p, s) for p, s in todo}
+            for finished, job in enumerate(futures.as_completed(running), 1):
+                point, seed = running[job]
+                try:
+                    job.result()
+                except RuntimeError as error:
+                    failed.append((point, seed))
+                    say(f"FAILED {error}")
+                say(f"{finished}/{len(todo)} points finished")
+    rows = read_results(args.results)
+    for study in args.studies:
+        print(f"\n{study}:\n{study_table(rows, study)}")
+    if args.doc:
+        write_doc(rows, args.studies, args.doc, args.images)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

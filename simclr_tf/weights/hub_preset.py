@@ -1,0 +1,151 @@
+"""A keras-hub preset of a SimCLR encoder: `SimCLRBackbone`, `write_preset`, `from_preset`.
+
+keras-hub loads backbones from preset folders (`Backbone.from_preset(folder)`): a
+`config.json` (the registered class and its arguments), `model.weights.h5` and
+`metadata.json`, written by `Backbone.save_to_preset`. keras-hub's own ResNetBackbone
+cannot hold SimCLR's ResNets (selective kernels, SE, the paper's stem and batch-norm
+layout), so the preset's class is ours: `SimCLRBackbone`, registered with Keras as
+'simclr_tf>SimCLRBackbone' once this module is imported. `import simclr_tf` arranges
+that (when keras-hub is imported, before or after it), so
+
+>>> import keras_hub, simclr_tf
+>>> backbone = keras_hub.models.Backbone.from_preset("run/keras_hub/1000")
+>>> h = backbone(images)  # float32 [N, S, S, 3] RGB in [0, 1], preprocessed -> [N, C]
+
+or `simclr_tf.from_preset(folder)`, the same. The backbone is the encoder alone (no
+projection or supervised head): images -> h, the representation downstream tasks use,
+in inference mode, on images preprocessed as evaluation does (`simclr_tf.weights.portable`
+says how). It fine-tunes like any Keras model (`backbone.trainable`, `training=True`).
+The folder also holds a model card, `README.md`: the run's recipe and results.
+"""
+import os
+
+import keras
+import keras_hub
+
+from simclr_tf.models import encoders
+from simclr_tf.models.layers import PACKAGE
+from simclr_tf.models.outputs import H
+from simclr_tf.weights.portable import INPUT
+
+CARD_FILE = "README.md"
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SimCLRBackbone(keras_hub.models.Backbone):
+    """A SimCLR encoder as a keras-hub backbone: images [N, S, S, 3] -> h [N, C].
+
+    Args:
+        encoder: the encoder's name in `simclr_tf.config.tables.encoders` ('resnet',
+            'tiny', 'vit_s16', ...) or a serialized encoder layer.
+        encoder_options: the encoder's options (ResNet: depth, width_multiplier,
+            sk_ratio, se_ratio, stem).
+        image_size: S, the side of the images the encoder was trained on.
+        batch_norm_decay: the batch-norm momentum (used when fine-tuned).
+    """
+
+    def __init__(self, encoder="resnet", encoder_options=None, image_size=224,
+                 batch_norm_decay=0.9, dtype=None, **kwargs):
+        if isinstance(encoder, dict):
+            layer = keras.saving.deserialize_keras_object(encoder)
+        else:
+            layer = encoders.build_encoder(encoder, dtype=dtype,
+                                           batch_norm_decay=batch_norm_decay,
+                                           global_bn=False, **(encoder_options or {}))
+        images = keras.Input((image_size, image_size, 3), name=INPUT)
+        h = layer(images)[H]
+        super().__init__(inputs=images, outputs=h, dtype=dtype, **kwargs)
+        self.encoder = layer
+        self.encoder_spec = encoder
+        self.encoder_options = dict(encoder_options or {})
+        self.image_size = int(image_size)
+        self.batch_norm_decay = batch_norm_decay
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(encoder=self.encoder_spec, encoder_options=self.encoder_options,
+                      image_size=self.image_size, batch_norm_decay=self.batch_norm_decay)
+        return config
+
+
+def backbone_of(model, image_size):
+    """The `SimCLRBackbone` of a `SimCLRModel`'s encoder, with its weights (copied)."""
+    config = model.get_config()
+    backbone = SimCLRBackbone(
+        encoder=config["encoder"], encoder_options=config.get("encoder_options"),
+        image_size=image_size, batch_norm_decay=config.get("batch_norm_decay", 0.9),
+        name="simclr_backbone")
+    ours, theirs = backbone.encoder.weights, model.encoder.weights
+    if [tuple(v.shape) for v in ours] != [tuple(v.shape) for v in theirs]:
+        raise ValueError(f"The encoder rebuilt from its config has other variables than "
+                         f"the model's ({len(ours)} against {len(theirs)}).")
+    for variable, value in zip(ours, theirs):
+        variable.assign(value)
+    return backbone
+
+
+def write_preset(model, directory, image_size, card=""):
+    """The preset folder of `model`'s encoder at `directory` (keras-hub's
+    `save_to_preset`: config.json, model.weights.h5, metadata.json) and `card`
+    (markdown) as its README.md."""
+    backbone_of(model, image_size).save_to_preset(directory)
+    with open(os.path.join(directory, CARD_FILE), "w", encoding="utf-8") as f:
+        f.write(card)
+    return directory
+
+
+def from_preset(preset, **kwargs):
+    """`keras_hub.models.Backbone.from_preset(preset)`: a `SimCLRBackbone`."""
+    return keras_hub.models.Backbone.from_preset(preset, **kwargs)
+
+
+def model_card(*, flags, result, step, image_size, parameters):
+    """README.md of a preset: what it is, how to load it, the recipe and the numbers.
+
+    Args:
+        flags: the run's recorded flags (flags.json), a dict.
+        result: the run's result.json (a dict; {} when none).
+        step: the checkpoint's step.
+        image_size: S.
+        parameters: the backbone's parameter count.
+    """
+    recipe_keys = ("dataset", "train_split", "train_mode", "encoder", "resnet_depth",
+                   "width_multiplier", "sk_ratio", "se_ratio", "stem", "train_batch_size",
+                   "train_epochs", "train_steps", "learning_rate", "learning_rate_scaling",
+                   "optimizer", "weight_decay", "temperature", "color_jitter_strength",
+                   "use_blur", "proj_head_mode", "num_proj_layers", "seed")
+    recipe = "\n".join(f"| `--{key}` | `{flags[key]}` |" for key in recipe_keys
+                       if key in flags and flags[key] not in (None, ""))
+    numbers = {key: value for key, value in result.items()
+               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    results = "\n".join(f"| `{key}` | {value:.4g} |" for key, value in sorted(numbers.items()))
+    return f"""---
+library_name: keras-hub
+tags: [simclr, self-supervised, image-feature-extraction, simclr_tf]
+---
+# SimCLR encoder ({flags.get('dataset', '?')}, step {step})
+
+A SimCLR encoder trained by simclr_tf (SimCLR v1/v2 in Keras 3), as a keras-hub
+backbone: float32 images [N, {image_size},
+{image_size}, 3], RGB in [0, 1], preprocessed as evaluation does (above 32 px the
+centre 87.5% cropped, then resized to {image_size} px bicubic) -> h [N, C], the
+representation before the projection head. {parameters:,} parameters.
+
+```python
+import keras_hub, simclr_tf  # simclr_tf registers the backbone's class
+backbone = keras_hub.models.Backbone.from_preset("path/to/this/folder")
+h = backbone(images)
+```
+
+## Recipe
+
+| flag | value |
+|---|---|
+{recipe}
+
+## Results recorded by the run
+
+{("| metric | value |" + chr(10) + "|---|---|" + chr(10) + results) if results else "None recorded."}
+
+Every flag of the run: `flags.json` in its run directory.
+"""

@@ -1,0 +1,106 @@
+"""scripts/ablations.py (issue 47): the studies' points, their records and the page."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import ablations  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def _row(study, setting, seed, probe, knn=0.5, contrast_acc=0.3, layers=("h",)):
+    metrics = {layer: dict(knn=knn, probe=probe - 0.01 * i, probe_c=1.0, rankme=10.0)
+               for i, layer in enumerate(layers)}
+    return dict(study=study, setting=setting, seed=seed, flags_hash="x", metrics=metrics,
+                contrast_acc=contrast_acc, contrast_loss=5.0, wall_seconds=100.0,
+                machine="test CPU")
+
+
+def test_a_point_overrides_the_budgets_flags_and_keys_on_all_of_them():
+    budget = ablations.bench.BUDGETS["cpu"]
+    point = ablations.STUDIES["temperature"][4]  # tau 0.05 without normalisation
+    assert point.setting == "tau 0.05, no norm"
+    flags = ablations.run_py_flags(budget, point, 1, "/run", None)
+    assert flags["temperature"] == 0.05 and flags["hidden_norm"] is False
+    assert flags["train_split"] == "train[:10000]" and flags["seed"] == 1
+    assert "--nohidden_norm" in ablations.command(flags)
+    assert "--nolineareval_while_pretraining" in ablations.command(flags)
+    batch = ablations.STUDIES["batch"][-1]  # batch 1024, 20 epochs: one checkpoint
+    flags = ablations.run_py_flags(budget, batch, 0, "/run", None)
+    assert (flags["train_batch_size"], flags["checkpoint_epochs"]) == (1024, 20)
+    keys = {json.dumps(ablations.point_key(p, s, budget), sort_keys=True)
+            for study in ("head", "temperature", "batch", "augment", "color", "loss")
+            for p in ablations.STUDIES[study] for s in (0, 1)}
+    assert len(keys) == 2 * (3 + 8 + 6 + 10 + 14 + 3)  # every point and seed apart
+    triplet = ablations.run_py_flags(budget, ablations.STUDIES["loss"][2], 0, "/r", None)
+    assert "--triplet_margin=0.5" in ablations.command(triplet)
+    assert "--train_mode=margin_triplet" in ablations.command(triplet)
+    supervised = ablations.run_py_flags(budget, ablations.STUDIES["color"][-1], 0, "/r", None)
+    assert supervised["train_mode"] == "finetune" and supervised["dataset"] == (
+        "fashion_mnist_tinted") and "lineareval_while_pretraining" not in supervised
+    assert supervised["augmentations"] == "crop,flip,color"
+    # h_vs_z reads the head study's runs: the same keys, trained once.
+    assert [ablations.point_key(p, 0, budget) for p in ablations.STUDIES["h_vs_z"]] == [
+        ablations.point_key(p, 0, budget) for p in ablations.STUDIES["head"]]
+    smoke = ablations.point_key(point, 1, ablations.SMOKE)
+    assert smoke != ablations.point_key(point, 1, budget)
+
+
+def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
+    results = tmp_path / "results.jsonl"
+    rows = [_row("head", s, seed, p, layers=layers)
+            for seed in (0, 1, 2)
+            for s, p, layers in (("none", 0.70, ("h",)), ("linear", 0.72, ("h", "z")),
+                                 ("nonlinear", 0.75, ("h", "layer_1", "z")))]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"study": "he')
+    read = ablations.read_results(str(results))
+    assert read == rows
+    table = ablations.study_table(read, "head")
+    assert "| nonlinear | 50.0 ± 0.0 | 75.0 ± 0.0 | 10.0 ± 0.0 | 100 ± 0 | 3 |" in table
+    layers = ablations.study_table(read, "h_vs_z")
+    assert "| linear | 72.0 ± 0.0 | - | 71.0 ± 0.0 | 3 |" in layers
+    assert "| nonlinear | 75.0 ± 0.0 | 74.0 ± 0.0 | 73.0 ± 0.0 | 3 |" in layers
+    doc = tmp_path / "ablations.md"
+    doc.write_text("# Ablations\n\nprose\n\n<!-- ablations:head:begin -->\nold\n"
+                   "<!-- ablations:head:end -->\n\nverdict kept\n")
+    ablations.write_doc(read, ["head", "temperature"], str(doc), str(tmp_path / "images"))
+    text = doc.read_text()
+    assert text.startswith("# Ablations\n\nprose\n") and "verdict kept" in text
+    assert "old" not in text and table in text and "measured on test CPU" in text
+    assert "No point of this study is recorded yet." in text  # temperature: appended
+    pytest.importorskip("matplotlib", reason="needs matplotlib (pip install -e '.[plot]')")
+    assert (tmp_path / "images" / "ablations_head.png").stat().st_size > 5_000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--study=colour"], "--study: expected one of head, h_vs_z, loss, temperature"),
+    (["--study=head", "--seeds=a"], "--seeds: expected comma-separated integers"),
+    (["--study=head", "--jobs=0"], "--jobs: expected >= 1"),
+    (["--study=head", "--smoke"], "--smoke writes no page"),
+    (["--study=head", "--results={tmp}"], "is a directory; name a file"),
+    (["--study=head", "--settings=nonlinear,deep"], "--settings: 'deep' not in --study=head"),
+])
+def test_bad_arguments_are_refused(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        ablations.parse_args([a.format(tmp=tmp_path) for a in argv])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.extra_large  # ~30 s alone: a small pretraining through run.py, evaluated
+def test_smoke_trains_evaluates_records_and_resumes(tmp_path, capsys):
+    argv = ["--study=head", "--settings=nonlinear", "--smoke", "--seeds=0",
+            f"--workdir={tmp_path}", "--doc="]
+    assert ablations.main(argv) == 0
+    rows = ablations.read_results(str(tmp_path / "results.jsonl"))
+    assert [(r["study"], r["setting"], r["seed"]) for r in rows] == [("head", "nonlinear", 0)]
+    assert sorted(rows[0]["metrics"]) == ["h", "layer_1", "z"]  # h and each head layer
+    for row in rows:
+        assert 0 < row["contrast_acc"] <= 1 and row["contrast_loss"] > 0
+        for metrics in row["metrics"].values():
+            assert 0 <= metrics["knn"] <= 1 and 0 <= metrics["probe"] <= 1
+    capsys.readouterr()
+    assert ablations.main(argv) == 0  # every point recorded: nothing trains again
+    assert "1 points (1 recorded)" in capsys.readouterr().out
+    assert len(ablations.read_results(str(tmp_path / "results.jsonl"))) == 1
