@@ -144,6 +144,7 @@ def _first_batch(digits, **kwargs):
     return next(iter(data))
 
 
+@pytest.mark.large  # 7 s: seven pipelines traced
 def test_augmentations_take_the_views_apart_and_their_default_is_the_modes_own(digits):
     """--augmentations (the paper's augmentation study): '' is each mode's own (the
     same batches as naming its transformations), 'none' resizes the whole image
