@@ -13,7 +13,6 @@ import textwrap
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import run
 from simclr_tf.config import ConfigError
