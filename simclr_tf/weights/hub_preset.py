@@ -118,6 +118,8 @@ def model_card(*, flags, result, step, image_size, parameters):
                        if key in flags and flags[key] not in (None, ""))
     numbers = {key: value for key, value in result.items()
                if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    preprocessing = (f"the centre 87.5% cropped, then resized to {image_size} px (bicubic)"
+                     if image_size > 32 else f"resized to {image_size} px (bicubic)")
     results = "\n".join(f"| `{key}` | {value:.4g} |" for key, value in sorted(numbers.items()))
     return f"""---
 library_name: keras-hub
@@ -126,10 +128,9 @@ tags: [simclr, self-supervised, image-feature-extraction, simclr_tf]
 # SimCLR encoder ({flags.get('dataset', '?')}, step {step})
 
 A SimCLR encoder trained by simclr_tf (SimCLR v1/v2 in Keras 3), as a keras-hub
-backbone: float32 images [N, {image_size},
-{image_size}, 3], RGB in [0, 1], preprocessed as evaluation does (above 32 px the
-centre 87.5% cropped, then resized to {image_size} px bicubic) -> h [N, C], the
-representation before the projection head. {parameters:,} parameters.
+backbone: images -> h [N, C], the representation before the projection head;
+{parameters:,} parameters. Input: float32 `[N, {image_size}, {image_size}, 3]`, RGB in
+[0, 1], preprocessed as evaluation does: {preprocessing}.
 
 ```python
 import keras_hub, simclr_tf  # simclr_tf registers the backbone's class
