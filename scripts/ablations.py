@@ -394,7 +394,8 @@ def write_doc(rows, studies, doc, images):
         begin, end = f"<!-- ablations:{study}:begin -->", f"<!-- ablations:{study}:end -->"
         machines = sorted({r["machine"] for r in rows if r["study"] == STUDIES[study][0].study})
         section = (study_table(rows, study) + "\n\nMean ± sample std over seeds; measured on "
-                   + ("; ".join(machines) or "-") + ".")
+                   + ("; ".join(machines) or "-") + " (train s: run.py's wall time, "
+                   "with other jobs on the machine: an upper bound).")
         picture = plot(rows, study, os.path.join(images, f"ablations_{study}.png"))
         if picture:
             section += (f"\n\n![{study}: mean ± sd over seeds]"
