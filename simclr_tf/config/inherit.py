@@ -43,8 +43,9 @@ from simclr_tf.config.errors import ConfigError
 
 # Never read from a record: which run and mode this is (and what the mode evaluates
 # and writes: --evaluators and --export_format mean what this command does), the
-# machine it runs on, and the permissions a command gives for itself alone (an evaluation on training examples is
-# allowed by the command that asks for it, not by the run it reads).
+# machine it runs on, and the permissions a command gives for itself alone (an
+# evaluation on training examples is allowed by the command that asks for it, not by
+# the run it reads).
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
               "reevaluate", "allow_eval_overlap", "master", "use_tpu", "tpu_name", "tpu_zone",
               "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs", "evaluators",

@@ -383,14 +383,22 @@ def export_formats(value):
         >>> export_formats("onnx, saved_model")
         ('saved_model', 'onnx')
     """
+    return _subset("export_format", value, EXPORT_FORMATS, "saved_model,onnx,litert",
+                   empty_allowed=False)
+
+
+def _subset(flag, value, choices, example, *, empty_allowed, also=""):
+    """The names of a comma-separated `value`, each once, in the order of `choices`;
+    ValueError naming `flag`, the choices and the unknown names (and an empty list
+    unless `empty_allowed`). `also`: the other values the flag takes, for the message."""
     names = [name.strip() for name in str(value).split(",") if name.strip()]
-    unknown = [name for name in names if name not in EXPORT_FORMATS]
-    if unknown or not names:
+    unknown = [name for name in names if name not in choices]
+    if unknown or not (names or empty_allowed):
         raise ValueError(
-            f"export_format must be a comma-separated subset of {', '.join(EXPORT_FORMATS)} "
-            f"(e.g. saved_model,onnx,litert). Received: export_format={value!r}"
+            f"{flag} must be {also}a comma-separated subset of {', '.join(choices)} "
+            f"(e.g. {example}). Received: {flag}={value!r}"
             + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else ""))
-    return tuple(name for name in EXPORT_FORMATS if name in names)
+    return tuple(name for name in choices if name in names)
 
 
 # --augmentations: the transformations of a training view (the switches of
@@ -416,11 +424,5 @@ def augmentations(value, views=2):
         return AUGMENTATIONS if views == 2 else ("crop", "flip")
     if text == "none":
         return ()
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in AUGMENTATIONS]
-    if unknown:
-        raise ValueError(
-            f"augmentations must be 'none' or a comma-separated subset of "
-            f"{', '.join(AUGMENTATIONS)} (e.g. crop,color; blur is --use_blur). Received: "
-            f"augmentations={value!r} ({', '.join(map(repr, unknown))} unknown)")
-    return tuple(name for name in AUGMENTATIONS if name in names)
+    return _subset("augmentations", value, AUGMENTATIONS,
+                   "crop,color; blur is --use_blur", empty_allowed=True, also="'none' or ")

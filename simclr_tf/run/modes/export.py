@@ -64,7 +64,7 @@ def _model_card(model, config, step):
             except (ValueError, OSError):
                 pass  # the card then says less; the export is what matters
     flags = flags or config.to_dict()
-    parameters = sum(int(v.numpy().size) for v in model.encoder.weights)
+    parameters = model.encoder.count_params()
     return hub_preset.model_card(flags=flags, result=result, step=step,
                                  image_size=config.image_size, parameters=parameters)
 
