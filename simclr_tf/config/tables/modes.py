@@ -42,6 +42,8 @@ class Mode:
             training are its train mode's instead. Empty: it runs none. With
             'supervised' it evaluates the head on --eval_split
             (`tables.evaluators.evaluates_head`: labels, and a run with the head).
+        exports: it writes the --export_format exports (a mode that trains does
+            too, at its end): the packages each format needs are checked first.
     """
     name: str
     parts: tuple
@@ -52,6 +54,7 @@ class Mode:
     needs_checkpoint: bool = False
     labelled_splits: tuple = ()
     evaluators: tuple = ()
+    exports: bool = False
 
     def functions(self):
         """The functions of `parts`, imported now."""
@@ -72,7 +75,8 @@ MODES = {mode.name: mode for mode in (
     Mode("train_then_eval", (f"{_PACKAGE}.train:train", f"{_PACKAGE}.evaluate:evaluate"),
          "train_then_eval", trains=True, evaluators=("supervised",)),
     Mode("export", (f"{_PACKAGE}.export:export_latest",),
-         "export (a SavedModel of the latest checkpoint)", needs_checkpoint=True),
+         "export (the --export_format exports of the latest checkpoint; a SavedModel "
+         "by default)", needs_checkpoint=True, exports=True),
     Mode("linear_probe", (f"{_PACKAGE}.linear_probe:linear_probe_mode",),
          "linear_probe (kNN and the L-BFGS probe on frozen h)", needs_model_dir=False,
          needs_checkpoint=True, labelled_splits=("train_split", "eval_split"),

@@ -95,7 +95,7 @@ def check(config, strategy, source):
     mode = modes.get(config.mode)
     check_weights_found(config)
     _check_encoder(config)
-    if mode.trains or config.mode == "export":
+    if mode.trains or mode.exports:
         _check_export_formats(config)
     num_classes, num_train_examples, teacher_info = source.num_classes or None, None, None
     if mode.trains:
