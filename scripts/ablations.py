@@ -314,11 +314,6 @@ def summary(rows, study):
     return table
 
 
-def _spread(values, scale=100.0, digits=1):
-    mean, sd = bench.mean_std(values)
-    return f"{mean * scale:.{digits}f} ± {sd * scale:.{digits}f}"
-
-
 def study_table(rows, study):
     table = summary(rows, study)
     if not table:
@@ -330,7 +325,7 @@ def study_table(rows, study):
                                          for m in metrics) + " | seeds |"
         lines = [head, "|---|" + "---|" * (len(layers) * len(metrics) + 1)]
         for setting, cell in table.items():
-            values = [_spread(cell[(layer, m)]) if (layer, m) in cell else "-"
+            values = [bench.format_spread(cell[(layer, m)]) if (layer, m) in cell else "-"
                       for layer in layers for m in metrics]
             lines.append(f"| {setting} | " + " | ".join(values)
                          + f" | {len(cell[('seeds', 'n')])} |")
@@ -341,11 +336,11 @@ def study_table(rows, study):
              + " | RankMe of h | train s | seeds |",
              "|---|" + "---|" * (len(metrics) + 3)]
     for setting, cell in table.items():
-        values = [_spread(cell[("step", m)] if m == "contrast_acc" else cell[("h", m)])
+        values = [bench.format_spread(cell[("step" if m == "contrast_acc" else "h", m)])
                   for m in metrics]
         lines.append(f"| {setting} | " + " | ".join(values)
-                     + f" | {_spread(cell[('h', 'rankme')], 1, 1)} "
-                     f"| {_spread(cell[('step', 'wall_seconds')], 1, 0)} "
+                     + f" | {bench.format_spread(cell[('h', 'rankme')], 1, 1)} "
+                     f"| {bench.format_spread(cell[('step', 'wall_seconds')], 1, 0)} "
                      f"| {len(cell[('seeds', 'n')])} |")
     return "\n".join(lines)
 
@@ -354,38 +349,15 @@ def plot(rows, study, path):
     table = summary(rows, study)
     if not table:
         return None
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        say("no plot: matplotlib is not installed (pip install -e '.[plot]')")
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     view, metrics = VIEWS[study]
     series = ([(f"{m} on {layer}", layer, m) for layer in ("h", "layer_1", "z")
                for m in metrics] if view == "layers" else
               [(m, "step" if m == "contrast_acc" else "h", m) for m in metrics])
-    settings = list(table)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(settings) + 2), 3.4))
-    width = 0.8 / len(series)
-    for i, (label, layer, metric) in enumerate(series):
-        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(settings))]
-        cells = [table[s].get((layer, metric)) for s in settings]
-        means = [100 * bench.mean_std(c)[0] if c else np.nan for c in cells]
-        sds = [100 * bench.mean_std(c)[1] if c else 0 for c in cells]
-        ax.bar(xs, means, width, yerr=sds, capsize=2, label=label)
-    ax.set_xticks(range(len(settings)), settings, rotation=20 if len(settings) > 4 else 0,
-                  ha="right" if len(settings) > 4 else "center", fontsize=8)
-    ax.set_ylabel("%, mean ± sd over seeds")
-    ax.set_ylim(0, 100)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_title(f"{study}: Fashion-MNIST, budget cpu", fontsize=9)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return bench.bar_chart(
+        path, f"{study}: Fashion-MNIST, budget cpu", list(table),
+        [(label, [cell.get((layer, metric)) for cell in table.values()])
+         for label, layer, metric in series],
+        ylabel="%, mean ± sd over seeds", legend_loc="lower right", dpi=90)
 
 
 def write_doc(rows, studies, doc, images):

@@ -486,8 +486,11 @@ def results_from_page(text):
     return results
 
 
-def plot_results(results, path, title):
-    """Bars of kNN and linear-probe top-1 per row, mean ± sample std over the seeds."""
+def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
+              legend_loc="upper left", dpi=100):
+    """Grouped bars, mean ± sample std over seeds, to PNG `path` (also the ablations'
+    plots): `series` is [(label, [per-seed fractions, or None, for each group])],
+    drawn in percent. Returns `path`, or None when matplotlib is not installed."""
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -495,28 +498,41 @@ def plot_results(results, path, title):
         return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    rows = [row for row in ROWS if row in results]
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    width = 0.38
-    for offset, (metric, label) in zip((-width / 2, width / 2),
-                                       (("knn", "kNN"), ("probe", "linear probe"))):
-        means = [100 * mean_std(results[row][metric])[0] for row in rows]
-        sds = [100 * mean_std(results[row][metric])[1] for row in rows]
-        bars = ax.bar([i + offset for i in range(len(rows))], means, width, yerr=sds,
-                      capsize=3, label=label)
-        ax.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
-    ax.set_xticks(range(len(rows)), rows)
-    ax.set_ylabel("top-1 (%), mean ± sd over seeds")
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(groups) + 2), 3.4))
+    width = 0.8 / len(series)
+    for i, (label, cells) in enumerate(series):
+        means = [100 * mean_std(c)[0] if c else np.nan for c in cells]
+        sds = [100 * mean_std(c)[1] if c else 0 for c in cells]
+        bars = ax.bar([j - 0.4 + width * (i + 0.5) for j in range(len(groups))], means,
+                      width, yerr=sds, capsize=3 if value_labels else 2, label=label)
+        if value_labels:
+            ax.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
+    tilted = len(groups) > 4
+    ax.set_xticks(range(len(groups)), groups, rotation=20 if tilted else 0,
+                  ha="right" if tilted else "center",
+                  fontsize=None if value_labels and not tilted else 8)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 100)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc=legend_loc, fontsize=8 if value_labels else 7)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
-    print(f"Wrote {path}")
     return path
+
+
+def plot_results(results, path, title):
+    """Bars of kNN and linear-probe top-1 per row, mean ± sample std over the seeds."""
+    rows = [row for row in ROWS if row in results]
+    drawn = bar_chart(path, title, rows, [
+        (label, [results[row][metric] for row in rows])
+        for metric, label in (("knn", "kNN"), ("probe", "linear probe"))],
+        ylabel="top-1 (%), mean ± sd over seeds", value_labels=True)
+    if drawn:
+        print(f"Wrote {path}")
+    return drawn
 
 
 def report(results, cells, args, budget):
