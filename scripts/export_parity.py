@@ -37,13 +37,18 @@ def litert_ops(path):
     return sorted({op["op_name"] for op in plain._get_ops_details()})  # pylint: disable=protected-access
 
 
+def served(loaded, images):
+    """{output: numpy} of a loaded SavedModel's `serving_images` on `images`."""
+    signature = loaded.signatures["serving_images"]
+    return {name: value.numpy() for name, value in signature(images=images).items()}
+
+
 def outputs(fmt, path, images):
     """{output: numpy} of the export at `path` on `images`, in its own runtime."""
     # pylint: disable=import-outside-toplevel
     if fmt == "saved_model":
         import tensorflow as tf
-        served = tf.saved_model.load(path).signatures["serving_images"]
-        return {name: value.numpy() for name, value in served(images=images).items()}
+        return served(tf.saved_model.load(path), images)
     if fmt == "onnx":
         import onnxruntime
         session = onnxruntime.InferenceSession(os.path.join(path, "model.onnx"))
@@ -68,9 +73,10 @@ def compare(run_dir, *, count=16, seed=0):
         raise FileNotFoundError(f"{run_dir} has no SavedModel export to compare with: "
                                 "run.py --mode=export --model_dir=... first")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    size = int(tf.saved_model.load(found["saved_model"]).image_size.numpy())
+    loaded = tf.saved_model.load(found["saved_model"])
+    size = int(loaded.image_size.numpy())
     images = np.random.default_rng(seed).random((count, size, size, 3), dtype=np.float32)
-    expected = outputs("saved_model", found["saved_model"], images)
+    expected = served(loaded, images)
     rows, ops = [], None
     for fmt in ("onnx", "litert", "keras_hub"):
         if not found[fmt]:

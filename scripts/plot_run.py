@@ -166,7 +166,7 @@ def plot_views(plt, config, source, count, seed, out, dpi):
     return _save(plt, fig, out, "views.png", dpi), None
 
 
-def plot_embeddings(plt, run_dir, config, source, split, max_points, method, seed, out,
+def plot_embeddings(plt, run_dir, source, split, max_points, method, seed, out,
                     dpi):
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -255,7 +255,7 @@ def main(argv=None):
                                      args.out, args.dpi))
         if "embeddings" in args.only:
             split = args.split or config.eval_split or config.train_split
-            keep("embeddings", plot_embeddings(plt, args.run_dir, config, source, split,
+            keep("embeddings", plot_embeddings(plt, args.run_dir, source, split,
                                                args.max_points, args.method, args.seed,
                                                args.out, args.dpi))
     for path in written:
