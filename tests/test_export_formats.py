@@ -16,6 +16,7 @@ import pytest
 
 import run
 from simclr_tf.config import ConfigError
+from simclr_tf.config.tables import modes
 from simclr_tf.run import experiment, preflight
 from simclr_tf.run.modes import export as export_mode
 from simclr_tf.weights import export, portable
@@ -183,4 +184,28 @@ def test_preflight_refuses_a_keras_hub_export_without_keras_hub(monkeypatch):
     monkeypatch.setattr(preflight, "_require_keras_hub", missing)
     with pytest.raises(ConfigError, match="--export_format: keras_hub needs keras-hub"):
         preflight._check_export_formats(  # pylint: disable=protected-access
-            run_fixtures.config(model_dir="/tmp/run", export_format="saved_model,keras_hub"))
+            run_fixtures.config(model_dir="/tmp/run", export_format="saved_model,keras_hub"),
+            modes.get("train"))
+
+
+def test_none_ends_training_without_an_export_and_export_mode_needs_a_format(
+        tmp_path, fake_writers):
+    """--export_format=none (a sweep's runs): the end of training writes nothing;
+    --mode=export with it is refused before the model is built."""
+    from simclr_tf.config import rules  # pylint: disable=import-outside-toplevel
+    assert rules.export_formats(" none ") == ()
+    cfg = run_fixtures.write_run(tmp_path / "run", export_format="none")
+    assert export_mode.export_model(None, cfg, 1) == {}
+    assert sorted(os.listdir(cfg.model_dir)) == ["checkpoint", "ckpt-1.data-00000-of-00001",
+                                                 "ckpt-1.index", "flags.json"]
+    config = run.config_from_flags(cli_flags.flag_values(
+        [f"--model_dir={cfg.model_dir}", "--mode=export", "--export_format=none"]))
+    with pytest.raises(ConfigError, match="--export_format: --mode=export writes the "
+                                          "exports of --export_format, and 'none' names "
+                                          "no format; name the ones to write, e.g. "
+                                          "--export_format=saved_model"):
+        experiment.run(config)
+    assert export.exported_steps(cfg.model_dir) == []
+    with pytest.raises(ConfigError, match="must be 'none' or a comma-separated subset.*"
+                                          "'none' unknown"):
+        run_fixtures.config(model_dir="/tmp/run", export_format="none,onnx")

@@ -371,20 +371,26 @@ def check_serving_max_pixels(max_pixels, name="serving_max_pixels"):
 # --export_format: what `--mode=export` (and a training run's end) writes, each under
 # model_dir/<format>/<step>/ (`simclr_tf.weights.export.FORMATS`): the serving
 # SavedModel; ONNX and LiteRT files of the model on preprocessed images; a keras-hub
-# preset of the encoder.
+# preset of the encoder. 'none': a training run ends without an export (a sweep's
+# runs; `--mode=export` writes one from the checkpoint later).
 EXPORT_FORMATS = ("saved_model", "onnx", "litert", "keras_hub")
 
 
 def export_formats(value):
     """The formats of a comma-separated --export_format, in the order of
-    `EXPORT_FORMATS` (each once); ValueError naming an unknown one or an empty list.
+    `EXPORT_FORMATS` (each once), () for 'none'; ValueError naming an unknown one
+    or an empty list.
 
     Example:
         >>> export_formats("onnx, saved_model")
         ('saved_model', 'onnx')
+        >>> export_formats("none")
+        ()
     """
+    if str(value).strip() == "none":
+        return ()
     return _subset("export_format", value, EXPORT_FORMATS, "saved_model,onnx,litert",
-                   empty_allowed=False)
+                   empty_allowed=False, also="'none' or ")
 
 
 def _subset(flag, value, choices, example, *, empty_allowed, also=""):

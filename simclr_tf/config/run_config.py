@@ -377,7 +377,8 @@ class Config(fields.FlagTable):
         "training write, each to model_dir/<format>/<step>/: saved_model (TF Serving; "
         "every signature), onnx and litert (the model on preprocessed images of the "
         "run's image size: embedding, projection, logits; `pip install -e '.[export]'` to "
-        "run them), keras_hub (a keras-hub preset of the encoder, with a model card).",
+        "run them), keras_hub (a keras-hub preset of the encoder, with a model card); "
+        "none: training ends without an export (sweeps; --mode=export writes one later).",
         checks=(bounds.rule(rules.export_formats),))
     serving_max_pixels: int = _ckpt(
         rules.SERVING_MAX_PIXELS, "Exports: the most pixels (width x height, read from "

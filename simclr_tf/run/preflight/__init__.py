@@ -96,7 +96,7 @@ def check(config, strategy, source):
     check_weights_found(config)
     _check_encoder(config)
     if mode.trains or mode.exports:
-        _check_export_formats(config)
+        _check_export_formats(config, mode)
     num_classes, num_train_examples, teacher_info = source.num_classes or None, None, None
     if mode.trains:
         num_train_examples = _check_training(config, strategy, source)
@@ -156,10 +156,15 @@ def _check_encoder(config):
                           f"{max(patch, size - size % patch)} or 224.")
 
 
-def _check_export_formats(config):
+def _check_export_formats(config, mode):
     """The packages each format of --export_format needs import (an optional extra),
-    before a training run spends its time and fails at its end."""
+    before a training run spends its time and fails at its end; `--mode=export` has
+    a format to write."""
     formats = rules.export_formats(config.export_format)
+    if not formats and mode.exports:
+        raise ConfigError("export_format", f"--mode={config.mode} writes the exports of "
+                          "--export_format, and 'none' names no format; name the ones to "
+                          "write, e.g. --export_format=saved_model or saved_model,onnx.")
     if "keras_hub" in formats:
         _require_keras_hub("export_format", "keras_hub")
     if "onnx" in formats:
