@@ -137,7 +137,8 @@ def test_epsilon_is_exactly_the_references():
                                          5e-4 / np.sqrt(2.5e-7 + 1e-5)], rtol=1e-6)
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("policy", [pytest.param("mixed_bfloat16", marks=pytest.mark.bfloat16),
+                                    "mixed_float16"])
 def test_mixed_precision_matches_keras_layer(policy):
     shape = (8, 6, 6, 16)
     x = np.random.default_rng(0).normal(size=shape).astype(np.float32)

@@ -49,7 +49,8 @@ def float32_step():
 
 
 @pytest.mark.large  # 8 s; 20 s with the float32 fixture
-@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("precision", [pytest.param("bfloat16", marks=pytest.mark.bfloat16),
+                                       "float16"])
 def test_low_precision_step_tracks_float32(precision, float32_step):
     initial, after_fp32, logs_fp32 = float32_step
     model, logs = _step(precision, weights=initial)
@@ -72,6 +73,7 @@ def test_low_precision_step_tracks_float32(precision, float32_step):
         assert cosine > 0.9, (w.path, cosine)
 
 
+@pytest.mark.bfloat16
 def test_model_outputs_float32_and_bn_computes_in_float32():
     keras.utils.set_random_seed(0)
     model = build_model(_config("bfloat16"), tf.distribute.get_strategy(), 5)
