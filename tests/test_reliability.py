@@ -681,7 +681,7 @@ def _start_workers(model_dir, log_dir, tag):
     command = [sys.executable, os.path.join(REPO, "run.py"), "--strategy=multiworker",
                f"--train_steps={MULTIWORKER_STEPS}", "--checkpoint_steps=2",
                f"--model_dir={model_dir}", "--mode=train", "--train_split=train[:128]",
-               "--deterministic"]
+               "--deterministic", "--export_format=none"]  # checkpoints are compared
     command += [f"--{k}={v}" for k, v in TINY.items() if k != "train_split"]
     processes = []
     for index in range(2):
@@ -710,32 +710,47 @@ def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_p
     model_dir."""
     logs = str(tmp_path)
     reference, resumed = tmp_path / "uninterrupted", tmp_path / "restarted"
-    codes = wait_all(_start_workers(reference, logs, "reference")[0], 240)
-    assert codes == [0, 0], open(f"{logs}/reference_worker1.log").read()[-3000:]
+    # The uninterrupted run trains beside the others, on ports of its own taken while
+    # every worker is alive (a port of the killed worker handed to it would reach the
+    # chief that still calls that worker): the killed phase mostly waits for
+    # TensorFlow's heartbeat, which the reference's steps fill.
+    started = []
+    try:
+        reference_workers = _start_workers(reference, logs, "reference")[0]
+        processes, workers = _start_workers(resumed, logs, "killed")
+        started += reference_workers + processes
+        deadline = time.monotonic() + 180
+        while _recorded_step(resumed) < 2 and time.monotonic() < deadline:
+            if any(p.poll() is not None for p, _ in processes):
+                break
+            time.sleep(0.05)
+        processes[1][0].kill()  # SIGKILL worker 1
+        killed = time.monotonic()
+        codes = wait_all(processes, 120)  # TensorFlow's heartbeat: 10-19 s here
+        stopped_after = time.monotonic() - killed
+        log = open(f"{logs}/killed_worker0.log").read()
+        assert codes[0] == 1, log[-3000:]
+        assert f"run.py: error: worker 1 at {workers[1]} stopped or can no longer be " \
+            f"reached, so worker 0 at {workers[0]} (this process) cannot go on" in log, \
+            log[-3000:]
+        assert "The checkpoints already written are kept: restart every worker with the " \
+            "same command" in log
+        assert "Traceback" not in log and "UnavailableError" not in log, log[-3000:]
+        assert stopped_after < 90, stopped_after
+        stopped_at = _recorded_step(resumed)
+        assert 2 <= stopped_at < MULTIWORKER_STEPS, log[-3000:]
 
-    processes, workers = _start_workers(resumed, logs, "killed")
-    deadline = time.monotonic() + 180
-    while _recorded_step(resumed) < 2 and time.monotonic() < deadline:
-        if any(p.poll() is not None for p, _ in processes):
-            break
-        time.sleep(0.05)
-    processes[1][0].kill()  # SIGKILL worker 1
-    killed = time.monotonic()
-    codes = wait_all(processes, 120)  # TensorFlow's heartbeat: 10-19 s here
-    stopped_after = time.monotonic() - killed
-    log = open(f"{logs}/killed_worker0.log").read()
-    assert codes[0] == 1, log[-3000:]
-    assert f"run.py: error: worker 1 at {workers[1]} stopped or can no longer be " \
-        f"reached, so worker 0 at {workers[0]} (this process) cannot go on" in log, \
-        log[-3000:]
-    assert "The checkpoints already written are kept: restart every worker with the " \
-        "same command" in log
-    assert "Traceback" not in log and "UnavailableError" not in log, log[-3000:]
-    assert stopped_after < 90, stopped_after
-    stopped_at = _recorded_step(resumed)
-    assert 2 <= stopped_at < MULTIWORKER_STEPS, log[-3000:]
-
-    codes = wait_all(_start_workers(resumed, logs, "restarted")[0], 240)
+        restarted = _start_workers(resumed, logs, "restarted")[0]
+        started += restarted
+        codes = wait_all(reference_workers, 240)
+        assert codes == [0, 0], open(f"{logs}/reference_worker1.log").read()[-3000:]
+        codes = wait_all(restarted, 240)
+    finally:
+        for process, log_file in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            log_file.close()
     chief_log = open(f"{logs}/restarted_worker0.log").read()
     assert codes == [0, 0], chief_log[-3000:]
     assert re.search(rf"Training {MULTIWORKER_STEPS} steps \(.*; {stopped_at} done\)",
