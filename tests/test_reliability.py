@@ -45,31 +45,34 @@ def _env():
 
 
 @pytest.mark.extra_large  # 87 s in the full suite at bffb33f (216 s with the fault cases)
-def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path):
-    """scripts/soak_preemption.py with 3 kills on the tiny encoder: bit-exact final
-    weights (--deterministic), a sound state file after every kill (SIGTERMs, damaged
-    state files and a second run.py refused among them), every remaining checkpoint
-    loads. Its five fault cases (Ctrl-C, a changed-flag rerun, the lock taken over, a
-    writer whose clock is ahead, a vanishing image folder) have a test each in the
-    suite, and run in the script's own soak on the ResNet (docs/testing.md)."""
+def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path, capsys):
+    """scripts/soak_preemption.py (its main, in process; every run of run.py in a
+    process of its own) with 2 kills on the tiny encoder: bit-exact final weights
+    (--deterministic), a sound state file after every kill (both damages of the state
+    file, garbage and deletion, each recovered from by the next start; a second run.py
+    refused), every remaining checkpoint loads. Its five fault cases (Ctrl-C, a
+    changed-flag rerun, the lock taken over, a writer whose clock is ahead, a vanishing
+    image folder) have a test each in the suite, and run in the script's own soak on
+    the ResNet (docs/testing.md)."""
     report_path = tmp_path / "report.json"
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "soak_preemption.py"), "--kills=3",
-         "--encoder=tiny", "--no-fault_cases",
-         "--train_steps=6", "--checkpoint_steps=1", "--max_random_delay=12",
-         # No SavedModel at the end of the runs that finish (the uninterrupted one, the
-         # last attempt): the soak compares their checkpoints, and its kills (seed 3: at
-         # checkpoint writes) never reach an export.
-         "--flag=--export_format=none",
-         f"--workdir={tmp_path / 'soak'}", f"--json={report_path}", "--seed=3"],
-        capture_output=True, text=True, timeout=600, cwd=REPO, env=_env())
-    assert report_path.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    status = soak_preemption.main([
+        "--kills=2", "--encoder=tiny", "--no-fault_cases",
+        "--train_steps=6", "--checkpoint_steps=1", "--max_random_delay=12",
+        # No SavedModel at the end of the runs that finish (the uninterrupted one, the
+        # last attempt): the soak compares their checkpoints, and its kills (seed 3: at
+        # checkpoint writes) never reach an export.
+        "--flag=--export_format=none",
+        f"--workdir={tmp_path / 'soak'}", f"--json={report_path}", "--seed=3"])
+    printed = capsys.readouterr().out
+    assert report_path.exists(), printed[-3000:]
     report = json.loads(report_path.read_text())
-    assert report["passed"], json.dumps(report["checks"]) + result.stdout[-3000:]
-    assert report["kills"] >= 3 and report["weights"]["num_differing"] == 0
+    assert report["passed"], json.dumps(report["checks"]) + printed[-3000:]
+    assert report["kills"] >= 2 and report["weights"]["num_differing"] == 0
+    assert report["state_file_damages"] == ["garbage appended", "deleted"]
+    assert [writer["refused"] for writer in report["second_writers"]] == [True]
     # The tiny encoder's model (21 variables) and optimizer slots (13), and more.
     assert report["weights"]["num_tensors"] > 34
-    assert result.returncode == 0
+    assert status == 0
 
 
 @pytest.mark.large  # 30 s
