@@ -162,9 +162,11 @@ def parse_args(argv=None):
                         help="Step budget of (a), (c), (d), (e): this many epochs of all "
                         "training images at batch 64.")
     parser.add_argument("--fast", action="store_true",
-                        help="The tiny encoder and a few steps per stage: checks the "
-                        "script end to end in 1-2 minutes (start-up, tracing and export "
-                        "dominate); the accuracies mean nothing.")
+                        help="The tiny encoder, a few steps per stage and no export at "
+                        "the end of a stage (--export_format=none: the stages read each "
+                        "other's checkpoints): checks the script end to end in 1-2 "
+                        "minutes (start-up and tracing dominate); the accuracies mean "
+                        "nothing.")
     parser.add_argument("--stage_timeout", type=float, default=1800.0,
                         help="Seconds before a stage is killed (counted as failed).")
     return parser.parse_args(argv)
@@ -215,10 +217,13 @@ def commands(args, seed, workdir, counts):
     common = [f"--seed={seed}", "--progress=lines", "--mode=train_then_eval"]
     model_dir = {stage: os.path.join(workdir, name) for stage, name in DIRECTORIES.items()}
     # --fast checks the script, not the method: the tiny encoder (two conv stages; the
-    # stages after the pretraining inherit it) and a few steps per stage.
+    # stages after the pretraining inherit it), a few steps per stage, and no export at
+    # the end of a stage (nothing reads one: the later stages read the checkpoints of
+    # the run directories they are given, the report their result.json).
+    no_export = ["--export_format=none"] if args.fast else []
     pretrain_fast = ["--encoder=tiny", "--train_epochs=1", "--warmup_epochs=0.2",
-                     "--checkpoint_epochs=1"]
-    finetune_fast = ["--train_epochs=2", "--checkpoint_epochs=1"]
+                     "--checkpoint_epochs=1"] + no_export
+    finetune_fast = ["--train_epochs=2", "--checkpoint_epochs=1"] + no_export
     found = dict(
         pretrain=run_py + [f"--flagfile={PRETRAIN_FLAGS}",
                            f"--model_dir={model_dir['pretrain']}",
@@ -257,6 +262,8 @@ def commands(args, seed, workdir, counts):
         + recipe(counts["num_train"]) + [f"--model_dir={model_dir['d']}"] + common,
         e=run_py + scratch + flag_list(small_model_data) + recipe(counts["num_labelled"])
         + [f"--model_dir={model_dir['e']}"] + common)
+    for stage in ("a", "c", "d", "e"):
+        found[stage] += no_export
     return found, model_dir
 
 

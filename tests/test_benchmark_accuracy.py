@@ -7,7 +7,6 @@ a dependency of the package or of its tests)."""
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -124,16 +123,17 @@ def test_bad_arguments_are_refused_before_any_work(bench, tmp_path):
 
 
 @pytest.mark.extra_large
-def test_fast_path_end_to_end_and_resume(tmp_path, bench):
+def test_fast_path_end_to_end_and_resume(tmp_path, bench, capsys):
+    """The script's main in process (its simclr_tf cell trains through run.py, in a
+    process of its own, as always): both cells, the record, the doc left alone; a
+    rerun reuses them; without --resume the workdir is refused."""
     data = tmp_path / "fashion"
     write_fashion_mnist(str(data), sizes={"train": 512, "test": 256})
     workdir, doc = tmp_path / "work", tmp_path / "benchmarks.md"
     doc.write_text("untouched\n")
-    command = [sys.executable, SCRIPT, "--fast", "--rows=random,simclr_tf", "--seeds=0",
-               f"--workdir={workdir}", f"--data_dir={data}", f"--doc={doc}"]
-    first = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
-                           timeout=900, check=False)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    argv = ["--fast", "--rows=random,simclr_tf", "--seeds=0", f"--workdir={workdir}",
+            f"--data_dir={data}", f"--doc={doc}"]
+    assert bench.main(argv) == 0, capsys.readouterr().out[-3000:]
     with open(workdir / "benchmark.json") as f:
         saved = json.load(f)
     cells = {(c["row"], c["seed"]): c for c in saved["cells"]}
@@ -144,13 +144,12 @@ def test_fast_path_end_to_end_and_resume(tmp_path, bench):
     assert cells["simclr_tf", 0]["seconds_per_step"] > 0
     assert doc.read_text() == "untouched\n"  # --fast never writes the doc
     # A rerun reuses the finished cells; without --resume the workdir is refused.
-    again = subprocess.run(command + ["--resume"], capture_output=True, text=True,
-                           cwd=REPO, timeout=300, check=False)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("reused") == 2
-    refused = subprocess.run(command, capture_output=True, text=True, cwd=REPO,
-                             timeout=300, check=False)
-    assert refused.returncode == 2 and "--resume" in refused.stderr
+    capsys.readouterr()
+    assert bench.main(argv + ["--resume"]) == 0
+    assert capsys.readouterr().out.count("reused") == 2
+    with pytest.raises(SystemExit) as refused:
+        bench.main(argv)
+    assert refused.value.code == 2 and "--resume" in capsys.readouterr().err
 
 
 def test_the_fastest_stretch_is_timed_over_at_least_the_peer_s_interval(bench):

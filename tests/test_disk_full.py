@@ -1,11 +1,9 @@
 """A full disk under a writer of records (embeddings, the projector view, result
-files) is an error naming the file and the space left there, exit 1 from run.py, never
-a traceback; the file there before is kept. (Checkpoints and exports: test_recovery,
+files) is an error naming the file and the space left there, exit 1 from run.py's main,
+never a traceback; the file there before is kept. (Checkpoints and exports: test_recovery,
 test_reliability, test_export.)"""
 import errno
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import tensorflow as tf
 from simclr_tf.config import errors
 from simclr_tf.run import experiment
 from simclr_tf.evaluation import writers
+from helpers import cli_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,60 +75,53 @@ def test_embed_on_a_full_disk_names_the_file_and_keeps_the_old_one(tiny_run, tmp
     assert sorted(os.listdir(projector)) == kept
 
 
-# run.py whose writes fail as on a full disk: np.savez (the embeddings), or
-# TensorFlow's file system for one file name (a record).
-_DISK_FULL_RUN = """
-import errno, runpy, sys
-import numpy as np
-import tensorflow as tf
-which = sys.argv.pop(1)
-def savez(*args, **kwargs):
-    raise OSError(errno.ENOSPC, "No space left on device")
-real_write = tf.io.gfile.GFile.write
-def write(self, data):
-    if which in self.name:
-        raise tf.errors.ResourceExhaustedError(None, None,
-                                               f"{self.name}; No space left on device")
-    return real_write(self, data)
-if which == "npz":
-    np.savez = savez
-else:
-    tf.io.gfile.GFile.write = write
-sys.argv = [sys.argv[1], *sys.argv[2:]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+def _gfile_write_fails_for(name):
+    """A tf.io.gfile.GFile.write that fails as on a full disk for files whose name
+    holds `name` (TensorFlow's file system: a record's writer)."""
+    real_write = tf.io.gfile.GFile.write
+
+    def write(self, data):
+        if name in self.name:
+            raise tf.errors.ResourceExhaustedError(None, None,
+                                                   f"{self.name}; No space left on device")
+        return real_write(self, data)
+
+    return write
 
 
-@pytest.mark.large  # 2 x 15-25 s
-def test_run_py_reports_a_full_disk_under_any_writer_without_a_traceback(tiny_run,
-                                                                          tmp_path):
-    """run.py --mode=embed with no space for the embeddings, and --mode=eval with none
-    for its result record (a writer with no handling of its own): 'run.py: error'
-    naming the file and the space left, exit 1, the old embeddings kept."""
+# 2 s in process once the tiny run is there (2 x 15-25 s as run.py processes: large).
+def test_run_py_reports_a_full_disk_under_any_writer_without_a_traceback(
+        tiny_run, tmp_path, monkeypatch, capsys):
+    """run.py's main (in process, as the command line runs it) --mode=embed with no
+    space for the embeddings, and --mode=eval with none for its result record (a
+    writer with no handling of its own): 'run.py: error' naming the file and the
+    space left, exit 1, the old embeddings kept."""
     cfg = tiny_run.copy_to(tmp_path / "run", mode="embed")
     output = os.path.join(cfg.model_dir, "embeddings", "test.npz")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
-    def run(which, *flags):
-        return subprocess.run([sys.executable, "-c", _DISK_FULL_RUN, which,
-                               os.path.join(REPO, "run.py"), f"--model_dir={cfg.model_dir}",
-                               "--embed_projector_size=0", *flags],
-                              capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    def run(*flags):
+        status = cli_flags.run_main(monkeypatch, [f"--model_dir={cfg.model_dir}",
+                                                  "--embed_projector_size=0", *flags])
+        return status, capsys.readouterr().err
 
-    first = run("none", "--mode=embed")
-    assert first.returncode == 0, first.stderr[-3000:]
+    status, error = run("--mode=embed")
+    assert status == 0, error[-3000:]
     before = open(output, "rb").read()
-    full = run("npz", "--mode=embed")
-    assert full.returncode == 1, full.stderr[-3000:]
+    with monkeypatch.context() as patch:
+        patch.setattr(np, "savez", _no_space)
+        status, error = run("--mode=embed")
+    assert status == 1, error[-3000:]
     assert f"run.py: error: Writing {output} failed: no space left on the device (" \
-        in full.stderr and "free there now" in full.stderr, full.stderr[-3000:]
-    assert "Traceback" not in full.stderr
+        in error and "free there now" in error, error[-3000:]
+    assert "Traceback" not in error
     assert open(output, "rb").read() == before
-    record = run("result_4", "--mode=eval")
-    assert record.returncode == 1, record.stderr[-3000:]
-    assert "run.py: error: Writing " in record.stderr and "result_4" in record.stderr \
-        and "no space left on the device" in record.stderr, record.stderr[-3000:]
-    assert "Traceback" not in record.stderr
+    with monkeypatch.context() as patch:
+        patch.setattr(tf.io.gfile.GFile, "write", _gfile_write_fails_for("result_4"))
+        status, error = run("--mode=eval")
+    assert status == 1, error[-3000:]
+    assert "run.py: error: Writing " in error and "result_4" in error \
+        and "no space left on the device" in error, error[-3000:]
+    assert "Traceback" not in error
 
 
 def test_a_full_model_dir_is_named_at_preflight_and_its_probe_removed(tiny_run, tmp_path,
@@ -138,15 +130,7 @@ def test_a_full_model_dir_is_named_at_preflight_and_its_probe_removed(tiny_run, 
     the directory (not 'not writable ... another user's'), and no probe file left."""
     cfg = tiny_run.copy_to(tmp_path / "run", mode="eval")
     listed = sorted(os.listdir(cfg.model_dir))
-    real_write = tf.io.gfile.GFile.write
-
-    def write(self, data):
-        if ".write_test" in self.name:
-            raise tf.errors.ResourceExhaustedError(None, None,
-                                                   f"{self.name}; No space left on device")
-        return real_write(self, data)
-
-    monkeypatch.setattr(tf.io.gfile.GFile, "write", write)
+    monkeypatch.setattr(tf.io.gfile.GFile, "write", _gfile_write_fails_for(".write_test"))
     with pytest.raises(errors.DiskFullError, match=f"Writing {cfg.model_dir} failed: no "
                        "space left on the device .* Nothing was written"):
         experiment.run(cfg)

@@ -118,6 +118,7 @@ def test_an_objective_in_one_file_trains_and_evaluates_from_run_py(tmp_path):
             "--width_multiplier=0.125", "--train_batch_size=32", "--train_steps=2",
             "--checkpoint_steps=2", "--learning_rate=0.1", "--deterministic",
             "--mode=train", "--log_every_steps=1", "--progress=none",
+            "--export_format=none",  # the checkpoint is what the evaluation reads
             f"--model_dir={straight}")
     with open(straight / "flags.json") as f:
         recorded = json.load(f)
@@ -208,7 +209,7 @@ def test_an_objective_option_named_like_a_run_py_flag_is_refused(option, tmp_pat
     ("margin_triplet", '{"triplet_margin": 0.3}', (0.2, 1.2)),
 ])
 def test_the_papers_table_2_losses_pretrain_like_nt_xent(tmp_path, train_mode, options,
-                                                          loss_at_start):
+                                                          loss_at_start, skip_final_export):
     """The loss study's built-in modes train as pretraining does (views, online head,
     records) with their own loss: its value is of its own scale, not NT-Xent's."""
     from helpers import run_fixtures  # pylint: disable=import-outside-toplevel

@@ -1,6 +1,6 @@
 """run.py's flags parsed from a command line into a FlagValues of their own, so a test
-builds the Config run.py would (`run.config_from_flags(flag_values(argv))`) without
-touching the process-wide FLAGS."""
+builds the Config run.py would (`run.config_from_flags(flag_values(argv))`), or runs
+run.py's main in process (`run_main`), without touching the process-wide FLAGS."""
 import copy
 
 from absl import flags
@@ -18,3 +18,23 @@ def flag_values(argv):
         values[name] = copy.deepcopy(run.FLAGS[name])
     values(["run.py", *argv])
     return values
+
+
+def run_main(monkeypatch, argv):
+    """run.py's `main` on `argv` (without the program name) in this process, as
+    `python run.py <argv>` runs it: the same errors, printed the same way (read them
+    with capsys). Returns the exit status (0 when main returns). An exception main
+    does not handle propagates (a traceback, in a process).
+
+    Its FlagValues are its own (`flag_values`), with absl's --verbosity given, so that
+    main leaves the logging of the test process as it is."""
+    values = flag_values(argv)
+    flags.DEFINE_integer("verbosity", 0, "absl's --verbosity, given: left as it is.",
+                         flag_values=values)
+    values["verbosity"].present = 1
+    monkeypatch.setattr(run, "FLAGS", values)
+    try:
+        run.main(["run.py"])
+    except SystemExit as exit_:
+        return exit_.code
+    return 0
