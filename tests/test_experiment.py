@@ -103,8 +103,8 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
     assert from_export["global_step"] == 1
 
 
-# Measured in the full suite at bffb33f: 34 s, 21 s, 50 s and 67 s; about a third
-# less since each trains its first segment once.
+# Measured in the full suite at bffb33f: 34 s, 21 s, 50 s and 67 s (the last with
+# gradient caching); about a third less since each trains its first segment once.
 @pytest.mark.parametrize("variant", [
     # The pretraining path's proof on a real model (docs/testing.md).
     pytest.param(run_fixtures.RESNET, id="resnet", marks=pytest.mark.large),
@@ -115,10 +115,12 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
     # Pretraining on two replicas (MirroredStrategy over two of the test CPUs), on the
     # tiny encoder: on the ResNet with four replicas it took 167 s in the full suite.
     pytest.param(dict(strategy="mirrored"), id="2_replicas", marks=pytest.mark.large),
-    # Views drawn in the step, chunk by chunk in both passes of gradient caching: the
-    # subject is the views, on the tiny encoder.
-    pytest.param(dict(augment_on="device", use_blur=True, grad_cache_chunk=32),
-                 id="device_views_grad_cache", marks=pytest.mark.extra_large)])
+    # Views drawn in the step (crops from the examples' seeds, blurs from the
+    # step's): the subject is the views, on the tiny encoder. Gradient caching
+    # keeps no state across steps (a chunk's seed is (seed, step, replica, chunk));
+    # its chunks' views, alike in both passes, are test_grad_cache's.
+    pytest.param(dict(augment_on="device", use_blur=True), id="device_views",
+                 marks=pytest.mark.large)])
 def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
                                                                      monkeypatch, variant,
                                                                      skip_final_export):
@@ -126,7 +128,7 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
     again ends with the weights of a run that was never stopped. On the ResNet, for
     pretraining and fine-tuning; on the tiny encoder, on two replicas, and for views
-    drawn on the device in two chunks of gradient caching.
+    drawn on the device.
 
     The stopped run's directory is the uninterrupted run's, copied where an
     interruption stops it (`run_fixtures.run_copied_after_first_segment`: ckpt-3 and
