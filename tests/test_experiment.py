@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf.run import experiment, preflight
+from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints
 from simclr_tf.run.modes import parts
 from simclr_tf.weights import export as simclr_export
@@ -314,15 +315,17 @@ def test_odd_finetune_batch_on_onednn_cpu_fails_before_crashing(tmp_path):
 
 
 @pytest.mark.large  # 50 s
-def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path,
+def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tiny_run, tmp_path,
                                                                     skip_final_export):
     """XLA compiles the per-replica step (not the loop reading the iterator): the
-    first step's loss (same weights, same batch) equals the uncompiled one's."""
-    xla = experiment.run(config(train_steps=1, jit_compile=True, mode="train",
-                                model_dir=str(tmp_path / "xla")))
-    plain = experiment.run(config(train_steps=1, mode="train",
-                                  model_dir=str(tmp_path / "plain")))
-    assert xla["global_step"] == plain["global_step"] == 1
+    first step's loss (same weights, same batch) equals the uncompiled one's, the
+    session's tiny run's first step (its metrics.jsonl)."""
+    xla = experiment.run(tiny_run.config_for(tmp_path / "xla", train_steps=1,
+                                             jit_compile=True, knn_eval_split=None))
+    assert xla["global_step"] == 1
+    [plain] = [line for line in records.read_metrics(
+        os.path.join(tiny_run.directory, records.METRICS_FILE))
+        if line["step"] == 1 and "train/contrast_loss" in line]
     np.testing.assert_allclose(xla["train/contrast_loss"], plain["train/contrast_loss"],
                                rtol=1e-4)
 
@@ -337,36 +340,37 @@ def _points(log_dir, tag):
     return sorted(points)
 
 
-@pytest.mark.large  # 41 s with the rerun
-def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path, capsys,
+@pytest.mark.large  # 41 s with the rerun (when it trained its own 2 steps)
+def test_final_linear_probe_compares_pretrained_and_random_encoders(tiny_run, tmp_path,
+                                                                   capsys,
                                                                    skip_final_export):
     """The quick start's closing probe: features of every example of both splits (the
     distributed extractor), an L-BFGS probe for the trained and for a random encoder;
     said before it starts and per encoder (it was silent for 1.5 minutes), and a
-    TensorBoard scalar each, once however often the finished run is rerun."""
-    cfg = config(train_steps=2, mode="train", final_linear_probe=True,
-                 train_split="train[:300]", eval_split="test[:200]",
-                 model_dir=str(tmp_path / "run"))
+    TensorBoard scalar each, once however often the finished run is rerun. The
+    trained run is a copy of the session's tiny run (4 steps on train, 360 test
+    examples), its command given --final_linear_probe."""
+    cfg = tiny_run.copy_to(tmp_path / "run", final_linear_probe=True)
     results = experiment.run(cfg)
     for name in ("linear_probe/pretrained", "linear_probe/random_init"):
-        # Accuracies over the 200 test examples, well above chance on digits.
+        # Accuracies over the 360 test examples, well above chance on digits.
         assert 0.2 < results[name] <= 1.0
-        assert round(results[name] * 200) == pytest.approx(results[name] * 200, abs=1e-6)
+        assert round(results[name] * 360) == pytest.approx(results[name] * 360, abs=1e-6)
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved["linear_probe/pretrained"] == pytest.approx(results["linear_probe/pretrained"])
     protocols = check_protocols(saved)  # and the training accuracies'
     for name in ("linear_probe/pretrained", "linear_probe/random_init"):
         assert (protocols[name]["split"], protocols[name]["examples"],
-                protocols[name]["train"]["examples"]) == ("test[:200]", 200, 300)
-    assert protocols["linear_probe/pretrained"]["checkpoint"] == dict(path="ckpt-2", step=2)
+                protocols[name]["train"]["examples"]) == ("test", 360, 1437)
+    assert protocols["linear_probe/pretrained"]["checkpoint"] == dict(path="ckpt-4", step=4)
     out = capsys.readouterr().out
-    assert out.index("Final linear probe: features of the 300 train[:300] and 200 "
-                     "test[:200] examples") < out.index("  pretrained encoder: top-1") < \
+    assert out.index("Final linear probe: features of the 1437 train and 360 "
+                     "test examples") < out.index("  pretrained encoder: top-1") < \
         out.index("  random init encoder: top-1") < out.index("Linear probe (L-BFGS")
     # The finished command again, measuring again: same probe, no second point.
     experiment.run(dataclasses.replace(cfg, reevaluate=True))
     for name in ("linear_probe/pretrained", "linear_probe/random_init"):
-        assert _points(str(tmp_path / "run"), name) == [(2, pytest.approx(results[name]))]
+        assert _points(str(tmp_path / "run"), name) == [(4, pytest.approx(results[name]))]
 
 
 def test_rerunning_an_evaluation_adds_no_second_point(tiny_run, tmp_path, capsys,
