@@ -41,9 +41,12 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
     pretrain_dir = str(tmp_path / "pretrain")
     tiny_run.copy_to(pretrain_dir)
     assert tf.train.latest_checkpoint(pretrain_dir).endswith("ckpt-4")
-    # Resume: a longer target continues from step 4, never overshooting.
+    # Resume: a longer target continues from step 4, never overshooting. No export
+    # (the fine-tune from an export below starts from the tiny run's, saved_model/4)
+    # nor kNN monitor (the tiny run's test).
     second = experiment.run(tiny_run.config_for(pretrain_dir, train_steps=5,
-                                                mode="train_then_eval"))
+                                                mode="train_then_eval", export_format="none",
+                                                knn_eval_split=None))
     assert second["global_step"] == 5 and second["eval/num_examples"] == 360
     assert 0.0 <= second["eval/label_top_1_accuracy"] <= second[
         "eval/label_top_5_accuracy"] <= 1.0
@@ -99,10 +102,12 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
                                rtol=1e-4, atol=1e-5)
 
     # Fine-tuning can also start from a SavedModel directory (an export).
+    export_dir = os.path.join(pretrain_dir, "saved_model", "4")
     from_export = experiment.run(config(
-        train_mode="finetune", train_steps=1, checkpoint=second["saved_model"],
-        model_dir=str(tmp_path / "from_export"), mode="train"))
+        train_mode="finetune", train_steps=1, checkpoint=export_dir,
+        model_dir=str(tmp_path / "from_export"), mode="train", export_format="none"))
     assert from_export["global_step"] == 1
+    assert from_export["train/initialized_from"].startswith(export_dir)
 
 
 # Measured in the full suite at bffb33f: 34 s, 21 s, 50 s and 67 s (the last with
@@ -288,10 +293,11 @@ def test_a_released_head_must_read_the_layer_it_was_trained_on(tmp_path):
 
 
 @pytest.mark.large  # 40 s
-def test_finetune_from_a_released_model(tmp_path):
+def test_finetune_from_a_released_model(tmp_path, skip_final_export):
     """A model in the authors' released layout (a small R50 with random weights,
     written by the test) fine-tuned on digits: its encoder loads exactly (checked on
-    one BN statistic), then training runs and exports."""
+    one BN statistic), then training runs. Its export is any run's (the export of a
+    ResNet: test_export; a fine-tune's, served: test_pretrain_resume_finetune_eval)."""
     released, source = official_fixtures.write_small_official(tmp_path / "released")
     cfg = config(train_mode="finetune", checkpoint=released, train_steps=1,
                  image_size=32, train_batch_size=4, mode="train", fine_tune_after_block=4,
