@@ -3,7 +3,6 @@ step on 1 and 2 replicas, the fixed teacher, the flags' errors before anything i
 built, and whole runs (train, resume bit-exact, evaluate, export)."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -391,25 +390,33 @@ def test_the_student_is_the_teachers_model_unless_flags_say_otherwise(tmp_path):
 # ------------------------------------------------------------------ whole runs
 
 
-@pytest.mark.large  # 55 s beside another job
-def test_run_py_distils_evaluates_and_exports_a_student(tmp_path):
+@pytest.mark.large  # 55 s beside another job (as a run.py process)
+def test_run_py_distils_evaluates_and_exports_a_student(tmp_path, capsys):
     """The issue's command: run.py --train_mode=distill --teacher=<fine-tuned run>
     --model_dir=<new> (everything else read from the teacher's run) trains, writes
     train/distill_loss and the monitor's scalars, evaluates the student and exports
-    it; the teacher's directory is untouched."""
+    it; the teacher's directory is untouched. In process: run.py's flags parsed
+    (`run.config_from_flags`, what its main does), then `experiment.run`; run.py's
+    own process (exit statuses, signals) is tested by test_reliability's runs."""
+    sys.path.insert(0, REPO)
+    try:
+        import run  # pylint: disable=import-outside-toplevel
+        from helpers.cli_flags import flag_values  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(REPO)
     _teacher_run(tmp_path / "teacher")
     before = {name: os.path.getmtime(tmp_path / "teacher" / name)
               for name in os.listdir(tmp_path / "teacher")}
     student = tmp_path / "student"
-    process = subprocess.run(
-        [sys.executable, os.path.join(REPO, "run.py"), "--train_mode=distill",
-         f"--teacher={tmp_path / 'teacher'}", f"--model_dir={student}",
-         "--mode=train_then_eval", "--train_steps=4", "--checkpoint_steps=2",
-         "--progress=lines", "--learning_rate=0.1"],
-        capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    assert "Teacher: checkpoint" in process.stdout
-    assert "Distillation on test at step 4: student top-1" in process.stdout
+    cfg = run.config_from_flags(flag_values([
+        "--train_mode=distill", f"--teacher={tmp_path / 'teacher'}",
+        f"--model_dir={student}", "--mode=train_then_eval", "--train_steps=4",
+        "--checkpoint_steps=2", "--progress=lines", "--learning_rate=0.1"]), report=print)
+    experiment.run(cfg)
+    printed = capsys.readouterr().out
+    assert f"Flags read from {tmp_path / 'teacher'}" in printed
+    assert "Teacher: checkpoint" in printed
+    assert "Distillation on test at step 4: student top-1" in printed
     result = json.load(open(student / "result.json"))
     for name in ("train/distill_loss", "train/teacher_agreement",
                  "distill/student_top_1_accuracy", "distill/teacher_agreement",
@@ -484,21 +491,22 @@ def test_a_resumed_distillation_ends_bit_exact(tmp_path, monkeypatch, skip_final
     """Stopped after its first checkpoint and started again, a distillation run ends
     with the weights of one never stopped (the teacher is loaded again from its path;
     data order and crops are restored with the step). The distillation path's proof
-    on a real model: a ResNet-18 teacher and student (docs/testing.md)."""
+    on a real model: a ResNet-18 teacher and student (docs/testing.md). The stopped
+    run is the uninterrupted one's directory copied where an interruption stops it
+    (`run_fixtures.run_copied_after_first_segment`); the final checkpoints are
+    compared tensor by tensor (the student's variables and its optimizer's)."""
     _teacher_run(tmp_path / "teacher", **run_fixtures.RESNET)
     common = dict(train_mode="distill", teacher=str(tmp_path / "teacher"), mode="train",
                   checkpoint_steps=3, train_steps=6, train_batch_size=32,
                   log_every_steps=3, learning_rate=0.1, **run_fixtures.RESNET)
     straight = run_fixtures.config(model_dir=str(tmp_path / "straight"), **common)
     resumed = run_fixtures.config(model_dir=str(tmp_path / "resumed"), **common)
-    experiment.run(straight)
-    run_fixtures.run_stopped_after_first_segment(monkeypatch, resumed)
+    run_fixtures.run_copied_after_first_segment(monkeypatch, straight, resumed.model_dir)
     assert tf.train.latest_checkpoint(resumed.model_dir).endswith("ckpt-3")
+    # The copy holds the pin of the teacher the run started with, as a stopped run's.
+    assert os.path.exists(os.path.join(resumed.model_dir, teacher.PIN_FILE))
     experiment.run(resumed)
-    a, b = run_fixtures.final_weights(straight), run_fixtures.final_weights(resumed)
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
+    run_fixtures.assert_same_checkpoints(straight.model_dir, resumed.model_dir)
     assert json.load(open(tmp_path / "resumed" / "result.json"))["global_step"] == 6
 
 

@@ -4,6 +4,7 @@ that need the dataset or the strategy, all before any model is built."""
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf.run import experiment, preflight
+from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints
 from simclr_tf.run.modes import parts
 from simclr_tf.weights import export as simclr_export
@@ -39,9 +41,12 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
     pretrain_dir = str(tmp_path / "pretrain")
     tiny_run.copy_to(pretrain_dir)
     assert tf.train.latest_checkpoint(pretrain_dir).endswith("ckpt-4")
-    # Resume: a longer target continues from step 4, never overshooting.
+    # Resume: a longer target continues from step 4, never overshooting. No export
+    # (the fine-tune from an export below starts from the tiny run's, saved_model/4)
+    # nor kNN monitor (the tiny run's test).
     second = experiment.run(tiny_run.config_for(pretrain_dir, train_steps=5,
-                                                mode="train_then_eval"))
+                                                mode="train_then_eval", export_format="none",
+                                                knn_eval_split=None))
     assert second["global_step"] == 5 and second["eval/num_examples"] == 360
     assert 0.0 <= second["eval/label_top_1_accuracy"] <= second[
         "eval/label_top_5_accuracy"] <= 1.0
@@ -97,13 +102,16 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
                                rtol=1e-4, atol=1e-5)
 
     # Fine-tuning can also start from a SavedModel directory (an export).
+    export_dir = os.path.join(pretrain_dir, "saved_model", "4")
     from_export = experiment.run(config(
-        train_mode="finetune", train_steps=1, checkpoint=second["saved_model"],
-        model_dir=str(tmp_path / "from_export"), mode="train"))
+        train_mode="finetune", train_steps=1, checkpoint=export_dir,
+        model_dir=str(tmp_path / "from_export"), mode="train", export_format="none"))
     assert from_export["global_step"] == 1
+    assert from_export["train/initialized_from"].startswith(export_dir)
 
 
-# Measured in the full suite at bffb33f: 34 s, 21 s, 50 s and 67 s.
+# Measured in the full suite at bffb33f: 34 s, 21 s, 50 s and 67 s (the last with
+# gradient caching); about a third less since each trains its first segment once.
 @pytest.mark.parametrize("variant", [
     # The pretraining path's proof on a real model (docs/testing.md).
     pytest.param(run_fixtures.RESNET, id="resnet", marks=pytest.mark.large),
@@ -114,10 +122,12 @@ def test_pretrain_resume_finetune_eval(tiny_run, tmp_path):
     # Pretraining on two replicas (MirroredStrategy over two of the test CPUs), on the
     # tiny encoder: on the ResNet with four replicas it took 167 s in the full suite.
     pytest.param(dict(strategy="mirrored"), id="2_replicas", marks=pytest.mark.large),
-    # Views drawn in the step, chunk by chunk in both passes of gradient caching: the
-    # subject is the views, on the tiny encoder.
-    pytest.param(dict(augment_on="device", use_blur=True, grad_cache_chunk=32),
-                 id="device_views_grad_cache", marks=pytest.mark.extra_large)])
+    # Views drawn in the step (crops from the examples' seeds, blurs from the
+    # step's): the subject is the views, on the tiny encoder. Gradient caching
+    # keeps no state across steps (a chunk's seed is (seed, step, replica, chunk));
+    # its chunks' views, alike in both passes, are test_grad_cache's.
+    pytest.param(dict(augment_on="device", use_blur=True), id="device_views",
+                 marks=pytest.mark.large)])
 def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
                                                                      monkeypatch, variant,
                                                                      skip_final_export):
@@ -125,7 +135,13 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     all restored: a run stopped after its first checkpoint (3 of 6 steps) and started
     again ends with the weights of a run that was never stopped. On the ResNet, for
     pretraining and fine-tuning; on the tiny encoder, on two replicas, and for views
-    drawn on the device in two chunks of gradient caching."""
+    drawn on the device.
+
+    The stopped run's directory is the uninterrupted run's, copied where an
+    interruption stops it (`run_fixtures.run_copied_after_first_segment`: ckpt-3 and
+    its records, no lock), so its first segment is trained once; the resumed run is a
+    new `experiment.run` on that copy, and the two final checkpoints are compared
+    tensor by tensor (the model's, BN statistics included, and the optimizer's)."""
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     if variant.get("strategy") == "mirrored":  # two of conftest's four CPU devices
         from simclr_tf.run import distribute  # pylint: disable=import-outside-toplevel
@@ -135,16 +151,13 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     # One segment to the first checkpoint: run_steps' first call trains steps 1-3.
     common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
                   train_split="train[:200]", log_every_steps=3, **variant)
-    experiment.run(config(model_dir=straight, **common))
-    run_fixtures.run_stopped_after_first_segment(monkeypatch,
-                                                 config(model_dir=resumed, **common))
+    run_fixtures.run_copied_after_first_segment(
+        monkeypatch, config(model_dir=straight, **common), resumed)
     assert tf.train.latest_checkpoint(resumed).endswith("ckpt-3")
-    experiment.run(config(model_dir=resumed, **common))
-    a = run_fixtures.final_weights(config(model_dir=straight, **common))
-    b = run_fixtures.final_weights(config(model_dir=resumed, **common))
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
+    assert tf.train.latest_checkpoint(straight).endswith("ckpt-6")
+    result = experiment.run(config(model_dir=resumed, **common))
+    assert result["train/initialized_from"] == "resumed " + os.path.join(resumed, "ckpt-3")
+    run_fixtures.assert_same_checkpoints(straight, resumed)
 
 
 def _bytes(path):
@@ -152,16 +165,19 @@ def _bytes(path):
         return f.read()
 
 
-@pytest.mark.large  # 34 s
-def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.large  # 8 s beside other jobs (27 s in the full suite when it trained a step)
+def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tiny_run, tmp_path,
+                                                                    monkeypatch):
+    # A copy of the session's tiny run (ckpt-2 and ckpt-4, its training records),
+    # less the SavedModel its training wrote: the export mode writes it again.
     run_dir = str(tmp_path / "run")
-    experiment.run(config(train_steps=1, model_dir=run_dir, mode="train"))
+    cfg = tiny_run.copy_to(run_dir, mode="export", eval_batch_size=64)
+    shutil.rmtree(os.path.join(run_dir, "saved_model"))
     record = {name: _bytes(os.path.join(run_dir, name))
               for name in ("flags.json", "result.json")}
     assert json.loads(record["result.json"])["train/initialized_from"] == "random"
-    result = experiment.run(config(train_steps=1, model_dir=run_dir, mode="export",
-                                   eval_batch_size=64))
-    assert result["saved_model"] == os.path.join(run_dir, "saved_model", "1")
+    result = experiment.run(cfg)
+    assert result["saved_model"] == os.path.join(run_dir, "saved_model", "4")
     assert os.path.exists(os.path.join(result["saved_model"], "saved_model.pb"))
     # Every mode keeps its own record; the training record is never overwritten.
     assert {name: _bytes(os.path.join(run_dir, name)) for name in record} == record
@@ -175,7 +191,7 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, mon
 
     monkeypatch.setattr(simclr_export, "export_for_step", full_disk)
     with pytest.raises(experiment.ExportError) as info:
-        experiment.run(config(train_steps=1, model_dir=run_dir, mode="export"))
+        experiment.run(cfg)
     assert "No space left on device" in str(info.value)
     assert "checkpoints are saved and intact" in str(info.value)
     assert "--mode=export" in str(info.value)
@@ -185,7 +201,7 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tmp_path, mon
         "saved_model"] == result["saved_model"]
     assert os.path.exists(os.path.join(result["saved_model"], "saved_model.pb"))
     assert {name: _bytes(os.path.join(run_dir, name)) for name in record} == record
-    assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-1")
+    assert tf.train.latest_checkpoint(run_dir).endswith("ckpt-4")
 
 
 @pytest.mark.large  # 16 s
@@ -277,10 +293,11 @@ def test_a_released_head_must_read_the_layer_it_was_trained_on(tmp_path):
 
 
 @pytest.mark.large  # 40 s
-def test_finetune_from_a_released_model(tmp_path):
+def test_finetune_from_a_released_model(tmp_path, skip_final_export):
     """A model in the authors' released layout (a small R50 with random weights,
     written by the test) fine-tuned on digits: its encoder loads exactly (checked on
-    one BN statistic), then training runs and exports."""
+    one BN statistic), then training runs. Its export is any run's (the export of a
+    ResNet: test_export; a fine-tune's, served: test_pretrain_resume_finetune_eval)."""
     released, source = official_fixtures.write_small_official(tmp_path / "released")
     cfg = config(train_mode="finetune", checkpoint=released, train_steps=1,
                  image_size=32, train_batch_size=4, mode="train", fine_tune_after_block=4,
@@ -304,15 +321,17 @@ def test_odd_finetune_batch_on_onednn_cpu_fails_before_crashing(tmp_path):
 
 
 @pytest.mark.large  # 50 s
-def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tmp_path,
+def test_jit_compile_on_the_default_cpu_strategy_trains_like_without(tiny_run, tmp_path,
                                                                     skip_final_export):
     """XLA compiles the per-replica step (not the loop reading the iterator): the
-    first step's loss (same weights, same batch) equals the uncompiled one's."""
-    xla = experiment.run(config(train_steps=1, jit_compile=True, mode="train",
-                                model_dir=str(tmp_path / "xla")))
-    plain = experiment.run(config(train_steps=1, mode="train",
-                                  model_dir=str(tmp_path / "plain")))
-    assert xla["global_step"] == plain["global_step"] == 1
+    first step's loss (same weights, same batch) equals the uncompiled one's, the
+    session's tiny run's first step (its metrics.jsonl)."""
+    xla = experiment.run(tiny_run.config_for(tmp_path / "xla", train_steps=1,
+                                             jit_compile=True, knn_eval_split=None))
+    assert xla["global_step"] == 1
+    [plain] = [line for line in records.read_metrics(
+        os.path.join(tiny_run.directory, records.METRICS_FILE))
+        if line["step"] == 1 and "train/contrast_loss" in line]
     np.testing.assert_allclose(xla["train/contrast_loss"], plain["train/contrast_loss"],
                                rtol=1e-4)
 
@@ -327,36 +346,37 @@ def _points(log_dir, tag):
     return sorted(points)
 
 
-@pytest.mark.large  # 41 s with the rerun
-def test_final_linear_probe_compares_pretrained_and_random_encoders(tmp_path, capsys,
+@pytest.mark.large  # 41 s with the rerun (when it trained its own 2 steps)
+def test_final_linear_probe_compares_pretrained_and_random_encoders(tiny_run, tmp_path,
+                                                                   capsys,
                                                                    skip_final_export):
     """The quick start's closing probe: features of every example of both splits (the
     distributed extractor), an L-BFGS probe for the trained and for a random encoder;
     said before it starts and per encoder (it was silent for 1.5 minutes), and a
-    TensorBoard scalar each, once however often the finished run is rerun."""
-    cfg = config(train_steps=2, mode="train", final_linear_probe=True,
-                 train_split="train[:300]", eval_split="test[:200]",
-                 model_dir=str(tmp_path / "run"))
+    TensorBoard scalar each, once however often the finished run is rerun. The
+    trained run is a copy of the session's tiny run (4 steps on train, 360 test
+    examples), its command given --final_linear_probe."""
+    cfg = tiny_run.copy_to(tmp_path / "run", final_linear_probe=True)
     results = experiment.run(cfg)
     for name in ("linear_probe/pretrained", "linear_probe/random_init"):
-        # Accuracies over the 200 test examples, well above chance on digits.
+        # Accuracies over the 360 test examples, well above chance on digits.
         assert 0.2 < results[name] <= 1.0
-        assert round(results[name] * 200) == pytest.approx(results[name] * 200, abs=1e-6)
+        assert round(results[name] * 360) == pytest.approx(results[name] * 360, abs=1e-6)
     saved = json.loads((tmp_path / "run" / "result.json").read_text())
     assert saved["linear_probe/pretrained"] == pytest.approx(results["linear_probe/pretrained"])
     protocols = check_protocols(saved)  # and the training accuracies'
     for name in ("linear_probe/pretrained", "linear_probe/random_init"):
         assert (protocols[name]["split"], protocols[name]["examples"],
-                protocols[name]["train"]["examples"]) == ("test[:200]", 200, 300)
-    assert protocols["linear_probe/pretrained"]["checkpoint"] == dict(path="ckpt-2", step=2)
+                protocols[name]["train"]["examples"]) == ("test", 360, 1437)
+    assert protocols["linear_probe/pretrained"]["checkpoint"] == dict(path="ckpt-4", step=4)
     out = capsys.readouterr().out
-    assert out.index("Final linear probe: features of the 300 train[:300] and 200 "
-                     "test[:200] examples") < out.index("  pretrained encoder: top-1") < \
+    assert out.index("Final linear probe: features of the 1437 train and 360 "
+                     "test examples") < out.index("  pretrained encoder: top-1") < \
         out.index("  random init encoder: top-1") < out.index("Linear probe (L-BFGS")
     # The finished command again, measuring again: same probe, no second point.
     experiment.run(dataclasses.replace(cfg, reevaluate=True))
     for name in ("linear_probe/pretrained", "linear_probe/random_init"):
-        assert _points(str(tmp_path / "run"), name) == [(2, pytest.approx(results[name]))]
+        assert _points(str(tmp_path / "run"), name) == [(4, pytest.approx(results[name]))]
 
 
 def test_rerunning_an_evaluation_adds_no_second_point(tiny_run, tmp_path, capsys,

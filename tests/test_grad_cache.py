@@ -184,6 +184,9 @@ def test_two_replicas_one_chunk_each_equal_one_replica():
     single, model_1 = _trainer(0, "lars")
     logs_1 = single.train_steps(_iterator(2), 2)
     np.testing.assert_allclose(logs["loss"], logs_1["loss"], rtol=1e-5)
+    # The global gradient's norm, not a mean of the replicas' local ones (as the
+    # plain step's: test_train_step::test_grad_norm_is_the_global_gradients_norm).
+    np.testing.assert_allclose(logs["grad_norm"], logs_1["grad_norm"], rtol=1e-5)
     for a, b in zip(model.weights, model_1.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=5e-5, err_msg=a.path)
 

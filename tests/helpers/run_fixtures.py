@@ -5,6 +5,8 @@ the run-layer tests (records, locks, flags, modes, signals) are about the machin
 and a ResNet-18 takes two to three times as long to build, trace and export. A test
 whose subject is the ResNet adds `**RESNET` (docs/testing.md).
 """
+import os
+
 from simclr_tf.config import Config
 
 TINY = dict(dataset="digits", train_split="train", eval_split="test", image_size=16,
@@ -65,6 +67,58 @@ def run_stopped_after_first_segment(monkeypatch, cfg):
         patch.setattr(loop, "_run_calls", run_then_stop)
         with pytest.raises(Stopped):
             experiment.run(cfg)
+
+
+def run_copied_after_first_segment(monkeypatch, cfg, copy_dir):
+    """Runs `cfg` with `experiment.run` to its end, and copies its model_dir to
+    `copy_dir` where `run_stopped_after_first_segment` stops a run (before the loop's
+    second segment: the first checkpoint saved, its records written), less the lock
+    that the stopped run releases: the directory an interruption there leaves, without
+    training its first segment a second time. Returns the run's result."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import experiment, loop, run_lock  # pylint: disable=import-outside-toplevel
+
+    original_run, calls = loop._run_calls, []  # pylint: disable=protected-access
+
+    def copy_then_run(*args, **kwargs):
+        if len(calls) == 1:
+            shutil.copytree(cfg.model_dir, str(copy_dir),
+                            ignore=shutil.ignore_patterns(run_lock.LOCK_FILE + "*"))
+        calls.append(1)
+        return original_run(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "_run_calls", copy_then_run)
+        result = experiment.run(cfg)
+    assert len(calls) > 1, "the run ended in one segment: nothing was copied"
+    return result
+
+
+def checkpoint_tensors(model_dir):
+    """{name: value} of every tensor of model_dir's latest checkpoint (the model's
+    variables, BN statistics included, the optimizer's step and slots), read from the
+    files without building a model."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def assert_same_checkpoints(straight_dir, resumed_dir):
+    """The latest checkpoints of two runs hold the same tensors (names and values, to
+    float32 round-off: rtol 1e-6, atol 1e-7), and both are at the same step."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    a, b = checkpoint_tensors(straight_dir), checkpoint_tensors(resumed_dir)
+    assert os.path.basename(tf.train.latest_checkpoint(straight_dir)) == \
+        os.path.basename(tf.train.latest_checkpoint(resumed_dir))
+    assert a.keys() == b.keys()
+    assert any("optimizer" in key for key in a) and any("moving_mean" in key for key in a)
+    for key in a:
+        if np.issubdtype(np.asarray(a[key]).dtype, np.floating):
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-6, atol=1e-7, err_msg=key)
+        else:
+            np.testing.assert_array_equal(b[key], a[key], err_msg=key)
 
 
 def final_weights(cfg, num_classes=10):
