@@ -348,6 +348,7 @@ def test_resnet_rejects_bad_arguments(kwargs, match):
         ResNet(**kwargs)
 
 
+@pytest.mark.bfloat16
 def test_mixed_precision_keeps_outputs_float32():
     model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
                         num_classes=3, dtype="mixed_bfloat16")

@@ -270,6 +270,7 @@ def policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.bfloat16
 def test_mixed_bfloat16_trains_with_float32_loss(policy):
     policy("mixed_bfloat16")
     trainer, model = _default_trainer()

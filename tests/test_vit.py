@@ -289,6 +289,7 @@ def test_vit_rejects_bad_arguments(kwargs, match):
         tiny_vit(**kwargs)
 
 
+@pytest.mark.bfloat16
 def test_mixed_precision_computes_in_bfloat16_and_keeps_h_float32():
     model = SimCLRModel(encoder=tiny_vit(dtype="mixed_bfloat16"), num_classes=3,
                         dtype="mixed_bfloat16")
