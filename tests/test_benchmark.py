@@ -17,6 +17,7 @@ def bench():
 
 
 @pytest.mark.large  # 20 s (ResNet-18 x0.125)
+@pytest.mark.bfloat16  # the matmul peak in bfloat16: oneDNN aborts the process under the cap
 def test_all_parts_run_on_the_smoke_preset(bench, tmp_path):
     # The subject is the parts' machinery, not the ResNet: the tiny encoder. The train
     # part draws its views on the device (the synthetic batch of --augment_on=device:
@@ -35,6 +36,7 @@ def test_all_parts_run_on_the_smoke_preset(bench, tmp_path):
 
 
 @pytest.mark.extra_large  # 67 s (ResNet-18 x0.125); two children of 31 s on the tiny encoder
+@pytest.mark.bfloat16
 def test_memory_part_runs_each_step_in_a_fresh_process(bench, tmp_path):
     # Also the train step with gradient caching and bf16. The subject is the part's
     # machinery (a fresh process per step, its rows), not the ResNet: the tiny encoder
