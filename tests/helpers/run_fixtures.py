@@ -121,16 +121,6 @@ def assert_same_checkpoints(straight_dir, resumed_dir):
             np.testing.assert_array_equal(b[key], a[key], err_msg=key)
 
 
-def final_weights(cfg, num_classes=10):
-    """{variable path: value} of the model of `cfg` at model_dir's latest checkpoint."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
-    from simclr_tf.run.modes import parts  # pylint: disable=import-outside-toplevel
-    model = parts.build_model(cfg, tf.distribute.get_strategy(), num_classes)
-    checkpoints.restore_model(model, tf.train.latest_checkpoint(cfg.model_dir))
-    return {v.path: v.numpy() for v in model.weights}
-
-
 class TinyRun:
     """A finished tiny pretraining run, trained once per test session (see the
     `tiny_run` fixture): 4 steps, checkpoints ckpt-2 and ckpt-4, the kNN monitor
