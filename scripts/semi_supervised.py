@@ -214,16 +214,16 @@ def commands(args, seed, workdir, counts):
     supervised and distilled runs need the training-set sizes that the pretraining
     and the teacher's logs report (`counts`: num_train, num_labelled)."""
     run_py = [sys.executable, os.path.join(REPO, "run.py")]
-    common = [f"--seed={seed}", "--progress=lines", "--mode=train_then_eval"]
-    model_dir = {stage: os.path.join(workdir, name) for stage, name in DIRECTORIES.items()}
     # --fast checks the script, not the method: the tiny encoder (two conv stages; the
     # stages after the pretraining inherit it), a few steps per stage, and no export at
     # the end of a stage (nothing reads one: the later stages read the checkpoints of
     # the run directories they are given, the report their result.json).
-    no_export = ["--export_format=none"] if args.fast else []
+    common = [f"--seed={seed}", "--progress=lines", "--mode=train_then_eval"] + (
+        ["--export_format=none"] if args.fast else [])
+    model_dir = {stage: os.path.join(workdir, name) for stage, name in DIRECTORIES.items()}
     pretrain_fast = ["--encoder=tiny", "--train_epochs=1", "--warmup_epochs=0.2",
-                     "--checkpoint_epochs=1"] + no_export
-    finetune_fast = ["--train_epochs=2", "--checkpoint_epochs=1"] + no_export
+                     "--checkpoint_epochs=1"]
+    finetune_fast = ["--train_epochs=2", "--checkpoint_epochs=1"]
     found = dict(
         pretrain=run_py + [f"--flagfile={PRETRAIN_FLAGS}",
                            f"--model_dir={model_dir['pretrain']}",
@@ -262,8 +262,6 @@ def commands(args, seed, workdir, counts):
         + recipe(counts["num_train"]) + [f"--model_dir={model_dir['d']}"] + common,
         e=run_py + scratch + flag_list(small_model_data) + recipe(counts["num_labelled"])
         + [f"--model_dir={model_dir['e']}"] + common)
-    for stage in ("a", "c", "d", "e"):
-        found[stage] += no_export
     return found, model_dir
 
 
