@@ -33,7 +33,7 @@ import run  # noqa: E402  pylint: disable=wrong-import-position
 from scripts import soak_preemption  # noqa: E402  pylint: disable=wrong-import-position
 
 from helpers import cli_flags
-from helpers.process_fixtures import free_ports, wait_all
+from helpers.process_fixtures import free_ports, stop_all, wait_all
 from helpers.run_fixtures import RESNET, TINY, config, write_run  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 
@@ -738,11 +738,7 @@ def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_p
         assert codes == [0, 0], open(f"{logs}/reference_worker1.log").read()[-3000:]
         codes = wait_all(restarted, 240)
     finally:
-        for process, log_file in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log_file.close()
+        stop_all(started)
     chief_log = open(f"{logs}/restarted_worker0.log").read()
     assert codes == [0, 0], chief_log[-3000:]
     assert re.search(rf"Training {MULTIWORKER_STEPS} steps \(.*; {stopped_at} done\)",

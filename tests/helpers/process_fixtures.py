@@ -25,9 +25,14 @@ def wait_all(processes, timeout):
     except subprocess.TimeoutExpired:
         pass  # killed below; the caller checks the return codes
     finally:
-        for process, log in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log.close()
+        stop_all(processes)
     return [process.returncode for process, _ in processes]
+
+
+def stop_all(processes):
+    """Kills the `(process, log file)` pairs still running and closes their logs."""
+    for process, log in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
