@@ -24,7 +24,6 @@ from simclr_tf.weights import checkpoints
 from simclr_tf.run.modes import parts
 from simclr_tf.config import ConfigError
 from simclr_tf.data import folders, image_scan
-from simclr_tf.run.loop import NonFiniteLossError
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)
