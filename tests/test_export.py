@@ -1,9 +1,10 @@
 """SavedModel export: served in a fresh process, equal to the in-memory model.
 
 One small model (R18 at width 0.125, CIFAR stem, 10 classes, 32 px) with random BN
-statistics is exported once per module; tests/export_serve_check.py loads it in a
-fresh process (only TF and Keras imported, as a serving client) and runs every
-interface and every bad input; `saved_model_cli` runs it as TF Serving's tooling does.
+statistics is exported once per session (the `served` fixture, shared by the
+pytest-xdist workers); tests/export_serve_check.py loads it in a fresh process (only
+TF and Keras imported, as a serving client) and runs every interface and every bad
+input; `saved_model_cli` runs it as TF Serving's tooling does.
 """
 import hashlib
 import io
@@ -119,8 +120,38 @@ def _preprocessed(images, crop=False):
 # process (about 30 s). The default tier serves the shared tiny run (test_tiny_run.py).
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """Exports once, serves in a fresh process; returns what both sides computed."""
-    tmp = tmp_path_factory.mktemp("export")
+    """Exports once, serves in a fresh process; returns what both sides computed.
+    Under pytest-xdist the workers share it, as they share the tiny run: the first
+    to ask exports and serves, the others wait on a lock and read what it saved."""
+    import fcntl  # pylint: disable=import-outside-toplevel
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    tmp = root / "export_served"
+    os.makedirs(tmp, exist_ok=True)
+    with open(tmp / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not os.path.exists(tmp / "served.json"):
+            _export_and_serve(tmp)
+    with open(tmp / "served.json") as f:
+        result = json.load(f)
+    with np.load(result.pop("out_npz")) as data:
+        got = dict(data)
+    with open(result.pop("out_json")) as f:
+        meta = json.load(f)
+    with np.load(tmp / "expected.npz") as data:
+        saved = dict(data)
+    expected = {interface: {key.split("/", 1)[1]: value for key, value in saved.items()
+                            if key.startswith(f"{interface}/")}
+                for interface in ("hub", "images", "bytes", "hub_train")}
+    expected["grads"] = [saved[f"grads/{i}"] for i in range(result.pop("num_grads"))]
+    return dict(result, got=got, meta=meta, expected=expected,
+                images_any=saved["images_any"])
+
+
+def _export_and_serve(tmp):
+    """The fixture's work, in `tmp`: the export, the fresh process's outputs
+    (out.npz, out.json), the in-memory model's (expected.npz) and served.json."""
     model_dir = str(tmp / "run")
     base = os.path.join(model_dir, export.SAVED_MODEL_DIRNAME)
     # An older export and the scratch directory of an export killed mid-write.
@@ -171,21 +202,22 @@ def served(tmp_path_factory):
         loss = sum(tf.reduce_sum(tf.square(outputs[k]))
                    for k in ("final_avg_pool", "proj_head_output", "logits_sup"))
     grads = tape.gradient(loss, [x] + list(model.trainable_variables))
-    expected["grads"] = [tf.convert_to_tensor(g).numpy() for g in grads]
     # The export traces batch norm unsynchronised (one replica: same statistics,
     # another formula for the variance); so does the reference computation here.
     with serving.local_batch_norm(model):
         expected["hub_train"] = _expected(model, images32, training=True)
     _, stderr = _wait(server)
-    with np.load(spec["out_npz"]) as data:
-        got = dict(data)
-    with open(spec["out_json"]) as f:
-        meta = json.load(f)
-    return dict(model_dir=model_dir, path=path, got=got, meta=meta, stderr=stderr,
-                image_files=image_files,
-                num_variables=len(model.variables),
-                num_trainable_variables=len(model.trainable_variables),
-                expected=expected, images_any=images_any, tmp=tmp)
+    np.savez(tmp / "expected.npz", images_any=images_any,
+             **{f"{interface}/{name}": value for interface, outputs in expected.items()
+                for name, value in outputs.items()},
+             **{f"grads/{i}": tf.convert_to_tensor(g).numpy() for i, g in enumerate(grads)})
+    with open(tmp / "served.json.tmp", "w") as f:
+        json.dump(dict(model_dir=model_dir, path=path, stderr=stderr,
+                       image_files=image_files, out_npz=spec["out_npz"],
+                       out_json=spec["out_json"], num_grads=len(grads),
+                       num_variables=len(model.variables),
+                       num_trainable_variables=len(model.trainable_variables)), f)
+    os.replace(tmp / "served.json.tmp", tmp / "served.json")
 
 
 def _assert_close(actual, expected, name):
@@ -337,8 +369,8 @@ def test_bad_serving_dtype_is_rejected_before_the_graph(served, case, dtype):
 
 
 @pytest.mark.large  # 18 s, and the served fixture
-def test_saved_model_cli_show_and_run(served):
-    path, tmp = served["path"], served["tmp"]
+def test_saved_model_cli_show_and_run(served, tmp_path):
+    path, tmp = served["path"], tmp_path  # the export is shared, the outputs its own
     np.save(tmp / "images.npy", served["images_any"])
     encoded = []
     for image_file in served["image_files"]:
@@ -368,12 +400,13 @@ def test_saved_model_cli_show_and_run(served):
                           served["got"][f"{prefix}/{name}"], f"{signature} {name}")
 
 
-@pytest.mark.large  # 6 s
 def test_center_crop_follows_the_training_recipe():
-    """Above 32 px the signatures centre-crop, as eval preprocessing does."""
+    """Above 32 px the signatures centre-crop, as eval preprocessing does. The
+    preprocessing is the signatures' own, whatever the encoder: the tiny one (the
+    ResNet's export parity is the `served` tests')."""
     size = 40
     assert augment.eval_center_crop_enabled(size)
-    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),
+    model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
                         num_classes=None)
     module, signatures = export.create_serving_module(model, image_size=size)
     images = np.random.default_rng(2).uniform(size=(2, 56, 64, 3)).astype(np.float32)

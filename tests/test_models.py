@@ -44,10 +44,41 @@ def fast_init(monkeypatch):
     monkeypatch.setattr(model_layers, "conv_initializer", lambda: "zeros")
 
 
-# Measured over 3.5 s to build (up to 24 s): the large tier; the others run by default.
+def count_by_distinct_blocks(encoder, input_shape):
+    """(trainable, total) parameters of an unbuilt ResNet `encoder`, building only its
+    stem and the first two blocks of each block group: every later block of a group
+    has the second's configuration (checked) and input shape, so its variables. Its
+    blocks hold every variable of a group, its stem and groups every one of the
+    encoder's (checked). A ResNet-152 builds 8 of its 50 blocks, each traced once
+    (`encoder.build` traces each block within its group's and the encoder's traces).
+    """
+    def children(layer):
+        return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+
+    def config(block):
+        return {k: v for k, v in block.get_config().items() if k != "name"}
+
+    assert children(encoder) == [encoder.stem] + encoder.block_groups
+    x = encoder.stem(keras.KerasTensor(input_shape))["initial_max_pool"]
+    built = [(encoder.stem, 1)]
+    for group in encoder.block_groups:
+        assert children(group) == group.blocks and len(group.blocks) >= 2
+        first, second, *rest = group.blocks
+        x = second(first(x))
+        assert all(config(block) == config(second) for block in rest), group.name
+        built += [(first, 1), (second, 1 + len(rest))]
+    return (sum(n * num_trainable(layer) for layer, n in built),
+            sum(n * layer.count_params() for layer, n in built))
+
+
+# Measured over 3.5 s to build whole (up to 24 s): the large tier (1-4 s each counted
+# by their distinct blocks, about 20 s together); the others run by default.
 _SLOW_TO_BUILD = {"r50_1x_sk1", "r50_2x_sk1", "r50_4x_sk0", "r101_1x_sk0", "r101_1x_sk1",
                   "r101_2x_sk1", "r152_1x_sk0", "r152_1x_sk1", "r152_2x_sk0", "r152_2x_sk1",
                   "r152_3x_sk1", "r200_1x_sk0"}
+# Also built whole, the counting method's check on both block types (the whole R50
+# with selective kernels: test_encoder_variables_follow_the_authors_structure_in_order).
+_BUILT_WHOLE = {"r18_1x_sk0", "r50_1x_sk0"}
 
 
 @pytest.mark.parametrize("name", [
@@ -56,9 +87,12 @@ _SLOW_TO_BUILD = {"r50_1x_sk1", "r50_2x_sk1", "r50_4x_sk0", "r101_1x_sk0", "r101
 def test_encoder_parameter_counts_equal_reference(name, fast_init):
     trainable, total = PARAM_COUNTS[name]
     encoder = ResNet(**variants.parse_variant(name))
-    encoder.build((None, 224, 224, 3))
-    assert num_trainable(encoder) == trainable
-    assert encoder.count_params() == total
+    assert count_by_distinct_blocks(encoder, (None, 224, 224, 3)) == (trainable, total)
+    if name in _BUILT_WHOLE:
+        encoder = ResNet(**variants.parse_variant(name))
+        encoder.build((None, 224, 224, 3))
+        assert num_trainable(encoder) == trainable
+        assert encoder.count_params() == total
 
 
 @pytest.mark.parametrize("name", sorted(CIFAR_TRAINABLE))
@@ -97,8 +131,9 @@ def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, path,
     assert sorted(head_shapes) == reference_heads
 
 
-@pytest.mark.parametrize("depth", [18, 34, 50] + [  # 5-10 s each
-    pytest.param(d, marks=pytest.mark.large) for d in (101, 152, 200)])
+# Both block types and a deep ResNet run whole; 152 and 200 repeat 101's blocks in
+# longer groups (their blocks are counted by test_encoder_parameter_counts_equal_reference).
+@pytest.mark.parametrize("depth", [18, 34, 50, pytest.param(101, marks=pytest.mark.large)])
 def test_named_features_have_the_resnet_shapes(depth):
     width = 0.125
     encoder = ResNet(depth=depth, width_multiplier=width)

@@ -16,6 +16,7 @@ from simclr_tf.run.modes import parts
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.data import registry
 from simclr_tf.evaluation import features, transfer
+from helpers.run_fixtures import H_DIM, config as tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,7 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.extra_large  # 195 s
 def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
     """80 steps of the quick-start recipe (16 px, width 0.25, batch 256); the probes
-    compare on 700 training examples to keep the L-BFGS fits short."""
+    compare on 700 training examples to keep the L-BFGS fits short. The run ends
+    without an export: the transfer table of a run and of its export is
+    test_transfer_table_of_a_run_and_of_its_export_agree's, on the tiny run."""
     model_dir = str(tmp_path / "run")
     cfg = Config.from_dict(dict(
         dataset="digits", train_split="train", eval_split="test", image_size=16,
@@ -32,7 +35,7 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
         color_jitter_strength=0.5, temperature=0.2, learning_rate=2.0,
         weight_decay=1e-4, warmup_epochs=2, train_steps=80, checkpoint_steps=80,
         lineareval_while_pretraining=False, knn_eval_split="test", knn_eval_every=50,
-        model_dir=model_dir, mode="train")).validate()
+        export_format="none", model_dir=model_dir, mode="train")).validate()
     start = time.perf_counter()
     trained = experiment.run(cfg)
     print(f"pretraining: {time.perf_counter() - start:.1f} s")
@@ -61,30 +64,28 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
     assert rows["pretrained"]["linear_probe_top_1"] > rows["random"]["linear_probe_top_1"]
     assert rows["pretrained"]["linear_probe_top_1"] > 0.9
 
-    # The transfer table of the run (our checkpoint) and of its SavedModel export agree.
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import transfer_table  # pylint: disable=import-outside-toplevel
+
+def test_transfer_table_of_a_run_and_of_its_export_agree(tiny_run, tmp_path):
+    """scripts/transfer_table.py on a run directory (our checkpoint, its architecture
+    from flags.json) and on the run's SavedModel export: the same encoder, the same
+    kNN; the table's Markdown row and its CSV."""
     out = str(tmp_path / "table.md")
     common = ["--datasets", "digits", "--splits", "digits=train[:600]:test",
               "--probe_c", "0.1,1"]
-    table_rows = transfer_table.main([model_dir, "--out", out] + common)
-    export_rows = transfer_table.main([os.path.join(model_dir, "saved_model", "80"),
-                                       "--out", str(tmp_path / "export.md")] + common)
+    table_rows = _transfer_table().main([tiny_run.directory, "--out", out] + common)
+    export_rows = _transfer_table().main([tiny_run.result["saved_model"],
+                                          "--out", str(tmp_path / "export.md")] + common)
     assert table_rows[0]["num_train"] == 600
     assert table_rows[0]["knn_top_1"] == pytest.approx(export_rows[0]["knn_top_1"], abs=0.01)
     text = open(out).read()
-    assert "| digits | train[:600] | test | 600 | 360 | 128 |" in text
+    assert f"| digits | train[:600] | test | 600 | 360 | {H_DIM} |" in text
     assert open(str(tmp_path / "table.csv")).read().startswith("dataset,train_split")
 
 
-@pytest.mark.large  # 10 s
 def test_linear_probe_mode_caches_features(tmp_path):
     model_dir = str(tmp_path / "run")
-    cfg = Config.from_dict(dict(
-        dataset="digits", train_split="train[:300]", eval_split="test[:100]",
-        image_size=16, stem="cifar", resnet_depth=18, width_multiplier=0.125,
-        num_proj_layers=2, proj_out_dim=16, eval_batch_size=128, model_dir=model_dir,
-        mode="linear_probe", knn_k=10)).validate()
+    cfg = tiny_config(train_split="train[:300]", eval_split="test[:100]",
+                      model_dir=model_dir, mode="linear_probe", knn_k=10)
     model = parts.build_model(cfg, tf.distribute.get_strategy(), None)
     from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     checkpoints.CheckpointState(model_dir, model).save(7)
