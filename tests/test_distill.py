@@ -207,7 +207,16 @@ def test_our_run_is_a_teacher_in_inference_mode_with_no_trainable_variables(tmp_
     images = np.random.default_rng(0).uniform(size=(4, 16, 16, 3)).astype(np.float32)
     np.testing.assert_allclose(built(images), reference(images, training=False)["logits_sup"],
                                rtol=1e-5, atol=1e-6)
-    # With --mixed_precision=bfloat16 it computes in bfloat16; its logits stay float32.
+
+
+@pytest.mark.bfloat16
+def test_a_bfloat16_teacher_computes_in_bfloat16_and_gives_float32_logits(tmp_path):
+    """With --mixed_precision=bfloat16 the teacher computes in bfloat16; its logits
+    stay float32, close to the float32 teacher's."""
+    _teacher_run(tmp_path / "teacher")
+    info = teacher.inspect_teacher(str(tmp_path / "teacher"))
+    built = teacher.build_teacher(info, tf.distribute.get_strategy(), image_size=16)
+    images = np.random.default_rng(0).uniform(size=(4, 16, 16, 3)).astype(np.float32)
     half = teacher.build_teacher(info, tf.distribute.get_strategy(), image_size=16,
                                  dtype="mixed_bfloat16")
     assert half.model.compute_dtype == "bfloat16" and half(images).dtype == tf.float32
