@@ -3,6 +3,7 @@
 Statistical checks draw thousands of samples inside tf.data (fast) with a fixed seed,
 and compare rates with 5-sigma binomial bounds, so they do not flake even unseeded.
 """
+import functools
 import itertools
 import math
 
@@ -442,3 +443,27 @@ def test_view_seed_folds_seed_step_replica_and_chunk_in_this_order():
     seeds = {tuple(augment.view_seed(3, step, replica, chunk).numpy())
              for step in (0, 1) for replica in (0, 1) for chunk in (None, 0, 1)}
     assert len(seeds) == 12
+
+
+def test_step_views_take_or_draw_the_views_then_blur_them_with_the_steps_seed():
+    # The one place a pretraining batch's images become its views (both data paths).
+    from simclr_tf.method import train
+    rng = np.random.default_rng(0)
+    view1, view2 = (tf.constant(rng.random([2, 32, 32, 3]), tf.float32) for _ in range(2))
+    blur = functools.partial(augment.batch_random_blur, height=32, width=32,
+                             blur_probability=1.0)
+    host = train.StepOptions(blur_fn=blur, seed=3).views
+    assert not host.drawn_in_step
+    got = host((view1, view2), step=5, replica=1, chunk=2)
+    expected = blur([view1, view2], seed=augment.view_seed(3, 5, 1, 2))
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(got[0], view1)  # blurred (p = 1, a 3-tap kernel at 32 px)
+    # On the device the views are drawn from the sources first; no blur: as drawn.
+    drawn = train.StepOptions(view_fn=lambda sources: (sources * 0.5, sources * 0.25)).views
+    assert drawn.drawn_in_step
+    got = drawn(view1, step=0, replica=0)
+    np.testing.assert_array_equal(got[0], view1 * 0.5)
+    np.testing.assert_array_equal(got[1], view1 * 0.25)
+    with pytest.raises(TypeError, match="views"):
+        train.StepOptions(views=host)

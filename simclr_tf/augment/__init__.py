@@ -49,7 +49,8 @@ v1, v2 = batch_random_blur([views1, views2], 224, 224)  # in the train step
 """
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -230,6 +231,42 @@ def view_seed(seed: int, step, replica, chunk=None) -> tf.Tensor:
     if chunk is not None:
         derived = tf.random.experimental.stateless_fold_in(derived, tf.cast(chunk, tf.int64))
     return derived
+
+
+@dataclasses.dataclass(frozen=True)
+class StepViews:
+    """How a pretraining step turns the images of its batch into its two views: the
+    data path, decided once (`StepOptions` makes it from its `view_fn` and `blur_fn`,
+    which `simclr_tf.run.modes.parts.step_options` sets from --augment_on and
+    --use_blur).
+
+    A pretraining batch is `(images, labels)`, its images as the input pipeline
+    delivers them: the two views drawn on the host, `(view1, view2)` (--augment_on=host,
+    the authors' way), or the source images the views are drawn from on the device
+    (`device.make_view_fn`'s input, --augment_on=device). Either way the step calls
+    `views(images, step=..., replica=...[, chunk=...])` and gets `(view1, view2)`,
+    drawn if need be and blurred (step 4 of the recipe above).
+
+    Attributes:
+      draw: None (the images are the views) or `draw(images) -> (view1, view2)`.
+      blur: None or `blur([view1, view2], seed=...) -> [view1, view2]`.
+      seed: the run's seed; the blur's seed is `view_seed(seed, step, replica[, chunk])`.
+    """
+    draw: Optional[Callable] = None
+    blur: Optional[Callable] = None
+    seed: int = 0
+
+    @property
+    def drawn_in_step(self) -> bool:
+        """Whether the step draws the views from source images (then gradient caching
+        draws them chunk by chunk: the whole batch's views never exist at once)."""
+        return self.draw is not None
+
+    def __call__(self, images, *, step, replica, chunk=None):
+        view1, view2 = images if self.draw is None else self.draw(images)
+        if self.blur is None:
+            return view1, view2
+        return tuple(self.blur([view1, view2], seed=view_seed(self.seed, step, replica, chunk)))
 
 
 # ---------------------------------------------------------------- recipes

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf import augment
 from simclr_tf.config import rules
 from simclr_tf.config.tables import train_modes
 from simclr_tf.method import collectives, optimizers
@@ -75,7 +76,8 @@ class StepOptions:
         view_fn: optional callable run on device that turns the first element of a
             pretraining batch into `(view1, view2)` (augmentation on the device,
             `simclr_tf.augment.device.make_view_fn`). None: the batch carries
-            the views.
+            the views. With `blur_fn` and `seed`, made into `views` (an
+            `augment.StepViews`: the batch's images -> the two views) once, here.
         grad_cache_chunk: 0 (off) or the number of images per chunk for gradient
             caching (`simclr_tf.method.grad_cache`): the per-replica batch is processed
             in chunks of this many images (2x views), activation memory bounded by
@@ -98,6 +100,9 @@ class StepOptions:
     distill_temperature: float = 1.0
     distill_alpha: float = 1.0
     objective_options: tuple = ()
+    # How the step's batch becomes its views (`augment.StepViews`, from view_fn,
+    # blur_fn and seed): made here, once.
+    views: augment.StepViews = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         row = train_modes.get(self.train_mode)
@@ -123,6 +128,8 @@ class StepOptions:
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "distill_temperature", float(self.distill_temperature))
         object.__setattr__(self, "distill_alpha", float(self.distill_alpha))
+        object.__setattr__(self, "views", augment.StepViews(self.view_fn, self.blur_fn,
+                                                            self.seed))
 
 
 def given_options(owner, options, keywords):
@@ -143,7 +150,8 @@ def given_options(owner, options, keywords):
     return options
 
 
-_STEP_OPTION_FIELDS = frozenset(field.name for field in dataclasses.fields(StepOptions))
+_STEP_OPTION_FIELDS = frozenset(field.name for field in dataclasses.fields(StepOptions)
+                                if field.init)
 
 
 class Trainer:

@@ -3,7 +3,6 @@ stop_gradient(h) over the labelled examples; with --grad_cache_chunk, by gradien
 caching (`simclr_tf.method.grad_cache`)."""
 import tensorflow as tf
 
-from simclr_tf import augment
 from simclr_tf.method import collectives, grad_cache, losses
 from simclr_tf.method.objectives import base
 from simclr_tf.models.outputs import LOGITS, Z
@@ -11,7 +10,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 
 class Pretrain(base.Objective):
     """NT-Xent on both views + supervised loss on labelled ones + weight decay; batch
-    `((view1, view2), labels)` (or the source images, with `view_fn`)."""
+    `(images, labels)`, its images as the input pipeline delivers them, which the
+    step's `augment.StepViews` (`options.views`) turns into the two views."""
 
     def non_finite_causes(self):
         return (f"a temperature too low (--temperature={self.options.temperature:g})",)
@@ -23,21 +23,21 @@ class Pretrain(base.Objective):
         stop_gradient(h) -> gradients of the global loss -> the optimizer's update
         (LARS, the paper's). The Trainer keeps the rest (the compiled function, loss
         scaling, the gradient norm, the counters)."""
-        views, labels = batch
+        images, labels = batch
         num_examples = tf.cast(tf.shape(labels)[0], tf.float32)
         # Both views of an image carry its label (online linear evaluation).
         labels = tf.concat([labels, labels], axis=0)
         if self.options.grad_cache_chunk:  # the same step, chunk by chunk
-            metrics = self._optimize_cached(views, labels)
+            metrics = self._optimize_cached(images, labels)
             metrics["num_examples"] = num_examples
             return metrics
-        images = tf.concat(self.views(views), axis=0)  # [2n, H, W, 3]: BN sees both
+        views = tf.concat(self.views(images), axis=0)  # [2n, H, W, 3]: BN sees both
         # The rate of this update (the schedule reads the not yet incremented step).
         learning_rate = tf.cast(self.trainer.optimizer.learning_rate, tf.float32)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             # h = f(x), z = g(h), and the supervised head's logits on stop_gradient(h).
-            outputs = self.model(images, training=True)
+            outputs = self.model(views, training=True)
             z1, z2 = tf.split(outputs[Z], 2, axis=0)
             loss, metrics = self.loss(z1, z2, outputs.get(LOGITS), labels)
             # + the weight decay the optimizer leaves to the loss (under LARS: the
@@ -49,15 +49,11 @@ class Pretrain(base.Objective):
         metrics["num_examples"] = num_examples
         return metrics
 
-    def views(self, views, chunk=None):
-        """(view1, view2) of a batch (or of chunk `chunk`'s part of it): drawn by
-        `view_fn` when the batch carries source images, then blurred."""
-        view1, view2 = views if self.options.view_fn is None else self.options.view_fn(views)
-        if self.options.blur_fn is None:
-            return view1, view2
-        seed = augment.view_seed(self.options.seed, self.trainer.optimizer.iterations,
-                                 collectives.replica_id(), chunk)
-        return tuple(self.options.blur_fn([view1, view2], seed=seed))
+    def views(self, images, chunk=None):
+        """(view1, view2) of the batch's images (or of chunk `chunk`'s part of them):
+        drawn if the step draws them, then blurred (`augment.StepViews`)."""
+        return self.options.views(images, step=self.trainer.optimizer.iterations,
+                                  replica=collectives.replica_id(), chunk=chunk)
 
     def contrastive(self, z1, z2):
         """The contrastive loss of the views' projections: NT-Xent (a subclass may
@@ -78,7 +74,7 @@ class Pretrain(base.Objective):
             loss = loss + sup_loss
         return loss, metrics
 
-    def _optimize_cached(self, views, labels):
+    def _optimize_cached(self, images, labels):
         """The Trainer's `optimize` by gradient caching over chunks of
         `grad_cache_chunk` images (`grad_cache.chunked_pair_gradients`)."""
         has_head = self.model.supervised_head is not None
@@ -97,8 +93,8 @@ class Pretrain(base.Objective):
         learning_rate = tf.cast(self.trainer.optimizer.learning_rate, tf.float32)
         variables = self.model.trainable_variables
         (loss, decay, metrics), grads = grad_cache.chunked_pair_gradients(
-            views, self.options.grad_cache_chunk, self.views, forward, objective,
-            variables, output_names=names, draws_views=self.options.view_fn is not None,
+            images, self.options.grad_cache_chunk, self.views, forward, objective,
+            variables, output_names=names, draws_views=self.options.views.drawn_in_step,
             state_variables=self.model.non_trainable_variables)
         return self.trainer.apply(grads=grads, variables=variables, metrics=metrics,
                                   loss=loss, decay=decay, learning_rate=learning_rate)
