@@ -6,8 +6,10 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585), and the contrastive loss n
 a replica context to gather negatives from every replica.
 
 Batches (see docs/design.md):
-    pretrain: ((view1, view2), labels), views float32 [n, H, W, 3] in [0, 1],
-              labels int32 [n] (-1 = unlabelled);
+    pretrain: (images, labels), labels int32 [n] (-1 = unlabelled); images the two
+              views float32 [n, H, W, 3] in [0, 1] as `(view1, view2)`, or with
+              --augment_on=device the source images the step draws them from
+              (`StepOptions.views`, an `augment.StepViews`);
     finetune, distill: (images, labels) (distill: -1 = unlabelled).
 
 Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.

@@ -30,7 +30,8 @@ class TrainMode:
         objective: 'module:Class' of its `simclr_tf.method.objectives.base.Objective`.
         help: one phrase for --help.
         views: views per image in a batch: 2 gives `((view1, view2), labels)` of
-            colour-distorted views (--augment_on=device may draw them in the step),
+            colour-distorted views (--augment_on=device: the step draws them from
+            the batch's source images, `augment.StepViews`),
             1 gives `(images, labels)` of crop-and-flip images.
         labels: 'none' (it learns without them: --label_fraction does not apply,
             and a labelled dataset of one class measures nothing), 'required' (its
