@@ -222,6 +222,38 @@ def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(semi, tm
         == {s: stages[s]["top_1"] for s in COMPARED}
 
 
+def test_a_failed_stage_is_reported_with_its_log_and_the_stages_needing_it_skipped(
+        semi, tmp_path, monkeypatch, capsys):
+    """A stage whose run.py fails, here the pretraining (a real run.py process, refused
+    at its flags before TensorFlow is imported): the stages that need it are skipped,
+    the stage is reported FAILED with its command and the end of its log, and the
+    script exits 1 with the report written."""
+    flagfile = tmp_path / "quickstart_broken.flags"
+    with open(semi.PRETRAIN_FLAGS, encoding="utf-8") as f:
+        flagfile.write_text(f.read() + "--train_batch_size=0\n")
+    monkeypatch.setattr(semi, "PRETRAIN_FLAGS", str(flagfile))
+    workdir, report = tmp_path / "work", tmp_path / "report.json"
+    status = semi.main(["--fast", "--seeds=3", f"--workdir={workdir}", f"--json={report}"])
+    printed = capsys.readouterr()
+    assert status == 1, printed.out[-3000:] + printed.err[-3000:]
+    saved = json.loads(report.read_text())
+    assert saved["failed_stages"] == {"3": ["pretrain"]}
+    assert saved["skipped_stages"] == {"3": ["b", "a", "c", "d", "e"]}
+    assert saved["stages"] == {} and saved["per_seed"] == {"3": {}}
+    record = json.loads((workdir / "seed_3" / "pretrain.json").read_text())
+    assert record["returncode"] == 2 and not record["reused"]
+    assert record["command"][:3] == [sys.executable, RUN_PY, f"--flagfile={flagfile}"]
+    error = "run.py: error: --train_batch_size: must be > 0"
+    log = (workdir / "seed_3" / "pretrain.log").read_text()
+    assert log.startswith("=== ") and error in log  # the process's stderr
+    assert f"Seed 3, stage pretrain FAILED (exit 2): {' '.join(record['command'])}" \
+        in printed.err
+    assert error in printed.err.split("FAILED (exit 2)", 1)[1]  # the log's end
+    assert "Seed 3, skipped (a stage they need failed): b, a, c, d, e" in printed.err
+    assert "| pretrain |" in printed.out and "FAILED in seed 3 (exit 2)" in printed.out
+    assert sorted(os.listdir(workdir / "seed_3")) == ["pretrain.json", "pretrain.log"]
+
+
 def test_a_non_empty_workdir_is_refused_without_resume(tmp_path):
     (tmp_path / "old.log").write_text("an earlier run")
     done = _run(f"--workdir={tmp_path}", timeout=60)
