@@ -138,10 +138,10 @@ def _stages_in_process(semi, monkeypatch, processes):
 
 # One seed of six stages (the mean and spread over seeds are
 # test_summary_and_claims_over_seeds'), none of which exports (--fast). The script's
-# main runs in this process; its pretraining starts run.py (the real launch, 16-18 s),
-# the five stages after it run run.py's main here (3-7 s each, the first paying the
-# imports: _stages_in_process), the --resume rerun is the script's own process. 38-42 s
-# alone, beside a niced training run (load 2-4), on a 2-core EPYC with AVX-512: 96 s
+# main runs in this process; its pretraining starts run.py (the real launch, 16-22 s),
+# the five stages after it run run.py's main here (2-7 s each, the first paying the
+# imports: _stages_in_process), the --resume rerun is the script's own process. 38-56 s
+# alone, beside a niced training run (load 2-4), on a 2-core EPYC with AVX-512: 83-96 s
 # with the script and its six stages as processes (14-18 s each).
 @pytest.mark.extra_large
 def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(semi, tmp_path,
