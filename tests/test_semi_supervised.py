@@ -3,16 +3,22 @@
 stages as mean ± std over seeds, gives a verdict on a claim only where the spreads
 separate (never with --fast), and guards its --workdir."""
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
+from helpers import cli_flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "semi_supervised.py")
+RUN_PY = os.path.join(REPO, "run.py")
 COMPARED = ("a", "b", "c", "d", "e")
 
 
@@ -100,19 +106,63 @@ def test_seeds_are_a_comma_separated_list(semi):
             semi.seed_list(bad)
 
 
-# Six run.py processes (one seed of six stages; the mean and spread over seeds are
-# test_summary_and_claims_over_seeds'), none of which exports (--fast): 133 s in the full
-# suite at 23e5260 with the exports, on a 2-core EPYC with AVX-512.
+def _stages_in_process(semi, monkeypatch, processes):
+    """The script's one launch of a stage (`run_stage`'s subprocess.run) runs the
+    command the script built in this process instead: run.py's main on its own
+    FlagValues (`cli_flags.run_main`), what it prints (stdout and stderr, in order)
+    written into the stage's log, as the process's would be, and its exit status
+    returned. The stages in `processes` still start run.py. Returns the [(stage,
+    command)] launched, in order."""
+    launched, stage_of = [], {name: stage for stage, name in semi.DIRECTORIES.items()}
+
+    def run(command, *, stdout, stderr, cwd, env, check, timeout):
+        model_dir = next(arg.split("=", 1)[1] for arg in command
+                         if arg.startswith("--model_dir="))
+        stage = stage_of[os.path.basename(model_dir)]
+        launched.append((stage, command))
+        if stage in processes:
+            return subprocess.run(command, stdout=stdout, stderr=stderr, cwd=cwd, env=env,
+                                  check=check, timeout=timeout)
+        assert command[:2] == [sys.executable, RUN_PY], command
+        assert stderr == subprocess.STDOUT and cwd == REPO and not check
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            status = cli_flags.run_main(monkeypatch, command[2:])
+        stdout.write(printed.getvalue().encode())
+        return subprocess.CompletedProcess(command, status)
+
+    monkeypatch.setattr(semi, "subprocess", types.SimpleNamespace(
+        run=run, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
+    return launched
+
+
+# One seed of six stages (the mean and spread over seeds are
+# test_summary_and_claims_over_seeds'), none of which exports (--fast). The script's
+# main runs in this process; its pretraining starts run.py (the real launch, 16-22 s),
+# the five stages after it run run.py's main here (2-7 s each, the first paying the
+# imports: _stages_in_process), the --resume rerun is the script's own process. 38-56 s
+# alone, beside a niced training run (load 2-4), on a 2-core EPYC with AVX-512: 83-96 s
+# with the script and its six stages as processes (14-18 s each).
 @pytest.mark.extra_large
-def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(tmp_path):
+def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(semi, tmp_path,
+                                                                         monkeypatch,
+                                                                         capsys):
     workdir, report = tmp_path / "work", tmp_path / "report.json"
-    done = _run("--fast", "--seeds=1", f"--workdir={workdir}", f"--json={report}")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    launched = _stages_in_process(semi, monkeypatch, processes=("pretrain",))
+    status = semi.main(["--fast", "--seeds=1", f"--workdir={workdir}", f"--json={report}"])
+    printed = capsys.readouterr()
+    assert status == 0, printed.out[-4000:] + printed.err[-4000:]
     saved = json.loads(report.read_text())
     assert saved["seeds"] == [1]
     assert saved["failed_stages"] == {} and saved["skipped_stages"] == {}
     stages = saved["stages"]
     assert set(COMPARED) <= set(stages)
+    # Each stage launched once, in order, with the command its record names.
+    assert [stage for stage, _ in launched] == list(semi.STAGES)
+    for stage, command in launched:
+        row = saved["per_seed"]["1"][stage]
+        assert row["command"] == command, stage
+        assert f"--model_dir={row['model_dir']}" in command, stage
     for stage in COMPARED:
         top_1 = stages[stage]["top_1"]
         assert set(top_1["per_seed"]) == {"1"} and top_1["mean"] == top_1["per_seed"]["1"]
@@ -128,26 +178,80 @@ def test_fast_run_reports_the_five_stages_and_resumes_without_rerunning(tmp_path
             assert not os.path.exists(os.path.join(row["model_dir"], "saved_model"))
     for stage in ("c", "d"):  # the distilled students measure their agreement
         assert 0.0 <= stages[stage]["teacher_agreement"]["mean"] <= 1.0, stage
+    # (b) and (c) start from the pretraining's last checkpoint, the others from random
+    # weights; (c) and (d) are taught by (b)'s last checkpoint.
+    rows = saved["per_seed"]["1"]
+
+    def last_checkpoint(stage):
+        return os.path.join(rows[stage]["model_dir"], f"ckpt-{rows[stage]['steps']}")
+
+    assert {stage: row["initialized_from"] for stage, row in rows.items()} == dict(
+        pretrain="random", a="random", b=last_checkpoint("pretrain"),
+        c=last_checkpoint("pretrain"), d="random", e="random")
+    for stage in ("c", "d"):
+        result = json.loads(open(os.path.join(rows[stage]["model_dir"],
+                                              "result.json")).read())
+        teacher = result["protocol/distill/teacher_top_1_accuracy"]["checkpoint"]["path"]
+        assert os.path.normpath(os.path.join(rows[stage]["model_dir"], teacher)) \
+            == last_checkpoint("b"), stage
     # The same steps everywhere but the teacher's; the students see every image.
     assert stages["a"]["steps"] == stages["c"]["steps"] == stages["d"]["steps"] \
         == stages["e"]["steps"]
     assert stages["c"]["train_examples"] == stages["d"]["train_examples"] \
         == stages["pretrain"]["train_examples"] > stages["a"]["train_examples"] \
         == stages["b"]["train_examples"] == stages["e"]["train_examples"]
-    assert "| (c) |" in done.stdout and "(c) >= (b)" in done.stdout
+    assert "| (c) |" in printed.out and "(c) >= (b)" in printed.out
     # Chance-level numbers: no verdict, whatever they are.
     assert {entry["verdict"] for entry in saved["claims"].values()} \
         == {"--fast: numbers at chance level, no verdict"}
-    assert "holds" not in done.stdout
-    # A rerun with --resume reuses every finished stage (no run.py starts).
+    assert "holds" not in printed.out
+    # A rerun with --resume, the script's own process, reuses every finished stage:
+    # no run.py starts (each start writes a line to the stage's log first).
+    seed_dir = workdir / "seed_1"
+    written = {name: (seed_dir / name).read_bytes() for name in os.listdir(seed_dir)
+               if name.endswith((".log", ".json"))}
+    assert len(written) == 2 * len(semi.STAGES)  # a log and a record per stage
     again = _run("--fast", "--seeds=1", f"--workdir={workdir}", f"--json={report}",
                  "--resume", timeout=120)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert {name: (seed_dir / name).read_bytes() for name in written} == written
     resumed = json.loads(report.read_text())
     assert all(row["reused"] for rows in resumed["per_seed"].values()
                for row in rows.values())
     assert {s: resumed["stages"][s]["top_1"] for s in COMPARED} \
         == {s: stages[s]["top_1"] for s in COMPARED}
+
+
+def test_a_failed_stage_is_reported_with_its_log_and_the_stages_needing_it_skipped(
+        semi, tmp_path, monkeypatch, capsys):
+    """A stage whose run.py fails, here the pretraining (a real run.py process, refused
+    at its flags before TensorFlow is imported): the stages that need it are skipped,
+    the stage is reported FAILED with its command and the end of its log, and the
+    script exits 1 with the report written."""
+    flagfile = tmp_path / "quickstart_broken.flags"
+    with open(semi.PRETRAIN_FLAGS, encoding="utf-8") as f:
+        flagfile.write_text(f.read() + "--train_batch_size=0\n")
+    monkeypatch.setattr(semi, "PRETRAIN_FLAGS", str(flagfile))
+    workdir, report = tmp_path / "work", tmp_path / "report.json"
+    status = semi.main(["--fast", "--seeds=3", f"--workdir={workdir}", f"--json={report}"])
+    printed = capsys.readouterr()
+    assert status == 1, printed.out[-3000:] + printed.err[-3000:]
+    saved = json.loads(report.read_text())
+    assert saved["failed_stages"] == {"3": ["pretrain"]}
+    assert saved["skipped_stages"] == {"3": ["b", "a", "c", "d", "e"]}
+    assert saved["stages"] == {} and saved["per_seed"] == {"3": {}}
+    record = json.loads((workdir / "seed_3" / "pretrain.json").read_text())
+    assert record["returncode"] == 2 and not record["reused"]
+    assert record["command"][:3] == [sys.executable, RUN_PY, f"--flagfile={flagfile}"]
+    error = "run.py: error: --train_batch_size: must be > 0"
+    log = (workdir / "seed_3" / "pretrain.log").read_text()
+    assert log.startswith("=== ") and error in log  # the process's stderr
+    assert f"Seed 3, stage pretrain FAILED (exit 2): {' '.join(record['command'])}" \
+        in printed.err
+    assert error in printed.err.split("FAILED (exit 2)", 1)[1]  # the log's end
+    assert "Seed 3, skipped (a stage they need failed): b, a, c, d, e" in printed.err
+    assert "| pretrain |" in printed.out and "FAILED in seed 3 (exit 2)" in printed.out
+    assert sorted(os.listdir(workdir / "seed_3")) == ["pretrain.json", "pretrain.log"]
 
 
 def test_a_non_empty_workdir_is_refused_without_resume(tmp_path):

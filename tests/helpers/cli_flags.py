@@ -32,9 +32,12 @@ def run_main(monkeypatch, argv):
     flags.DEFINE_integer("verbosity", 0, "absl's --verbosity, given: left as it is.",
                          flag_values=values)
     values["verbosity"].present = 1
-    monkeypatch.setattr(run, "FLAGS", values)
-    try:
-        run.main(["run.py"])
-    except SystemExit as exit_:
-        return exit_.code
+    # run.FLAGS is main's for this call only: a later call's flag_values copies the
+    # defaults from run.py's own FLAGS, not from this call's command line.
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "FLAGS", values)
+        try:
+            run.main(["run.py"])
+        except SystemExit as exit_:
+            return exit_.code
     return 0
