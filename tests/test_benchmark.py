@@ -1,19 +1,14 @@
 """scripts/benchmark.py runs (a smoke test, not a benchmark): every part, tiny config."""
-import importlib.util
 import json
-import os
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "benchmark.py")
+from helpers.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmark")
 
 
 @pytest.mark.large  # 20 s (ResNet-18 x0.125)

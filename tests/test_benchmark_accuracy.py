@@ -4,27 +4,18 @@ The default tier checks its arithmetic (spreads, goals, the doc's section) and i
 refusals; the extra-large tier runs its --fast path end to end on a small
 Fashion-MNIST the test writes (our rows only: the peer needs torch, which is never
 a dependency of the package or of its tests)."""
-import importlib.util
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
 
 from helpers.fashion_mnist_files import write_fashion_mnist
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "scripts", "benchmark_accuracy.py")
+from helpers.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("benchmark_accuracy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmark_accuracy")
 
 
 def test_a_spread_is_the_mean_and_the_sample_standard_deviation(bench):

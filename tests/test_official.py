@@ -1,7 +1,6 @@
 """Import of the authors' released models: parity with the authors' outputs on the
 released R50 (with $SIMCLR_TF_RELEASED_R50), the authors' variable lists (tests/data),
 round trips through the authors' layout, strictness, and the conversion script."""
-import importlib.util
 import inspect
 import json
 import os
@@ -13,12 +12,11 @@ import tensorflow as tf
 
 from helpers import official_fixtures as fx
 from helpers import official_layout
+from helpers.scripts import load_script
 from simclr_tf.weights import checkpoints, official
 from simclr_tf.weights.official import infer as official_infer
 from simclr_tf.models import ResNet, SimCLRModel, layers as model_layers
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "scripts", "convert_official_checkpoint.py")
 PARITY_OUTPUTS = ("initial_conv", "initial_max_pool", "block_group1", "block_group2",
                   "block_group3", "block_group4", "final_avg_pool", "proj_head_input",
                   "proj_head_output", "logits_sup")
@@ -329,10 +327,7 @@ def convert_script():
     """scripts/convert_official_checkpoint.py as a module: its `main` is called in
     process (a TensorFlow import and a model build less per call than a subprocess;
     the script's `sys.exit(main())` adds nothing to test)."""
-    spec = importlib.util.spec_from_file_location("convert_official_checkpoint", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("convert_official_checkpoint")
 
 
 @pytest.mark.large  # 15 s

@@ -4,7 +4,6 @@ stages as mean ± std over seeds, gives a verdict on a claim only where the spre
 separate (never with --fast), and guards its --workdir."""
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -15,6 +14,7 @@ import types
 import pytest
 
 from helpers import cli_flags
+from helpers.scripts import load_script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "semi_supervised.py")
@@ -24,10 +24,7 @@ COMPARED = ("a", "b", "c", "d", "e")
 
 @pytest.fixture(scope="module")
 def semi():
-    spec = importlib.util.spec_from_file_location("semi_supervised", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("semi_supervised")
 
 
 def _run(*args, timeout=1200):
