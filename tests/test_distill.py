@@ -191,7 +191,6 @@ def _teacher_run(directory, **overrides):
     return run_fixtures.write_run(directory, train_mode="finetune", **overrides)
 
 
-@pytest.mark.large  # 10 s beside another job
 def test_our_run_is_a_teacher_in_inference_mode_with_no_trainable_variables(tmp_path):
     """inspect_teacher reads the architecture from flags.json and the classes from
     the head's kernel, builds nothing; build_teacher loads every variable, and the
