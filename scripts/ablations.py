@@ -26,7 +26,9 @@ Studies (--study; `all` runs each):
                and a margin of 0.5, untuned
 
 Results: --results (JSON lines, one per point: study, setting, seed, the flags, every
-metric). Resumable: a point already in the file (same study, setting, seed, budget) is
+metric; default docs/ablations_results.jsonl, in the repository: a run directory is
+scratch, but the records are what the page is written from, so they are committed and
+outlive the machine). Resumable: a point already in the file (same study, setting, seed, budget) is
 skipped, and a point whose training was interrupted resumes its run directory under
 --workdir. --jobs trains points side by side (evaluations take turns). It prints
 where it is. --doc writes each study's tables between its markers in docs/ablations.md
@@ -63,6 +65,7 @@ import numpy as np  # noqa: E402
 import benchmark_accuracy as bench  # noqa: E402  (budgets, features, kNN and probe)
 
 DOC = os.path.join(ROOT, "docs", "ablations.md")
+RESULTS = os.path.join(ROOT, "docs", "ablations_results.jsonl")
 IMAGES = os.path.join(ROOT, "docs", "images")
 # The smoke budget: the whole path in minutes; its numbers mean nothing.
 SMOKE = dataclasses.replace(bench.BUDGETS["fast"], train_split="train[:256]",
@@ -367,6 +370,11 @@ def write_doc(rows, studies, doc, images):
     text = open(doc).read() if os.path.exists(doc) else "# Ablations\n"
     for study in studies:
         begin, end = f"<!-- ablations:{study}:begin -->", f"<!-- ablations:{study}:end -->"
+        if begin in text and not summary(rows, study):
+            # A table measured from records this file does not hold (another machine's,
+            # an older results file) stays as it is: no record, no rewrite.
+            say(f"{study}: no point recorded in these results; its section kept")
+            continue
         machines = sorted({r["machine"] for r in rows if r["study"] == STUDIES[study][0].study})
         section = (study_table(rows, study) + "\n\nMean ± sample std over seeds; measured on "
                    + ("; ".join(machines) or "-") + " (train s: run.py's wall time, "
@@ -399,7 +407,8 @@ def parse_args(argv):
                         "as the tables show them; default all)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--results", default=None,
-                        help="JSON lines (default: <workdir>/results.jsonl)")
+                        help="JSON lines, one per point (default: docs/ablations_results."
+                        "jsonl, committed; with --smoke, <workdir>/results.jsonl)")
     parser.add_argument("--workdir", default="/tmp/simclr_ablations")
     parser.add_argument("--jobs", type=int, default=1, help="points trained side by side")
     parser.add_argument("--threads", type=int, default=None,
@@ -431,7 +440,11 @@ def parse_args(argv):
     if args.jobs < 1:
         parser.error(f"--jobs: expected >= 1, got {args.jobs}")
     args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
-    args.results = args.results or os.path.join(args.workdir, "results.jsonl")
+    args.results = args.results or (os.path.join(args.workdir, "results.jsonl")
+                                    if args.smoke else RESULTS)
+    if args.smoke and os.path.abspath(args.results) == RESULTS:
+        parser.error(f"--smoke records nothing in {RESULTS}: its numbers mean nothing; "
+                     "pass another --results")
     if os.path.isdir(args.results):
         parser.error(f"--results: {args.results} is a directory; name a file")
     if args.smoke and args.doc == DOC:

@@ -64,12 +64,15 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     assert "| nonlinear | 75.0 ± 0.0 | 74.0 ± 0.0 | 73.0 ± 0.0 | 3 |" in layers
     doc = tmp_path / "ablations.md"
     doc.write_text("# Ablations\n\nprose\n\n<!-- ablations:head:begin -->\nold\n"
-                   "<!-- ablations:head:end -->\n\nverdict kept\n")
-    ablations.write_doc(read, ["head", "temperature"], str(doc), str(tmp_path / "images"))
+                   "<!-- ablations:head:end -->\n\nverdict kept\n\n<!-- ablations:loss:begin"
+                   " -->\nmeasured elsewhere\n<!-- ablations:loss:end -->\n")
+    ablations.write_doc(read, ["head", "temperature", "loss"], str(doc),
+                        str(tmp_path / "images"))
     text = doc.read_text()
     assert text.startswith("# Ablations\n\nprose\n") and "verdict kept" in text
     assert "old" not in text and table in text and "measured on test CPU" in text
     assert "No point of this study is recorded yet." in text  # temperature: appended
+    assert "\nmeasured elsewhere\n" in text  # loss: no record here, its table kept
     pytest.importorskip("matplotlib", reason="needs matplotlib (pip install -e '.[plot]')")
     assert (tmp_path / "images" / "ablations_head.png").stat().st_size > 5_000
 
@@ -79,6 +82,8 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     (["--study=head", "--seeds=a"], "--seeds: expected comma-separated integers"),
     (["--study=head", "--jobs=0"], "--jobs: expected >= 1"),
     (["--study=head", "--smoke"], "--smoke writes no page"),
+    (["--study=head", "--smoke", "--doc=", "--results=docs/ablations_results.jsonl"],
+     "--smoke records nothing in"),
     (["--study=head", "--results={tmp}"], "is a directory; name a file"),
     (["--study=head", "--settings=nonlinear,deep"], "--settings: 'deep' not in --study=head"),
 ])
