@@ -60,6 +60,9 @@ def _no_downloads(monkeypatch):
 # Which tier a new test belongs in: docs/testing.md.
 
 TIERS = ("large", "extra_large")
+# Fixtures made once per session and shared by the pytest-xdist workers (a file lock;
+# the first to ask makes it): `served` (tests/test_export.py) and `tiny_run` (below).
+SHARED_ACROSS_WORKERS = ("served", "tiny_run")
 # An unmarked test slower than this is named at the end of the run: it probably belongs
 # in a marked tier (machines differ up to 3x, so this is a report, not a failure).
 UNMARKED_WARN_SECONDS = 10.0
@@ -122,6 +125,16 @@ def pytest_collection_modifyitems(config, items):
     order = {"extra_large": 0, "large": 1}
     items[:] = sorted(selected, key=lambda item: min(
         [order[tier] for tier in TIERS if item.get_closest_marker(tier)] or [2]))
+    # A fixture the workers share is made by the first worker that asks while any other
+    # that asks waits on its lock: its first test goes first of all, so that it is
+    # made while the other worker starts the long tests. (The export fixture's first
+    # two tests, handed to both workers at once, cost the second one a 50 s wait.)
+    firsts = []
+    for name in SHARED_ACROSS_WORKERS:
+        first = next((item for item in items if name in item.fixturenames), None)
+        if first is not None and first not in firsts:
+            firsts.append(first)
+    items[:] = firsts + [item for item in items if item not in firsts]
 
 
 _SHARED = "set-up seconds of the shared fixture "
