@@ -12,6 +12,11 @@ step's own contrastive accuracy (the mean of its last three logged intervals).
 
 Studies (--study; `all` runs each):
   head         the projection head (Figure 8): none / linear / nonlinear (2 layers)
+  head_depth   SimCLR v2's deeper head (v2's Figure 3): pretrain with a 2- or 3-layer
+               head, then fine-tune on 1% of the labels (the v2 recipe of
+               flags/quickstart_finetune.flags) from h or from the head's first layer
+               (--ft_proj_selector=0|1); the metric is the fine-tuned top-1 on the test
+               split. Points of one head share their pretraining run
   h_vs_z       the same runs, read as h against z (and the hidden layer): a view of
                `head`'s points (they are trained once)
   temperature  tau 0.05 / 0.1 / 0.5 / 1 with and without L2-normalised z (Table 5)
@@ -74,10 +79,13 @@ SMOKE = dataclasses.replace(bench.BUDGETS["fast"], train_split="train[:256]",
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """One setting of a study: run.py flags over the budget's, and the label shown."""
+    """One setting of a study: run.py flags over the budget's, and the label shown;
+    with `finetune`, a second stage: run.py fine-tunes the pretraining on few labels
+    (FINETUNE, these flags over it) and the point's metric is that run's top-1."""
     study: str
     setting: str
     flags: tuple = ()
+    finetune: tuple = ()
 
     @property
     def slug(self):
@@ -87,6 +95,18 @@ class Point:
 
 def _points(study, settings):
     return [Point(study, label, tuple(sorted(flags.items()))) for label, flags in settings]
+
+
+# SimCLR v2's fine-tuning (flags/quickstart_finetune.flags: from a pretraining run, a
+# fresh zero-initialised classifier, LARS at 0.005 sqrt-scaled, no weight decay, no
+# warmup, the whole network trained) on 1% of the budget's training images (100, a
+# seeded class-balanced subset), 60 epochs as v2 fine-tunes on 1%, evaluated on the
+# test split.
+FINETUNE = dict(train_mode="finetune", label_fraction=0.01, zero_init_logits_layer=True,
+                fine_tune_after_block=-1, optimizer="lars", learning_rate=0.005,
+                learning_rate_scaling="sqrt", weight_decay=0.0, warmup_epochs=0,
+                train_epochs=60, train_batch_size=64, mode="train_then_eval",
+                eval_batch_size=512, progress="lines", export_format="none")
 
 
 HEAD = [("none", dict(proj_head_mode="none")),
@@ -125,13 +145,17 @@ STUDIES["color"] = _points("color", [
     for variant, dataset in VARIANTS
     for label, augmentations in (("crop+flip", "crop,flip"),
                                  ("crop+flip+colour 1", "crop,flip,color"))])
+STUDIES["head_depth"] = [
+    Point("head_depth", f"{layers} layers, fine-tuned from {start}",
+          (("num_proj_layers", layers),), (("ft_proj_selector", selector),))
+    for layers in (2, 3) for start, selector in (("h", 0), ("layer 1", 1))]
 STUDIES["loss"] = _points("loss", [
     ("NT-Xent", dict(train_mode="pretrain")),
     ("NT-Logistic", dict(train_mode="nt_logistic")),
     ("margin triplet", dict(train_mode="margin_triplet", triplet_margin=0.5))])
 # `--study=all` runs them in this order: the cheapest and most telling first.
 STUDIES = {name: STUDIES[name] for name in (
-    "head", "h_vs_z", "loss", "temperature", "augment", "color", "batch")}
+    "head", "h_vs_z", "loss", "temperature", "augment", "color", "batch", "head_depth")}
 # What each study's page and picture show: the representations and metrics compared.
 VIEWS = {
     "head": ("h", ("knn", "probe")),
@@ -141,7 +165,10 @@ VIEWS = {
     "augment": ("h", ("knn", "probe")),
     "color": ("h", ("knn", "probe")),
     "loss": ("h", ("knn", "probe", "contrast_acc")),
+    "head_depth": ("h", ("finetune_top1", "probe")),
 }
+# The metrics of the run rather than of the frozen h (a row's own fields).
+RUN_METRICS = ("contrast_acc", "contrast_loss", "finetune_top1", "wall_seconds")
 
 
 def run_py_flags(budget, point, seed, model_dir, data_dir):
@@ -167,6 +194,19 @@ def run_py_flags(budget, point, seed, model_dir, data_dir):
     return flags
 
 
+def finetune_flags(budget, point, seed, model_dir, pretrained, data_dir):
+    """run.py's flags for `point`'s second stage: FINETUNE from the run in
+    `pretrained` (whose flags.json gives the model and the data), the point's own over
+    it; the test split evaluated."""
+    flags = dict(FINETUNE, checkpoint=pretrained, model_dir=model_dir, seed=seed,
+                 eval_split=budget.test_split)
+    flags.update(dict(point.finetune))
+    flags["checkpoint_epochs"] = flags["train_epochs"]
+    if data_dir:
+        flags["data_dir"] = data_dir
+    return flags
+
+
 def command(flags):
     args = []
     for name, value in flags.items():
@@ -181,6 +221,8 @@ def point_key(point, seed, budget):
     """What makes a point's result reusable: its study, setting, seed and the whole
     flag set (the budget included), hashed."""
     flags = run_py_flags(budget, point, seed, "", None)
+    if point.finetune:
+        flags["then"] = finetune_flags(budget, point, seed, "", "", None)
     digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:16]
     return dict(study=point.study, setting=point.setting, seed=seed, flags_hash=digest)
 
@@ -239,6 +281,7 @@ class Runner:
         self.args, self.budget = args, budget
         self.rows = read_results(args.results)
         self.lock = threading.Lock()  # one evaluation (and one write) at a time
+        self.dir_locks = {}  # run directory -> the lock of the job training it
         self.feats = None
 
     def _features(self):
@@ -251,37 +294,68 @@ class Runner:
         with self.lock:
             if _recorded(self.rows, key):
                 return "recorded"
-        run_dir = os.path.join(self.args.workdir, f"{point.slug}_seed{seed}", "run")
+        label = f"{point.study} / {point.setting} / seed {seed}"
+        # Points with a second stage share their pretraining when their pretraining
+        # flags agree (the head_depth study's two fine-tunes of one head).
+        name = point.slug if not point.finetune else f"{point.study}_pretrain_" + (
+            hashlib.sha256(json.dumps(point.flags).encode()).hexdigest()[:8])
+        run_dir = os.path.join(self.args.workdir, f"{name}_seed{seed}", "run")
         # No export at the end (~5 s a point): points are read from their checkpoints.
         # Not in the key: it changes no number.
         flags = dict(run_py_flags(self.budget, point, seed, run_dir, self.args.data_dir),
                      export_format="none")
-        os.makedirs(os.path.dirname(run_dir), exist_ok=True)
-        log = os.path.join(os.path.dirname(run_dir), "log.txt")
-        say(f"{point.study} / {point.setting} / seed {seed}: training ({log})")
-        started = time.time()
-        with open(log, "a") as f:
-            done = subprocess.run(command(flags), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                  env=bench.thread_env(self.args.threads), check=False)
-        if done.returncode != 0:
-            tail = open(log).read()[-1500:]
-            raise RuntimeError(f"{point.study} / {point.setting} / seed {seed}: run.py "
-                               f"exited {done.returncode}; the end of {log}:\n{tail}")
-        wall = time.time() - started
+        with self.lock:
+            shared = self.dir_locks.setdefault(run_dir, threading.Lock())
+        with shared:
+            wall = self._train(run_dir, flags, label, reuse=bool(point.finetune))
+        extra = {}
+        if point.finetune:
+            tuned = os.path.join(self.args.workdir, f"{point.slug}_seed{seed}", "finetune")
+            ft_wall = self._train(tuned, finetune_flags(
+                self.budget, point, seed, tuned, run_dir, self.args.data_dir),
+                f"{label}: fine-tuning")
+            with open(os.path.join(tuned, "result.json")) as f:
+                result = json.load(f)
+            extra = dict(finetune_top1=result["eval/label_top_1_accuracy"],
+                         finetune_seconds=ft_wall, finetune_flags=dict(point.finetune))
         with self.lock:
             row = dict(key, setting_flags=dict(point.flags), budget=dataclasses.asdict(
-                self.budget), wall_seconds=wall, machine=bench.machine(),
+                self.budget), wall_seconds=wall, machine=bench.machine(), **extra,
                 **contrast_metrics(run_dir), metrics=self._evaluate(run_dir, seed))
             with open(self.args.results, "a") as f:
                 f.write(json.dumps(row, sort_keys=True) + "\n")
             self.rows.append(row)
         probe_h = row["metrics"]["h"]["probe"]
         contrast = row["contrast_acc"]
-        say(f"{point.study} / {point.setting} / seed {seed}: h probe {probe_h:.4f} "
-            f"kNN {row['metrics']['h']['knn']:.4f}"
+        say(f"{label}: h probe {probe_h:.4f} kNN {row['metrics']['h']['knn']:.4f}"
             + (f", contrast acc {contrast:.3f}" if contrast is not None else "")
+            + (f", fine-tuned top-1 {extra['finetune_top1']:.4f}" if extra else "")
             + f" ({wall:.0f} s)")
         return "done"
+
+    def _train(self, run_dir, flags, label, reuse=False):
+        """run.py with `flags` (its output in log.txt beside run_dir); its wall time.
+        With `reuse`, a run this script finished before is not started again: its
+        recorded wall time is returned."""
+        os.makedirs(os.path.dirname(run_dir), exist_ok=True)
+        timing = os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.json")
+        if reuse and os.path.exists(timing):
+            with open(timing) as f:
+                return json.load(f)["wall_seconds"]
+        log = os.path.join(os.path.dirname(run_dir), "log.txt")
+        say(f"{label}: training ({log})")
+        started = time.time()
+        with open(log, "a") as f:
+            done = subprocess.run(command(flags), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                  env=bench.thread_env(self.args.threads), check=False)
+        if done.returncode != 0:
+            tail = open(log).read()[-1500:]
+            raise RuntimeError(f"{label}: run.py exited {done.returncode}; the end of "
+                               f"{log}:\n{tail}")
+        wall = time.time() - started
+        with open(timing, "w") as f:
+            json.dump(dict(wall_seconds=wall), f)
+        return wall
 
     def _evaluate(self, run_dir, seed):
         from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
@@ -313,7 +387,7 @@ def summary(rows, study):
                 for layer, metrics in row["metrics"].items():
                     for metric, value in metrics.items():
                         cell.setdefault((layer, metric), []).append(value)
-                for metric in ("contrast_acc", "contrast_loss", "wall_seconds"):
+                for metric in RUN_METRICS:
                     if row.get(metric) is not None:
                         cell.setdefault(("step", metric), []).append(row[metric])
                 cell.setdefault(("seeds", "n"), []).append(row["seed"])
@@ -337,12 +411,13 @@ def study_table(rows, study):
                          + f" | {len(cell[('seeds', 'n')])} |")
         return "\n".join(lines)
     names = {"knn": "kNN on h (%)", "probe": "linear probe on h (%)",
-             "contrast_acc": "contrastive accuracy (%)"}
+             "contrast_acc": "contrastive accuracy (%)",
+             "finetune_top1": "fine-tuned top-1, 1% of the labels (%)"}
     lines = ["| setting | " + " | ".join(names[m] for m in metrics)
              + " | RankMe of h | train s | seeds |",
              "|---|" + "---|" * (len(metrics) + 3)]
     for setting, cell in table.items():
-        values = [bench.format_spread(cell[("step" if m == "contrast_acc" else "h", m)])
+        values = [bench.format_spread(cell[("step" if m in RUN_METRICS else "h", m)])
                   for m in metrics]
         lines.append(f"| {setting} | " + " | ".join(values)
                      + f" | {bench.format_spread(cell[('h', 'rankme')], 1, 1)} "
@@ -358,7 +433,7 @@ def plot(rows, study, path):
     view, metrics = VIEWS[study]
     series = ([(f"{m} on {layer}", layer, m) for layer in ("h", "layer_1", "z")
                for m in metrics] if view == "layers" else
-              [(m, "step" if m == "contrast_acc" else "h", m) for m in metrics])
+              [(m, "step" if m in RUN_METRICS else "h", m) for m in metrics])
     return bench.bar_chart(
         path, f"{study}: Fashion-MNIST, budget cpu", list(table),
         [(label, [cell.get((layer, metric)) for cell in table.values()])
@@ -403,8 +478,8 @@ def parse_args(argv):
     parser.add_argument("--study", required=True,
                         help=f"one of {', '.join(STUDIES)}, or all")
     parser.add_argument("--settings", default="",
-                        help="only these settings of the study (comma-separated labels, "
-                        "as the tables show them; default all)")
+                        help="only these settings of the study (labels as the tables show "
+                        "them, separated by ';': a label may hold a comma; default all)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--results", default=None,
                         help="JSON lines, one per point (default: docs/ablations_results."
@@ -425,12 +500,13 @@ def parse_args(argv):
         parser.error(f"--study: expected one of {', '.join(STUDIES)} or all, "
                      f"got {args.study!r}")
     args.studies = list(STUDIES) if args.study == "all" else [args.study]
-    args.settings = [name.strip() for name in args.settings.split(",") if name.strip()]
+    args.settings = [name.strip() for name in args.settings.split(";") if name.strip()]
     known = {point.setting for study in args.studies for point in STUDIES[study]}
     unknown = [name for name in args.settings if name not in known]
     if unknown:
         parser.error(f"--settings: {', '.join(map(repr, unknown))} not in "
-                     f"--study={args.study}: {', '.join(sorted(known))}")
+                     f"--study={args.study}: {'; '.join(sorted(known))} (labels are "
+                     "separated by ';')")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:

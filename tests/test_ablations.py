@@ -85,7 +85,8 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     (["--study=head", "--smoke", "--doc=", "--results=docs/ablations_results.jsonl"],
      "--smoke records nothing in"),
     (["--study=head", "--results={tmp}"], "is a directory; name a file"),
-    (["--study=head", "--settings=nonlinear,deep"], "--settings: 'deep' not in --study=head"),
+    (["--study=head", "--settings=nonlinear;deep"], "--settings: 'deep' not in --study=head"),
+    (["--study=batch", "--settings=batch 64,5 epochs"], "'batch 64,5 epochs' not in"),
 ])
 def test_bad_arguments_are_refused(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
@@ -109,3 +110,41 @@ def test_smoke_trains_evaluates_records_and_resumes(tmp_path, capsys):
     assert ablations.main(argv) == 0  # every point recorded: nothing trains again
     assert "1 points (1 recorded)" in capsys.readouterr().out
     assert len(ablations.read_results(str(tmp_path / "results.jsonl"))) == 1
+
+
+def test_head_depth_points_fine_tune_their_pretraining_as_v2_does():
+    """SimCLR v2's deeper-head finding: two heads, each fine-tuned from h and from its
+    first layer on 1% of the labels; the two points of a head share one pretraining
+    (the same pretraining flags), and each stage's command is one run.py accepts."""
+    import run  # pylint: disable=import-outside-toplevel
+    from helpers import cli_flags  # pylint: disable=import-outside-toplevel
+    budget = ablations.bench.BUDGETS["cpu"]
+    points = ablations.STUDIES["head_depth"]
+    assert [p.setting for p in points] == [
+        "2 layers, fine-tuned from h", "2 layers, fine-tuned from layer 1",
+        "3 layers, fine-tuned from h", "3 layers, fine-tuned from layer 1"]
+    pretraining = [ablations.run_py_flags(budget, p, 0, "/pre", None) for p in points]
+    assert pretraining[0] == pretraining[1] != pretraining[2] == pretraining[3]
+    assert [f["num_proj_layers"] for f in pretraining] == [2, 2, 3, 3]
+    keys = {json.dumps(ablations.point_key(p, s, budget), sort_keys=True)
+            for p in points for s in (0, 1)}
+    assert len(keys) == 8
+    tuned = ablations.finetune_flags(budget, points[3], 2, "/ft", "/pre", None)
+    assert tuned["ft_proj_selector"] == 1 and tuned["label_fraction"] == 0.01
+    assert (tuned["checkpoint"], tuned["model_dir"], tuned["seed"]) == ("/pre", "/ft", 2)
+    assert tuned["eval_split"] == budget.test_split and tuned["train_mode"] == "finetune"
+    for flags in (pretraining[3], tuned):
+        cfg = run.config_from_flags(cli_flags.flag_values(ablations.command(flags)[2:]))
+        assert cfg.seed == flags["seed"]
+    assert cfg.ft_proj_selector == 1 and cfg.mode == "train_then_eval"
+
+
+def test_the_head_depth_table_shows_the_fine_tuned_top_1(tmp_path):
+    rows = [dict(_row("head_depth", setting, seed, probe=0.8), finetune_top1=top1)
+            for setting, top1 in (("2 layers, fine-tuned from h", 0.6),
+                                  ("3 layers, fine-tuned from layer 1", 0.7))
+            for seed in range(3)]
+    table = ablations.study_table(rows, "head_depth")
+    assert table.splitlines()[0].startswith(
+        "| setting | fine-tuned top-1, 1% of the labels (%) | linear probe on h (%) |")
+    assert "| 3 layers, fine-tuned from layer 1 | 70.0 ± 0.0 | 80.0 ± 0.0 |" in table
