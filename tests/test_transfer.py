@@ -21,16 +21,18 @@ from helpers.run_fixtures import H_DIM, config as tiny_config
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.extra_large  # 195 s
+@pytest.mark.extra_large  # 29 s alone (51 s at width 0.25, 2026-12-04)
 def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
-    """80 steps of the quick-start recipe (16 px, width 0.25, batch 256); the probes
+    """80 steps of the quick-start recipe at width 0.125 (16 px, batch 256; the
+    quick start's 0.25 took 75% longer for the same verdict: kNN 0.825 against 0.819,
+    probe 0.98 against 0.93, random 0.36-0.39 kNN and 0.62-0.77 probe); the probes
     compare on 700 training examples to keep the L-BFGS fits short. The run ends
     without an export: the transfer table of a run and of its export is
     test_transfer_table_of_a_run_and_of_its_export_agree's, on the tiny run."""
     model_dir = str(tmp_path / "run")
     cfg = Config.from_dict(dict(
         dataset="digits", train_split="train", eval_split="test", image_size=16,
-        stem="cifar", resnet_depth=18, width_multiplier=0.25, num_proj_layers=2,
+        stem="cifar", resnet_depth=18, width_multiplier=0.125, num_proj_layers=2,
         proj_out_dim=64, train_batch_size=256, eval_batch_size=512, use_blur=False,
         color_jitter_strength=0.5, temperature=0.2, learning_rate=2.0,
         weight_decay=1e-4, warmup_epochs=2, train_steps=80, checkpoint_steps=80,
@@ -60,9 +62,11 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
             for name, model in (("pretrained", pretrained), ("random", random_init))}
     print({name: (row["knn_top_1"], row["linear_probe_top_1"], row["seconds"])
            for name, row in rows.items()})
-    assert rows["pretrained"]["knn_top_1"] > rows["random"]["knn_top_1"] + 0.1
-    assert rows["pretrained"]["linear_probe_top_1"] > rows["random"]["linear_probe_top_1"]
-    assert rows["pretrained"]["linear_probe_top_1"] > 0.9
+    # Measured (AVX-512 EPYC): kNN 0.819 against 0.389, probe 0.928 against 0.622.
+    assert rows["pretrained"]["knn_top_1"] > rows["random"]["knn_top_1"] + 0.2
+    assert rows["pretrained"]["linear_probe_top_1"] > (
+        rows["random"]["linear_probe_top_1"] + 0.15)
+    assert rows["pretrained"]["linear_probe_top_1"] > 0.85
 
 
 def test_transfer_table_of_a_run_and_of_its_export_agree(tiny_run, tmp_path):
