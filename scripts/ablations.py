@@ -434,11 +434,17 @@ def plot(rows, study, path):
     series = ([(f"{m} on {layer}", layer, m) for layer in ("h", "layer_1", "z")
                for m in metrics] if view == "layers" else
               [(m, "step" if m in RUN_METRICS else "h", m) for m in metrics])
+    cells = [(label, [cell.get((layer, metric)) for cell in table.values()])
+             for label, layer, metric in series]
+    # The axis starts 10 points below the lowest mean (at a multiple of 10): the
+    # studies' differences are a few points, invisible on an axis from 0.
+    means = [100 * bench.mean_std(c)[0] for _, column in cells for c in column if c]
+    ymin = max(0, 10 * int((min(means) - 10) // 10)) if means else 0
     return bench.bar_chart(
-        path, f"{study}: Fashion-MNIST, budget cpu", list(table),
-        [(label, [cell.get((layer, metric)) for cell in table.values()])
-         for label, layer, metric in series],
-        ylabel="%, mean ± sd over seeds", legend_loc="lower right", dpi=90)
+        path, f"{study}: Fashion-MNIST, budget cpu"
+        + (f" (the axis starts at {ymin}%)" if ymin else ""), list(table), cells,
+        ylabel="%, mean ± sd over seeds", legend_loc="lower right", dpi=90,
+        value_labels=True, ymin=ymin)
 
 
 def write_doc(rows, studies, doc, images):

@@ -489,10 +489,11 @@ def results_from_page(text):
 
 
 def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
-              legend_loc="upper left", dpi=100):
+              legend_loc="upper left", dpi=100, ymin=0):
     """Grouped bars, mean ± sample std over seeds, to PNG `path` (also the ablations'
     plots): `series` is [(label, [per-seed fractions, or None, for each group])],
-    drawn in percent. Returns `path`, or None when matplotlib is not installed."""
+    drawn in percent from `ymin` (a cut axis, which the ablations' plots state in their
+    title) to 100. Returns `path`, or None when matplotlib is not installed."""
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -514,7 +515,7 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
                   ha="right" if tilted else "center",
                   fontsize=None if value_labels and not tilted else 8)
     ax.set_ylabel(ylabel)
-    ax.set_ylim(0, 100)
+    ax.set_ylim(ymin, 100)
     ax.legend(loc=legend_loc, fontsize=8 if value_labels else 7)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
