@@ -510,7 +510,7 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
                       width, yerr=sds, capsize=3 if value_labels else 2, label=label)
         if value_labels:
             ax.bar_label(bars, fmt="%.1f", fontsize=8, padding=2)
-    tilted = len(groups) > 4
+    tilted = len(groups) > 4 or max(len(group) for group in groups) > 16
     ax.set_xticks(range(len(groups)), groups, rotation=20 if tilted else 0,
                   ha="right" if tilted else "center",
                   fontsize=None if value_labels and not tilted else 8)
