@@ -213,11 +213,13 @@ def test_an_image_folder_that_vanishes_mid_training_is_an_error_naming_it(
     monkeypatch.setitem(folders.ImageFolderSource.__init__.__kwdefaults__,
                         "scan_cache_dir", str(tmp_path / "scan_cache"))
     real_save = tf.train.CheckpointManager.save
+    removed = []
 
     def save(self, checkpoint_number=None, **kwargs):
         path = real_save(self, checkpoint_number=checkpoint_number, **kwargs)
         if checkpoint_number == 4:  # as a user's rm -rf after the 4th step
             shutil.rmtree(folder)
+            removed.append(time.monotonic())
         return path
 
     monkeypatch.setattr(tf.train.CheckpointManager, "save", save)
@@ -232,8 +234,9 @@ def test_an_image_folder_that_vanishes_mid_training_is_an_error_naming_it(
     finally:
         watchdog.cancel()
     output = capsys.readouterr().err
-    assert not folder.exists()
+    assert removed and not folder.exists(), output[-3000:]
     assert status == 1, output[-3000:]
+    assert time.monotonic() - removed[0] < 60  # the error within 60 s of the removal
     assert "Traceback" not in output
     last = output.strip().splitlines()[-1]
     assert last.startswith("run.py: error: The training input failed at step "), last
