@@ -19,7 +19,7 @@ Studies (--study; `all` runs each):
                split. Points of one head share their pretraining run
   h_vs_z       the same runs, read as h against z (and the hidden layer): a view of
                `head`'s points (they are trained once)
-  temperature  tau 0.05 / 0.1 / 0.5 / 1 with and without L2-normalised z (Table 5)
+  temperature  tau 0.05 / 0.1 / 0.5 / 1 with L2-normalised z, 10 / 100 without (Table 5)
   batch        batch 64 / 256 / 1024 after 5 and 20 epochs (Figure 9)
   augment      the views' transformations (Figure 5): none, crop, colour, crop+colour,
                crop+flip+colour (--augmentations), on grey and on tinted Fashion-MNIST
@@ -115,9 +115,13 @@ HEAD = [("none", dict(proj_head_mode="none")),
 STUDIES = {
     "head": _points("head", HEAD),
     "h_vs_z": _points("head", HEAD),  # the head study's runs, read as h against z
+    # Table 5's rows: L2-normalised z at tau 0.05 ... 1, unnormalised z at tau 10 and
+    # 100 (without normalisation the logits are |z|^2 / tau, |z|^2 ~ 128 after the
+    # head's last batch norm: the paper's small temperatures overflow at once).
     "temperature": _points("temperature", [
-        (f"tau {tau}, {'l2' if norm else 'no norm'}", dict(temperature=tau, hidden_norm=norm))
-        for norm in (True, False) for tau in (0.05, 0.1, 0.5, 1.0)]),
+        (f"tau {tau:g}, {'l2' if norm else 'no norm'}", dict(temperature=tau, hidden_norm=norm))
+        for norm, taus in ((True, (0.05, 0.1, 0.5, 1.0)), (False, (10.0, 100.0)))
+        for tau in taus]),
     "batch": _points("batch", [
         (f"batch {batch}, {epochs} epochs", dict(train_batch_size=batch, train_epochs=epochs))
         for epochs in (5, 20) for batch in (64, 256, 1024)]),
