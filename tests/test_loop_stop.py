@@ -3,10 +3,12 @@
 fails is an InputError, and the non-finite-loss message names the running train
 mode's flags (item 9). In process, with small trainers; run.py end to end:
 tests/test_reliability.py."""
+import gc
 import os
 import signal
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -261,6 +263,27 @@ def test_a_stop_signal_after_a_logged_step_logs_nothing_twice(tmp_path):
     assert results == dict(global_step=4, interrupted=True, signal=int(signal.SIGTERM))
     _assert_saved_at(tmp_path, 4)
     assert logged == [2, 4]
+
+
+def test_the_loop_lets_go_of_its_input_when_it_returns(tmp_path):
+    """Once `loop.train` returns, nothing of it holds the iterator. A reference cycle
+    (the stop-signal watcher's callback closes over the iterator and the watcher) had
+    kept the training pipeline alive until a garbage collection at some unrelated
+    later allocation, where deleting it can wait out the tf.data autotuner's sleep
+    (TensorFlow 2.21: up to 60 s; docs/testing.md)."""
+    state, model = _state(tmp_path)
+    iterator = iter(tf.data.Dataset.range(100))
+    released = weakref.ref(iterator)
+    gc.collect()
+    gc.disable()  # only reference counting may free it
+    try:
+        results = loop.train(trainer=_Trainer(model), iterator=iterator, checkpoints=state,
+                             total_steps=4, checkpoint_steps=2)
+        del iterator
+        assert results["global_step"] == 4
+        assert released() is None
+    finally:
+        gc.enable()
 
 
 def test_an_input_that_fails_is_an_input_error_naming_the_last_checkpoint(tmp_path):

@@ -158,4 +158,9 @@ class StopOnSignals:
                 end.close()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
+        # The watcher is gone: drop the callback, which usually closes over this
+        # object (`loop.train`'s `stop_stuck`) and the training iterator. Kept, the
+        # cycle holds the iterator (its prefetched batches, its threads) until a
+        # garbage collection at some later, unrelated allocation.
+        self._on_stuck = None
         return False
