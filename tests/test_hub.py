@@ -126,6 +126,7 @@ def test_preset_directory_loads_identical_weights_and_its_converter(tmp_path):
     assert model.encoder.get_config()["spec"] == str(tmp_path)
 
 
+@pytest.mark.large  # 7.2 s
 def test_config_round_trip_rebuilds_the_same_architecture():
     encoder = hub_model("ViTBackbone", TINY_VIT, vit_pool="mean").encoder
     config = json.loads(json.dumps(keras.saving.serialize_keras_object(encoder)))

@@ -73,6 +73,7 @@ def test_the_control_an_upward_import_is_found(tmp_path):
         "simclr_tf.run"]
 
 
+@pytest.mark.large  # 6.2 s: a fresh process imports TensorFlow
 def test_the_loss_and_the_pretraining_objective_import_little():
     """NT-Xent's module in a fresh process: at most 15 modules of the package, and
     neither TFDS nor the folder scanner (TensorFlow itself imports scikit-learn)."""
