@@ -447,7 +447,7 @@ def plot(rows, study, path):
     return bench.bar_chart(
         path, f"{study}: Fashion-MNIST, budget cpu"
         + (f" (the axis starts at {ymin}%)" if ymin else ""), list(table), cells,
-        ylabel="%, mean ± sd over seeds", legend_loc="lower right", dpi=90,
+        ylabel="%, mean ± sd over seeds", legend_loc="outside", dpi=90,
         value_labels=True, ymin=ymin)
 
 

@@ -492,6 +492,7 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
               legend_loc="upper left", dpi=100, ymin=0):
     """Grouped bars, mean ± sample std over seeds, to PNG `path` (also the ablations'
     plots): `series` is [(label, [per-seed fractions, or None, for each group])],
+    the legend at `legend_loc` (a matplotlib location, or "outside": right of the axes),
     drawn in percent from `ymin` (a cut axis, which the ablations' plots state in their
     title) to 100. Returns `path`, or None when matplotlib is not installed."""
     try:
@@ -516,7 +517,11 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
                   fontsize=None if value_labels and not tilted else 8)
     ax.set_ylabel(ylabel)
     ax.set_ylim(ymin, 100)
-    ax.legend(loc=legend_loc, fontsize=8 if value_labels else 7)
+    if legend_loc == "outside":  # right of the axes: over no bar, whatever the values
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  fontsize=8 if value_labels else 7)
+    else:
+        ax.legend(loc=legend_loc, fontsize=8 if value_labels else 7)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
