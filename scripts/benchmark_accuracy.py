@@ -517,11 +517,10 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
                   fontsize=None if value_labels and not tilted else 8)
     ax.set_ylabel(ylabel)
     ax.set_ylim(ymin, 100)
-    if legend_loc == "outside":  # right of the axes: over no bar, whatever the values
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  fontsize=8 if value_labels else 7)
-    else:
-        ax.legend(loc=legend_loc, fontsize=8 if value_labels else 7)
+    # "outside": right of the axes, over no bar whatever the values.
+    placement = (dict(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+                 if legend_loc == "outside" else dict(loc=legend_loc))
+    ax.legend(**placement, fontsize=8 if value_labels else 7)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
