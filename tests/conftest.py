@@ -8,19 +8,28 @@ import collections
 import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import pytest
 
-import tensorflow as tf  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 NUM_LOGICAL_CPUS = 4
 
-_cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS
-)
+
+def _split_the_cpu():
+    """Four logical CPUs, before TensorFlow runs any op (pytest_configure calls this
+    before any test module is imported)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
 
-import pytest  # noqa: E402
+def _is_xdist_controller(config):
+    """Under pytest-xdist (-n 2) the controller process only hands tests to the
+    workers: it never imports TensorFlow (6-7 s before the workers start)."""
+    option = config.option
+    return (not hasattr(config, "workerinput") and getattr(option, "dist", "no") != "no"
+            and bool(getattr(option, "tx", None)) and not option.collectonly)
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +40,7 @@ def _fresh_collective_keys():
     later test's all-gather meets an earlier one's ("Collective instance 100 expected
     type 0 and data_type 1 but got type 2 and data_type 3").
     """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     tf.distribute.MirroredStrategy._collective_key_base += 100000  # pylint: disable=protected-access
     yield
 
@@ -75,6 +85,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    if not _is_xdist_controller(config):
+        _split_the_cpu()
     config.pluginmanager.register(_UnmarkedDurations(), "unmarked-durations")
     # Under pytest-xdist (-n 2), hand the workers one test at a time, in the order
     # below (the longest tiers first): by default each worker is sent a block of
