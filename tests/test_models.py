@@ -134,7 +134,9 @@ def test_encoder_variables_follow_the_authors_structure_in_order(sk_ratio, path,
 
 # Both block types and a deep ResNet run whole; 152 and 200 repeat 101's blocks in
 # longer groups (their blocks are counted by test_encoder_parameter_counts_equal_reference).
-@pytest.mark.parametrize("depth", [18, 34, 50, pytest.param(101, marks=pytest.mark.large)])
+@pytest.mark.parametrize("depth", [  # 34 repeats 18's basic blocks in longer groups
+    18, pytest.param(34, marks=pytest.mark.large), 50,
+    pytest.param(101, marks=pytest.mark.large)])
 def test_named_features_have_the_resnet_shapes(depth):
     width = 0.125
     encoder = ResNet(depth=depth, width_multiplier=width)

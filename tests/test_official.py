@@ -266,6 +266,9 @@ def test_float64_loading_computes_in_float64(small_official):
         assert np.abs(nudged - model(x, training=False)[key]).max() > 0, key
 
 
+# 3.6 s (6 s with small_official's set-up): the default tier's writer-and-loader guard
+# is test_round_trip_our_model_to_the_authors_layout_and_back[v1_head_cifar_stem].
+@pytest.mark.large
 def test_a_checkpoint_in_the_authors_layout_round_trips(small_official, tmp_path):
     """load_official then the writer: every variable back under its name, exactly (a
     small model in the authors' layout, BN moving statistics included)."""
