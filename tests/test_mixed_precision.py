@@ -23,7 +23,7 @@ def _config(precision, encoder="resnet"):
 
 def _step(precision, weights=None):
     """One training step of the tiny encoder (conv, BN, ReLU, the heads: what a policy
-    sets; the ResNet's outputs and BN under bfloat16 are the tests below): the model,
+    sets; the ResNet's outputs and BN under bfloat16 are the test below): the model,
     its weights before the step and the step's logs."""
     config = _config(precision, encoder="tiny")
     strategy = tf.distribute.get_strategy()

@@ -215,7 +215,9 @@ def test_the_selector_is_read_from_the_savedmodels_graph(selector, tmp_path):
     assert max_relative_error(logits(other), outputs["logits_sup"]) > 0.1
 
 
-@pytest.mark.large  # 3.6-4.5 s; its refusal through the flags is test_experiment's (above)
+# 3.6-4.5 s; the refusal through the flags is the default tier's
+# test_experiment::test_a_released_head_must_read_the_layer_it_was_trained_on.
+@pytest.mark.large
 def test_an_ambiguous_head_needs_an_explicit_selector(tmp_path):
     """No saved_model.pb and equal widths: nothing tells the selector, so loading
     the supervised head needs it given; leaving the head out does not."""
@@ -266,9 +268,8 @@ def test_float64_loading_computes_in_float64(small_official):
         assert np.abs(nudged - model(x, training=False)[key]).max() > 0, key
 
 
-# 3.6 s (6 s with small_official's set-up): the default tier's writer-and-loader guard
-# is test_round_trip_our_model_to_the_authors_layout_and_back[v1_head_cifar_stem].
-@pytest.mark.large
+# In the default tier: the one round trip of an SE model through the authors' layout
+# there (the se_linear_head case above is large).
 def test_a_checkpoint_in_the_authors_layout_round_trips(small_official, tmp_path):
     """load_official then the writer: every variable back under its name, exactly (a
     small model in the authors' layout, BN moving statistics included)."""
