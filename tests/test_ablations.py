@@ -31,9 +31,9 @@ def test_a_point_overrides_the_budgets_flags_and_keys_on_all_of_them():
     flags = ablations.run_py_flags(budget, batch, 0, "/run", None)
     assert (flags["train_batch_size"], flags["checkpoint_epochs"]) == (1024, 20)
     keys = {json.dumps(ablations.point_key(p, s, budget), sort_keys=True)
-            for study in ("head", "temperature", "batch", "augment", "color", "loss")
+            for study in ("head", "temperature", "batch", "augment", "color", "blur", "loss")
             for p in ablations.STUDIES[study] for s in (0, 1)}
-    assert len(keys) == 2 * (3 + 6 + 6 + 10 + 14 + 3)  # every point and seed apart
+    assert len(keys) == 2 * (3 + 6 + 6 + 10 + 14 + 4 + 3)  # every point and seed apart
     triplet = ablations.run_py_flags(budget, ablations.STUDIES["loss"][2], 0, "/r", None)
     assert "--triplet_margin=0.5" in ablations.command(triplet)
     assert "--train_mode=margin_triplet" in ablations.command(triplet)
@@ -46,6 +46,25 @@ def test_a_point_overrides_the_budgets_flags_and_keys_on_all_of_them():
         ablations.point_key(p, 0, budget) for p in ablations.STUDIES["head"]]
     smoke = ablations.point_key(point, 1, ablations.SMOKE)
     assert smoke != ablations.point_key(point, 1, budget)
+
+
+def test_blur_points_train_where_the_papers_kernel_is_wider_than_a_pixel():
+    """Table 1's "1 + blur" at 16 px would train what "1" does (a one-pixel kernel):
+    the blur study's points train at 20 px, where the kernel is 3 pixels, with and
+    without blur, the rest of the budget unchanged."""
+    from simclr_tf.augment import blur  # pylint: disable=import-outside-toplevel
+    budget = ablations.bench.BUDGETS["cpu"]
+    assert blur.blur_kernel_size(budget.image_size) == 1
+    points = ablations.STUDIES["blur"]
+    assert [p.setting for p in points] == [
+        "grey: 1, 20 px", "grey: 1 + blur, 20 px", "tinted: 1, 20 px",
+        "tinted: 1 + blur, 20 px"]
+    flags = [ablations.run_py_flags(budget, p, 0, "/run", None) for p in points]
+    assert [(f["image_size"], f["use_blur"], f["color_jitter_strength"]) for f in flags] \
+        == [(20, False, 1.0), (20, True, 1.0)] * 2
+    assert blur.blur_kernel_size(flags[1]["image_size"]) == 3
+    assert "--use_blur" in ablations.command(flags[1])
+    assert {f["train_epochs"] for f in flags} == {budget.epochs}
 
 
 def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
@@ -96,11 +115,18 @@ def test_bad_arguments_are_refused(argv, message, tmp_path, capsys):
 
 @pytest.mark.extra_large  # ~30 s alone: a small pretraining through run.py, evaluated
 def test_smoke_trains_evaluates_records_and_resumes(tmp_path, capsys):
-    argv = ["--study=head", "--settings=nonlinear", "--smoke", "--seeds=0",
+    # A blur point: it trains at an image size of its own (20 px, not the budget's 16)
+    # and is evaluated, and recorded, at it.
+    argv = ["--study=blur", "--settings=grey: 1 + blur, 20 px", "--smoke", "--seeds=0",
             f"--workdir={tmp_path}", "--doc="]
     assert ablations.main(argv) == 0
     rows = ablations.read_results(str(tmp_path / "results.jsonl"))
-    assert [(r["study"], r["setting"], r["seed"]) for r in rows] == [("head", "nonlinear", 0)]
+    assert [(r["study"], r["setting"], r["seed"]) for r in rows] == [
+        ("blur", "grey: 1 + blur, 20 px", 0)]
+    assert rows[0]["budget"]["image_size"] == 20 and rows[0]["setting_flags"]["use_blur"]
+    flags = json.loads((tmp_path / "blur_grey__1___blur__20_px_seed0" / "run"
+                        / "flags.json").read_text())
+    assert flags["image_size"] == 20 and flags["use_blur"] is True, flags
     assert sorted(rows[0]["metrics"]) == ["h", "layer_1", "z"]  # h and each head layer
     for row in rows:
         assert 0 < row["contrast_acc"] <= 1 and row["contrast_loss"] > 0
