@@ -299,6 +299,26 @@ def test_config_round_trip_and_keras_file_give_identical_outputs(kwargs, tmp_pat
     assert encoder.get_config() == model.encoder.get_config()
 
 
+def test_building_a_model_runs_each_block_once(monkeypatch):
+    """model.build traces the model once: a composite layer built inside its parent's
+    trace leaves its variables to the call that follows (layers.build_by_tracing), not
+    a trace of its own per level of nesting (an R50 block was run five times); the
+    variables are the same (test_initialisation_follows_the_reference, the round trips)."""
+    from simclr_tf.models import resnet  # pylint: disable=import-outside-toplevel
+    calls = []
+    original = resnet.ResidualBlock.call
+
+    def counted(self, inputs, training=None):
+        calls.append(self.path)
+        return original(self, inputs, training=training)
+
+    monkeypatch.setattr(resnet.ResidualBlock, "call", counted)
+    model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"))
+    model.build((None, 32, 32, 3))
+    assert len(calls) == len(set(calls)) == 8, calls  # 4 groups of 2 basic blocks
+    assert len(model.weights) == 119  # no supervised head
+
+
 @pytest.mark.parametrize("after_block, frozen_groups", [(-1, 0), (0, 0), (2, 2), (4, 4)])
 def test_freeze_for_finetuning_freezes_weights_and_bn_statistics(after_block, frozen_groups):
     model = SimCLRModel(encoder_options=dict(depth=18, width_multiplier=0.125, stem="cifar"),

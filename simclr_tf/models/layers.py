@@ -27,7 +27,14 @@ def build_by_tracing(layer, input_shape):
     Composite layers create their sub-layers' variables when first called; Keras'
     `.keras` loader and `model.build(shape)` instead call `build(input_shape)`, so
     composite layers implement `build` with this symbolic run.
+
+    Inside a graph being traced (the parent's own symbolic run, or a `tf.function`)
+    it does nothing: the `call` that follows runs in that graph and creates the
+    variables, in the same order. Tracing there too would run each layer once more
+    per level of nesting (a block of an R50 five times).
     """
+    if tf.inside_function():
+        return
     layer.compute_output_spec(keras.KerasTensor(tuple(input_shape), dtype=layer.compute_dtype))
 
 
