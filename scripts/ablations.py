@@ -46,6 +46,8 @@ Examples:
   python scripts/ablations.py --study=head --jobs=2
   python scripts/ablations.py --study=all --jobs=2          # every study, ~10 h on 2 cores
   python scripts/ablations.py --study=head --report_only    # tables and plots again
+  python scripts/ablations.py --study=temperature --head_scale --workdir=/work/ablations
+                                               # the scale z's norm sets, per run
   python scripts/ablations.py --study=head --settings=nonlinear --smoke --seeds=0 \\
       --workdir=/tmp/smoke --doc=                # the whole path in a minute
 """
@@ -279,6 +281,41 @@ def layer_features(model, images, batch=512):
         for name, value in zip(names, hiddens):
             parts.setdefault(name, []).append(np.asarray(value, np.float32))
     return {name: np.concatenate(values) for name, values in parts.items()}
+
+
+def head_scale(model):
+    """The sum of gamma^2 of the projection head's last batch norm: in training, its
+    output z has, over the batch, mean |z|^2 = that sum (zero mean, no beta; unit
+    variance times gamma^2 per dimension, up to BN's epsilon). Without L2
+    normalisation NT-Xent's logits are z_i . z_k / tau, so sum / tau is the logit of
+    two equal views on average: the scale that a temperature sets, here set by the
+    network's own gamma."""
+    gamma = np.asarray(model.projection_head.head_layers[-1].bn.bn.gamma.numpy(), np.float64)
+    return float(np.sum(gamma ** 2))
+
+
+def print_head_scales(args):
+    """--head_scale: each point's run under --workdir, read (no training)."""
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+    print("| setting | seed | sum of gamma^2 (mean |z|^2 in training) | / tau (unnormalised "
+          "z: the logit of two equal views) |\n|---|---|---|---|")
+    for study in args.studies:
+        for point in STUDIES[study]:
+            for seed in args.seeds:
+                run_dir = os.path.join(args.workdir, f"{point.slug}_seed{seed}", "run")
+                if point.finetune or not os.path.exists(os.path.join(run_dir, "flags.json")):
+                    continue
+                with open(os.path.join(run_dir, "flags.json")) as f:
+                    flags = json.load(f)
+                tau = flags["temperature"]
+                model, _, _ = checkpoints.open_encoder(run_dir)
+                if not getattr(model, "projection_head", None) or \
+                        not model.projection_head.head_layers:
+                    continue
+                scale = head_scale(model)
+                # L2-normalised z: the logits do not see its norm.
+                over_tau = "-" if flags.get("hidden_norm", True) else f"{scale / tau:.2f}"
+                print(f"| {point.setting} | {seed} | {scale:.1f} | {over_tau} |", flush=True)
 
 
 def contrast_metrics(model_dir):
@@ -521,6 +558,10 @@ def parse_args(argv):
                         help="a few steps per point on 256 images: the path, not numbers")
     parser.add_argument("--doc", default=DOC, help="the page ('' = none)")
     parser.add_argument("--images", default=IMAGES)
+    parser.add_argument("--head_scale", action="store_true",
+                        help="print, for each point's run under --workdir, the sum of "
+                        "gamma^2 of the head's last batch norm (mean |z|^2 in training) "
+                        "and it over tau; train nothing")
     parser.add_argument("--report_only", action="store_true",
                         help="write the page from --results, train nothing")
     args = parser.parse_args(argv)
@@ -563,6 +604,9 @@ def main(argv=None):
     if os.path.dirname(args.results):
         os.makedirs(os.path.dirname(args.results), exist_ok=True)
     failed = []
+    if args.head_scale:
+        print_head_scales(args)
+        return 0
     if not args.report_only:
         from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
         quiet.import_tensorflow()

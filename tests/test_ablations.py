@@ -67,6 +67,29 @@ def test_blur_points_train_where_the_papers_kernel_is_wider_than_a_pixel():
     assert {f["train_epochs"] for f in flags} == {budget.epochs}
 
 
+def test_the_head_scale_is_the_mean_squared_norm_of_z_in_training():
+    """--head_scale's number (the sum of gamma^2 of the head's last BN) is what z's
+    norm is in training: the batch's mean |z|^2, computed here from z itself."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models.outputs import Z  # pylint: disable=import-outside-toplevel
+    model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
+                        num_proj_layers=2, proj_out_dim=16)
+    model.build((None, 16, 16, 3))
+    rng = np.random.default_rng(0)
+    head_layer = model.projection_head.head_layers[-1]
+    # A trained head's pre-BN variances dwarf BN's epsilon; a fresh tiny one's do
+    # not (about 1e-4 here): its kernel scaled up, so var / (var + eps) ~ 1.
+    head_layer.dense.kernel.assign(head_layer.dense.kernel * 100.0)
+    last = head_layer.bn.bn
+    last.gamma.assign(rng.uniform(0.5, 3.0, size=16).astype("float32"))
+    z = model(rng.uniform(size=(64, 16, 16, 3)).astype("float32"), training=True)[Z]
+    mean_sq = float(np.mean(np.sum(np.square(np.asarray(z, np.float64)), axis=1)))
+    scale = ablations.head_scale(model)
+    assert scale == pytest.approx(float(np.sum(last.gamma.numpy().astype(np.float64) ** 2)))
+    assert mean_sq == pytest.approx(scale, rel=1e-3)
+
+
 def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     results = tmp_path / "results.jsonl"
     rows = [_row("head", s, seed, p, layers=layers)
