@@ -295,8 +295,10 @@ def head_scale(model):
 
 
 def print_head_scales(args):
-    """--head_scale: each point's run under --workdir, read (no training)."""
+    """--head_scale: each point's run under --workdir, read (no training); 1 when
+    there is none."""
     from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+    found = 0
     print("| setting | seed | sum of gamma^2 (mean |z|^2 in training) | / tau (unnormalised "
           "z: the logit of two equal views) |\n|---|---|---|---|")
     for study in args.studies:
@@ -316,6 +318,14 @@ def print_head_scales(args):
                 # L2-normalised z: the logits do not see its norm.
                 over_tau = "-" if flags.get("hidden_norm", True) else f"{scale / tau:.2f}"
                 print(f"| {point.setting} | {seed} | {scale:.1f} | {over_tau} |", flush=True)
+                found += 1
+    if not found:
+        print(f"ablations.py: error: no finished run of --study={args.study} with a "
+              f"projection head under --workdir={args.workdir} (a point's run is "
+              "<workdir>/<study>_<setting>_seed<seed>/run): pass the --workdir the "
+              "points were trained in", file=sys.stderr)
+        return 1
+    return 0
 
 
 def contrast_metrics(model_dir):
@@ -599,14 +609,13 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.head_scale:  # reads runs: creates nothing
+        return print_head_scales(args)
     budget = SMOKE if args.smoke else bench.BUDGETS["cpu"]
     os.makedirs(args.workdir, exist_ok=True)
     if os.path.dirname(args.results):
         os.makedirs(os.path.dirname(args.results), exist_ok=True)
     failed = []
-    if args.head_scale:
-        print_head_scales(args)
-        return 0
     if not args.report_only:
         from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
         quiet.import_tensorflow()

@@ -90,6 +90,15 @@ def test_the_head_scale_is_the_mean_squared_norm_of_z_in_training():
     assert mean_sq == pytest.approx(scale, rel=1e-3)
 
 
+def test_head_scale_without_runs_says_where_it_looked(tmp_path, capsys):
+    workdir = tmp_path / "nothing"
+    assert ablations.main(["--study=temperature", "--head_scale", f"--workdir={workdir}",
+                           "--doc="]) == 1
+    assert f"no finished run of --study=temperature with a projection head under " \
+        f"--workdir={workdir}" in capsys.readouterr().err
+    assert not workdir.exists()  # a read: nothing made
+
+
 def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     results = tmp_path / "results.jsonl"
     rows = [_row("head", s, seed, p, layers=layers)
