@@ -304,7 +304,7 @@ def test_config_round_trip_and_keras_file_give_identical_outputs(kwargs, tmp_pat
 def test_building_a_model_runs_each_block_once(monkeypatch):
     """model.build traces the model once: a composite layer built inside its parent's
     trace leaves its variables to the call that follows (layers.build_by_tracing), not
-    a trace of its own per level of nesting (an R50 block was run five times); the
+    a trace of its own per level of nesting (an R50 block was run four times); the
     variables are the same (test_initialisation_follows_the_reference, the round trips)."""
     from simclr_tf.models import resnet  # pylint: disable=import-outside-toplevel
     calls = []

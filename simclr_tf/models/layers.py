@@ -31,7 +31,7 @@ def build_by_tracing(layer, input_shape):
     Inside a graph being traced (the parent's own symbolic run, or a `tf.function`)
     it does nothing: the `call` that follows runs in that graph and creates the
     variables, in the same order. Tracing there too would run each layer once more
-    per level of nesting (a block of an R50 five times).
+    per level of nesting (an R50 block four times, its selective-kernel conv five).
     """
     if tf.inside_function():
         return
