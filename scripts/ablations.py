@@ -283,6 +283,15 @@ def layer_features(model, images, batch=512):
     return {name: np.concatenate(values) for name, values in parts.items()}
 
 
+def pretraining_dir(workdir, point, seed):
+    """The run directory of `point`'s pretraining (seed `seed`) under `workdir`.
+    Points with a second stage share their pretraining when their pretraining flags
+    agree (the head_depth study's two fine-tunes of one head)."""
+    name = point.slug if not point.finetune else f"{point.study}_pretrain_" + (
+        hashlib.sha256(json.dumps(point.flags).encode()).hexdigest()[:8])
+    return os.path.join(workdir, f"{name}_seed{seed}", "run")
+
+
 def head_scale(model):
     """The sum of gamma^2 of the projection head's last batch norm: in training, its
     output z has, over the batch, mean |z|^2 = that sum (zero mean, no beta; unit
@@ -304,19 +313,18 @@ def print_head_scales(args):
     for study in args.studies:
         for point in STUDIES[study]:
             for seed in args.seeds:
-                run_dir = os.path.join(args.workdir, f"{point.slug}_seed{seed}", "run")
-                if point.finetune or not os.path.exists(os.path.join(run_dir, "flags.json")):
+                run_dir = pretraining_dir(args.workdir, point, seed)
+                if not os.path.exists(os.path.join(run_dir, "flags.json")):
                     continue
                 with open(os.path.join(run_dir, "flags.json")) as f:
                     flags = json.load(f)
-                tau = flags["temperature"]
                 model, _, _ = checkpoints.open_encoder(run_dir)
-                if not getattr(model, "projection_head", None) or \
-                        not model.projection_head.head_layers:
+                if not model.projection_head.head_layers:  # proj_head_mode=none
                     continue
                 scale = head_scale(model)
                 # L2-normalised z: the logits do not see its norm.
-                over_tau = "-" if flags.get("hidden_norm", True) else f"{scale / tau:.2f}"
+                over_tau = ("-" if flags["hidden_norm"]
+                            else f"{scale / flags['temperature']:.2f}")
                 print(f"| {point.setting} | {seed} | {scale:.1f} | {over_tau} |", flush=True)
                 found += 1
     if not found:
@@ -361,11 +369,7 @@ class Runner:
             if _recorded(self.rows, key):
                 return "recorded"
         label = f"{point.study} / {point.setting} / seed {seed}"
-        # Points with a second stage share their pretraining when their pretraining
-        # flags agree (the head_depth study's two fine-tunes of one head).
-        name = point.slug if not point.finetune else f"{point.study}_pretrain_" + (
-            hashlib.sha256(json.dumps(point.flags).encode()).hexdigest()[:8])
-        run_dir = os.path.join(self.args.workdir, f"{name}_seed{seed}", "run")
+        run_dir = pretraining_dir(self.args.workdir, point, seed)
         # No export at the end (~5 s a point): points are read from their checkpoints.
         # Not in the key: it changes no number.
         flags = dict(run_py_flags(self.budget, point, seed, run_dir, self.args.data_dir),
