@@ -183,8 +183,7 @@ def test_lars_pretraining_step_changes_the_weights():
     assert min(moved) > 0, "every backbone variable trains"
 
 
-@pytest.mark.large  # 3.4 s; test_vit's and test_models' mixed precision stay in the default tier
-@pytest.mark.bfloat16
+@pytest.mark.bfloat16  # 0.2 s beside the file's tests since 075168f (3.4 s before)
 def test_mixed_precision_backbone_computes_in_bfloat16_and_h_is_float32():
     model = hub_model("ResNetBackbone", TINY_RESNET, dtype="mixed_bfloat16")
     assert model.encoder.backbone.dtype_policy.name == "mixed_bfloat16"

@@ -141,9 +141,9 @@ def test_squeeze_ratios_are_recovered_from_widths():
     assert official_infer._ratio_from_widths([32, 32, 64, 100], filters, 32, 0.0625) is None
 
 
-# Measured 18-25 s (88 s beside another test), 8-11 s and 4.4-4.7 s: the large tier
-# (SE is also in the default tier's round trip of the authors' layout, on small_official).
-_SLOW_ROUND_TRIPS = {"sk_se", "wide_no_heads", "se_linear_head"}
+# Measured 18-25 s (88 s beside another test) and 8-11 s; about 5 s each alone since
+# each layer is built once (075168f): the large tier.
+_SLOW_ROUND_TRIPS = {"sk_se", "wide_no_heads"}
 
 
 @pytest.mark.parametrize("name", [
@@ -188,10 +188,10 @@ AMBIGUOUS_HEAD = dict(encoder_options=dict(depth=18, width_multiplier=0.125),
                       num_proj_layers=3, proj_out_dim=16, num_classes=10)
 
 
-# 5-6 s each: large. The default tier's guard of the selector read from the graph is
-# test_experiment::test_a_released_head_must_read_the_layer_it_was_trained_on.
-@pytest.mark.large
-@pytest.mark.parametrize("selector", [0, 1, 2])
+# 5-6 s each before 075168f, 1.9-2.2 s alone since: the issue's case in the default
+# tier, the others large.
+@pytest.mark.parametrize("selector", [
+    pytest.param(0, marks=pytest.mark.large), 1, pytest.param(2, marks=pytest.mark.large)])
 def test_the_selector_is_read_from_the_savedmodels_graph(selector, tmp_path):
     """A SavedModel in the authors' export layout whose graph feeds the supervised
     head from projection output `selector`: inspect_official reads it from the
@@ -215,9 +215,7 @@ def test_the_selector_is_read_from_the_savedmodels_graph(selector, tmp_path):
     assert max_relative_error(logits(other), outputs["logits_sup"]) > 0.1
 
 
-# 3.6-4.5 s; the refusal through the flags is the default tier's
-# test_experiment::test_a_released_head_must_read_the_layer_it_was_trained_on.
-@pytest.mark.large
+# 1.2 s alone since 075168f (3.6-4.5 s before, large then).
 def test_an_ambiguous_head_needs_an_explicit_selector(tmp_path):
     """No saved_model.pb and equal widths: nothing tells the selector, so loading
     the supervised head needs it given; leaving the head out does not."""
@@ -268,8 +266,7 @@ def test_float64_loading_computes_in_float64(small_official):
         assert np.abs(nudged - model(x, training=False)[key]).max() > 0, key
 
 
-# In the default tier: the one round trip of an SE model through the authors' layout
-# there (the se_linear_head case above is large).
+# In the default tier, beside the se_linear_head case above.
 def test_a_checkpoint_in_the_authors_layout_round_trips(small_official, tmp_path):
     """load_official then the writer: every variable back under its name, exactly (a
     small model in the authors' layout, BN moving statistics included)."""
