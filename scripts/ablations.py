@@ -72,10 +72,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import benchmark_accuracy as bench  # noqa: E402  (budgets, features, kNN and probe)
+import script_io  # noqa: E402  (whole files; children that stop with the script)
 
 DOC = os.path.join(ROOT, "docs", "ablations.md")
 RESULTS = os.path.join(ROOT, "docs", "ablations_results.jsonl")
-IMAGES = os.path.join(ROOT, "docs", "images")
 # The smoke budget: the whole path in minutes; its numbers mean nothing.
 SMOKE = dataclasses.replace(bench.BUDGETS["fast"], train_split="train[:256]",
                             image_size=16, epochs=1, test_split="test[:256]")
@@ -238,28 +238,134 @@ def command(flags):
     return [sys.executable, os.path.join(ROOT, "run.py"), *args]
 
 
+def point_budget(budget, point):
+    """The budget `point` trains and is evaluated at: a point may set its own image
+    size (the blur study)."""
+    return dataclasses.replace(budget, image_size=dict(point.flags).get(
+        "image_size", budget.image_size))
+
+
 def point_key(point, seed, budget):
-    """What makes a point's result reusable: its study, setting, seed and the whole
-    flag set (the budget included), hashed."""
+    """What makes a recorded row the result of (point, seed) today: its study,
+    setting and seed; the hash of the whole flag set run.py trains with (the budget's
+    included); the dataset its kNN bank, probe and RankMe were measured on (the one it
+    trained on); and the budget it was evaluated at (its splits and image size)."""
     flags = run_py_flags(budget, point, seed, "", None)
     if point.finetune:
         flags["then"] = finetune_flags(budget, point, seed, "", "", None)
     digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:16]
-    return dict(study=point.study, setting=point.setting, seed=seed, flags_hash=digest)
+    return dict(study=point.study, setting=point.setting, seed=seed, flags_hash=digest,
+                eval_dataset=flags["dataset"],
+                budget=dataclasses.asdict(point_budget(budget, point)))
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read as it is: the line named is not a whole
+    record (nothing is rewritten: mend or remove the line)."""
+
+
+# The fields every row has (what the tables, the page and the key read), and their types.
+ROW_FIELDS = dict(study=str, setting=str, seed=int, flags_hash=str, eval_dataset=str,
+                  budget=dict, metrics=dict, machine=str)
+
+
+def _row_problem(row):
+    """Why `row` (a parsed line) is not a whole record, or None."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not a record"
+    missing = [name for name in ROW_FIELDS if name not in row]
+    if missing:
+        return f"no {', '.join(missing)}"
+    wrong = [f"{name} is {type(row[name]).__name__}, not {kind.__name__}"
+             for name, kind in ROW_FIELDS.items() if not isinstance(row[name], kind)]
+    if wrong:
+        return "; ".join(wrong)
+    for layer, metrics in row["metrics"].items():
+        if not isinstance(metrics, dict) or not all(
+                isinstance(metrics.get(m), (int, float)) for m in ("knn", "probe", "rankme")):
+            return f"metrics[{layer!r}] lacks a number for knn, probe or rankme"
+    return None
 
 
 def read_results(path):
-    """The recorded points (a torn last line, from a kill mid-write, is dropped)."""
+    """The recorded points of `path` ([] without the file). A torn last line (a write
+    cut short: no newline, not JSON) is dropped; any other line that is not a whole
+    record is a ResultsError naming the file and the line."""
     if not path or not os.path.exists(path):
         return []
-    rows = []
     with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+        lines = f.read().split("\n")
+    # A file written whole ends with a newline, which leaves '' last; anything else
+    # last was cut short, or lacks only its newline (then it is read as any line).
+    last = lines.pop()
+    rows = []
+    for number, line in enumerate(lines + [last], 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines) + 1:  # torn
                 continue
+            raise ResultsError(f"{path}, line {number}: not JSON ({error}); mend or "
+                               "remove that line (nothing was rewritten)") from None
+        problem = _row_problem(row)
+        if problem:
+            raise ResultsError(f"{path}, line {number}: not a whole record ({problem}); "
+                               "mend or remove that line (nothing was rewritten)")
+        rows.append(row)
     return rows
+
+
+def append_row(path, row):
+    """Appends `row` to the results file as one whole line, after a torn last line (cut
+    from the file, and printed) or a whole last line that lacks its newline (given
+    one). A write that fails leaves the file as it was and is a RuntimeError carrying
+    the row's JSON, to paste back."""
+    line = json.dumps(row, sort_keys=True) + "\n"
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    try:
+        with open(path, "rb+" if size else "wb") as f:
+            if size:
+                text = f.read()
+                if not text.endswith(b"\n"):
+                    start = text.rfind(b"\n") + 1
+                    try:
+                        json.loads(text[start:])
+                        f.write(b"\n")  # a whole last line without its newline
+                    except ValueError:
+                        say(f"{path}: dropped a torn last line: {text[start:]!r}")
+                        f.seek(start)
+                        f.truncate()
+            f.write(line.encode())
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as error:
+        try:
+            os.truncate(path, size)
+        except OSError:
+            pass
+        raise RuntimeError(f"{path}: the row could not be written ({error.strerror or error}"
+                           "); the file is as it was before. The row, to paste back as one "
+                           f"line:\n{line}") from None
+
+
+def stale_reason(row, budget):
+    """Why `row` is not the current record of its (point, seed) under `budget`, or
+    None: a table uses only current rows."""
+    point = next((p for p in STUDIES.get(row["study"], ()) if p.setting == row["setting"]),
+                 None)
+    if point is None:
+        return "a setting the study no longer has"
+    key = point_key(point, row["seed"], budget)
+    if row["flags_hash"] != key["flags_hash"]:
+        return "trained with other flags (another budget, or an older setting)"
+    if row["eval_dataset"] != key["eval_dataset"]:
+        return (f"scored on {row['eval_dataset']}, not on the {key['eval_dataset']} it "
+                "trained on")
+    if row["budget"] != key["budget"]:
+        return "evaluated at another budget"
+    return None
 
 
 def _recorded(rows, key):
@@ -283,13 +389,22 @@ def layer_features(model, images, batch=512):
     return {name: np.concatenate(values) for name, values in parts.items()}
 
 
-def pretraining_dir(workdir, point, seed):
-    """The run directory of `point`'s pretraining (seed `seed`) under `workdir`.
-    Points with a second stage share their pretraining when their pretraining flags
-    agree (the head_depth study's two fine-tunes of one head)."""
-    name = point.slug if not point.finetune else f"{point.study}_pretrain_" + (
-        hashlib.sha256(json.dumps(point.flags).encode()).hexdigest()[:8])
-    return os.path.join(workdir, f"{name}_seed{seed}", "run")
+def pretraining_dir(workdir, point, seed, budget):
+    """The run directory of `point`'s pretraining (seed `seed`) under `workdir`, named
+    by the hash of the whole flag set it trains with (the budget's included): a run of
+    another budget or setting is never taken for it. Points with a second stage share
+    their pretraining when their pretraining flags agree (the head_depth study's two
+    fine-tunes of one head)."""
+    flags = run_py_flags(budget, point, seed, "", None)
+    digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:8]
+    name = point.slug if not point.finetune else f"{point.study}_pretrain"
+    return os.path.join(workdir, f"{name}_{digest}_seed{seed}", "run")
+
+
+def finetune_dir(workdir, point, seed, budget):
+    """The run directory of `point`'s second stage, named by the point's whole key."""
+    digest = point_key(point, seed, budget)["flags_hash"][:8]
+    return os.path.join(workdir, f"{point.slug}_{digest}_seed{seed}", "finetune")
 
 
 def head_scale(model):
@@ -304,17 +419,22 @@ def head_scale(model):
 
 
 def print_head_scales(args):
-    """--head_scale: each point's run under --workdir, read (no training); 1 when
-    there is none."""
+    """--head_scale: each point's run under --workdir, read (no training); a point
+    still training (no checkpoint yet) is listed as such. 1 when no run has a
+    checkpoint."""
     from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
-    found = 0
+    budget = SMOKE if args.smoke else bench.BUDGETS["cpu"]
+    found, pending = 0, []
     print("| setting | seed | sum of gamma^2 (mean |z|^2 in training) | / tau (unnormalised "
           "z: the logit of two equal views) |\n|---|---|---|---|")
     for study in args.studies:
         for point in STUDIES[study]:
             for seed in args.seeds:
-                run_dir = pretraining_dir(args.workdir, point, seed)
+                run_dir = pretraining_dir(args.workdir, point, seed, budget)
                 if not os.path.exists(os.path.join(run_dir, "flags.json")):
+                    continue
+                if not trained_step(run_dir):
+                    pending.append(f"{point.setting} / seed {seed}")
                     continue
                 with open(os.path.join(run_dir, "flags.json")) as f:
                     flags = json.load(f)
@@ -327,11 +447,13 @@ def print_head_scales(args):
                             else f"{scale / flags['temperature']:.2f}")
                 print(f"| {point.setting} | {seed} | {scale:.1f} | {over_tau} |", flush=True)
                 found += 1
+    if pending:
+        print(f"No checkpoint yet (still training?): {'; '.join(pending)}")
     if not found:
         print(f"ablations.py: error: no finished run of --study={args.study} with a "
               f"projection head under --workdir={args.workdir} (a point's run is "
-              "<workdir>/<study>_<setting>_seed<seed>/run): pass the --workdir the "
-              "points were trained in", file=sys.stderr)
+              "<workdir>/<study>_<setting>_<hash>_seed<seed>/run): pass the --workdir "
+              "the points were trained in", file=sys.stderr)
         return 1
     return 0
 
@@ -348,20 +470,32 @@ def contrast_metrics(model_dir):
                 contrast_loss=float(np.mean([l["train/contrast_loss"] for l in lines])))
 
 
+def trained_step(run_dir):
+    """The step of the newest checkpoint in `run_dir` (0 without one), from the
+    checkpoint files' names: run.py trained iff it grows."""
+    steps = [int(name[5:-6]) for name in (os.listdir(run_dir) if os.path.isdir(run_dir)
+                                          else ())
+             if name.startswith("ckpt-") and name.endswith(".index") and name[5:-6].isdigit()]
+    return max(steps, default=0)
+
+
 class Runner:
     """Trains and evaluates points; appends each finished one to --results."""
 
-    def __init__(self, args, budget):
-        self.args, self.budget = args, budget
+    def __init__(self, args, budget, children):
+        self.args, self.budget, self.children = args, budget, children
         self.rows = read_results(args.results)
         self.lock = threading.Lock()  # one evaluation (and one write) at a time
         self.dir_locks = {}  # run directory -> the lock of the job training it
-        self.feats = {}  # image size -> bench.Features
+        self.feats = {}  # (dataset, image size) -> bench.Features
 
-    def _features(self, budget):
-        if budget.image_size not in self.feats:
-            self.feats[budget.image_size] = bench.Features(budget, self.args.data_dir)
-        return self.feats[budget.image_size]
+    def _features(self, dataset, budget):
+        """The evaluation images of `dataset` at `budget`'s size: a point is measured
+        on the images it trained on (the tinted variant's, not the grey ones)."""
+        key = (dataset, budget.image_size)
+        if key not in self.feats:
+            self.feats[key] = bench.Features(budget, self.args.data_dir, dataset)
+        return self.feats[key]
 
     def run(self, point, seed):
         key = point_key(point, seed, self.budget)
@@ -369,7 +503,7 @@ class Runner:
             if _recorded(self.rows, key):
                 return "recorded"
         label = f"{point.study} / {point.setting} / seed {seed}"
-        run_dir = pretraining_dir(self.args.workdir, point, seed)
+        run_dir = pretraining_dir(self.args.workdir, point, seed, self.budget)
         # No export at the end (~5 s a point): points are read from their checkpoints.
         # Not in the key: it changes no number.
         flags = dict(run_py_flags(self.budget, point, seed, run_dir, self.args.data_dir),
@@ -377,10 +511,10 @@ class Runner:
         with self.lock:
             shared = self.dir_locks.setdefault(run_dir, threading.Lock())
         with shared:
-            wall = self._train(run_dir, flags, label, reuse=bool(point.finetune))
+            wall = self._train(run_dir, flags, label)
         extra = {}
         if point.finetune:
-            tuned = os.path.join(self.args.workdir, f"{point.slug}_seed{seed}", "finetune")
+            tuned = finetune_dir(self.args.workdir, point, seed, self.budget)
             ft_wall = self._train(tuned, finetune_flags(
                 self.budget, point, seed, tuned, run_dir, self.args.data_dir),
                 f"{label}: fine-tuning")
@@ -388,51 +522,54 @@ class Runner:
                 result = json.load(f)
             extra = dict(finetune_top1=result["eval/label_top_1_accuracy"],
                          finetune_seconds=ft_wall, finetune_flags=dict(point.finetune))
-        # A point may train at another image size (the blur study): it is evaluated,
-        # and recorded, at its own.
-        budget = dataclasses.replace(self.budget, image_size=flags["image_size"])
         with self.lock:
-            row = dict(key, setting_flags=dict(point.flags), budget=dataclasses.asdict(
-                budget), wall_seconds=wall, machine=bench.machine(), **extra,
-                **contrast_metrics(run_dir), metrics=self._evaluate(run_dir, seed, budget))
-            with open(self.args.results, "a") as f:
-                f.write(json.dumps(row, sort_keys=True) + "\n")
+            row = dict(key, setting_flags=dict(point.flags), wall_seconds=wall,
+                       machine=bench.machine(), **extra, **contrast_metrics(run_dir),
+                       metrics=self._evaluate(run_dir, seed, key["eval_dataset"],
+                                              point_budget(self.budget, point)))
+            append_row(self.args.results, row)
             self.rows.append(row)
         probe_h = row["metrics"]["h"]["probe"]
         contrast = row["contrast_acc"]
-        say(f"{label}: h probe {probe_h:.4f} kNN {row['metrics']['h']['knn']:.4f}"
+        say(f"{label}: h probe {probe_h:.4f} kNN {row['metrics']['h']['knn']:.4f} on "
+            f"{key['eval_dataset']}"
             + (f", contrast acc {contrast:.3f}" if contrast is not None else "")
             + (f", fine-tuned top-1 {extra['finetune_top1']:.4f}" if extra else "")
-            + f" ({wall:.0f} s)")
+            + (f" (trained {wall:.0f} s)" if wall is not None else ""))
         return "done"
 
-    def _train(self, run_dir, flags, label, reuse=False):
-        """run.py with `flags` (its output in log.txt beside run_dir); its wall time.
-        With `reuse`, a run this script finished before is not started again: its
-        recorded wall time is returned."""
+    def _train(self, run_dir, flags, label):
+        """run.py with `flags` (its output in log.txt beside run_dir), which trains what
+        is left of the run (nothing when it is finished); the run's training time: the
+        sum of the wall times of the launches that trained (None when the launch that
+        trained it was not timed here)."""
         os.makedirs(os.path.dirname(run_dir), exist_ok=True)
         timing = os.path.join(os.path.dirname(run_dir), f"{os.path.basename(run_dir)}.json")
-        if reuse and os.path.exists(timing):
+        recorded = None
+        if os.path.exists(timing):
             with open(timing) as f:
-                return json.load(f)["wall_seconds"]
+                recorded = json.load(f).get("wall_seconds")
+        before = trained_step(run_dir)
         log = os.path.join(os.path.dirname(run_dir), "log.txt")
         say(f"{label}: training ({log})")
         started = time.time()
         with open(log, "a") as f:
-            done = subprocess.run(command(flags), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                  env=bench.thread_env(self.args.threads), check=False)
-        if done.returncode != 0:
+            code = self.children.run(command(flags), cwd=ROOT, stdout=f,
+                                     stderr=subprocess.STDOUT,
+                                     env=bench.thread_env(self.args.threads))
+        if code != 0:
             tail = open(log).read()[-1500:]
-            raise RuntimeError(f"{label}: run.py exited {done.returncode}; the end of "
+            raise RuntimeError(f"{label}: run.py exited {code}; the end of "
                                f"{log}:\n{tail}")
-        wall = time.time() - started
-        with open(timing, "w") as f:
-            json.dump(dict(wall_seconds=wall), f)
+        if trained_step(run_dir) == before:  # finished before: this launch trained nothing
+            return recorded
+        wall = time.time() - started + (recorded or 0.0)
+        script_io.write_text(timing, json.dumps(dict(wall_seconds=wall)))
         return wall
 
-    def _evaluate(self, run_dir, seed, budget):
+    def _evaluate(self, run_dir, seed, dataset, budget):
         from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
-        feats = self._features(budget)
+        feats = self._features(dataset, budget)
         bank_y, bank_images = feats.labels_and_images(budget.train_split)
         test_y, test_images = feats.labels_and_images(budget.test_split)
         model, _, _ = checkpoints.open_encoder(run_dir)
@@ -448,14 +585,49 @@ def say(text):
 # ---------------------------------------------------------------- the page
 
 
-def summary(rows, study):
-    """{setting: {(layer, metric): [per-seed values]}} of a study's recorded points, in
-    the study's order of settings."""
-    points = STUDIES[study]
+def budget_name(budget):
+    """The name the page and the plots give `budget` ('cpu', 'smoke', ...)."""
+    return next((name for name, known in (*bench.BUDGETS.items(), ("smoke", SMOKE))
+                 if dataclasses.replace(known, image_size=budget.image_size) == budget),
+                "other")
+
+
+def table_rows(rows, study, budget):
+    """The rows a table of `study` uses: each the current record of its (point, seed)
+    under `budget` (`stale_reason`), the last one when a point was recorded twice;
+    and {why: how many} of the study's rows left out."""
+    wanted = STUDIES[study][0].study
+    kept, left_out = {}, {}
+    for row in rows:
+        if row["study"] != wanted:
+            continue
+        reason = stale_reason(row, budget)
+        if reason is None:
+            if (row["setting"], row["seed"]) in kept:
+                reason = "an earlier record of a point recorded again"
+            kept[(row["setting"], row["seed"])] = row
+        if reason:
+            left_out[reason] = left_out.get(reason, 0) + 1
+    return list(kept.values()), left_out
+
+
+def left_out_line(left_out):
+    """'3 rows of the results left out: ...' (or '' when none were)."""
+    if not left_out:
+        return ""
+    count = sum(left_out.values())
+    return (f"{count} row{'s' if count > 1 else ''} of the results left out: "
+            + "; ".join(f"{n} {why}" for why, n in sorted(left_out.items())) + ".")
+
+
+def summary(rows, study, budget):
+    """{setting: {(layer, metric): [per-seed values]}} of a study's current records
+    (`table_rows`), in the study's order of settings."""
+    used, _ = table_rows(rows, study, budget)
     table = {}
-    for point in points:
-        for row in rows:
-            if row["study"] == point.study and row["setting"] == point.setting:
+    for point in STUDIES[study]:
+        for row in used:
+            if row["setting"] == point.setting:
                 cell = table.setdefault(point.setting, {})
                 for layer, metrics in row["metrics"].items():
                     for metric, value in metrics.items():
@@ -467,8 +639,8 @@ def summary(rows, study):
     return table
 
 
-def study_table(rows, study):
-    table = summary(rows, study)
+def study_table(rows, study, budget):
+    table = summary(rows, study, budget)
     if not table:
         return "No point of this study is recorded yet."
     view, metrics = VIEWS[study]
@@ -487,20 +659,19 @@ def study_table(rows, study):
              "contrast_acc": "contrastive accuracy (%)",
              "finetune_top1": "fine-tuned top-1, 1% of the labels (%)"}
     lines = ["| setting | " + " | ".join(names[m] for m in metrics)
-             + " | RankMe of h | train s | seeds |",
-             "|---|" + "---|" * (len(metrics) + 3)]
+             + " | RankMe of h | seeds |",
+             "|---|" + "---|" * (len(metrics) + 2)]
     for setting, cell in table.items():
         values = [bench.format_spread(cell[("step" if m in RUN_METRICS else "h", m)])
                   for m in metrics]
         lines.append(f"| {setting} | " + " | ".join(values)
                      + f" | {bench.format_spread(cell[('h', 'rankme')], 1, 1)} "
-                     f"| {bench.format_spread(cell[('step', 'wall_seconds')], 1, 0)} "
                      f"| {len(cell[('seeds', 'n')])} |")
     return "\n".join(lines)
 
 
-def plot(rows, study, path):
-    table = summary(rows, study)
+def plot(rows, study, path, budget):
+    table = summary(rows, study, budget)
     if not table:
         return None
     view, metrics = VIEWS[study]
@@ -514,37 +685,41 @@ def plot(rows, study, path):
     means = [100 * bench.mean_std(c)[0] for _, column in cells for c in column if c]
     ymin = max(0, 10 * int((min(means) - 10) // 10)) if means else 0
     return bench.bar_chart(
-        path, f"{study}: Fashion-MNIST, budget cpu"
+        path, f"{study}: Fashion-MNIST, budget {budget_name(budget)}"
         + (f" (the axis starts at {ymin}%)" if ymin else ""), list(table), cells,
         ylabel="%, mean ± sd over seeds", legend_loc="outside", dpi=90,
         value_labels=True, ymin=ymin)
 
 
-def write_doc(rows, studies, doc, images):
+def write_doc(rows, studies, doc, images, budget):
+    """Each study's table, its left-out rows and its plot between the study's markers
+    of `doc` (the prose around them kept); the page and the plots written whole."""
     text = open(doc).read() if os.path.exists(doc) else "# Ablations\n"
     for study in studies:
         begin, end = f"<!-- ablations:{study}:begin -->", f"<!-- ablations:{study}:end -->"
-        if begin in text and not summary(rows, study):
+        used, left_out = table_rows(rows, study, budget)
+        if begin in text and not used:
             # A table measured from records this file does not hold (another machine's,
             # an older results file) stays as it is: no record, no rewrite.
-            say(f"{study}: no point recorded in these results; its section kept")
+            say(f"{study}: no current point in these results; its section kept")
             continue
-        machines = sorted({r["machine"] for r in rows if r["study"] == STUDIES[study][0].study})
-        section = (study_table(rows, study) + "\n\nMean ± sample std over seeds; measured on "
-                   + ("; ".join(machines) or "-") + " (train s: run.py's wall time, "
-                   "with other jobs on the machine: an upper bound).")
-        picture = plot(rows, study, os.path.join(images, f"ablations_{study}.png"))
+        machines = sorted({r["machine"] for r in used})
+        section = (study_table(rows, study, budget) + "\n\nMean ± sample std over seeds; "
+                   "measured on " + ("; ".join(machines) or "-") + ".")
+        if left_out:
+            section += " " + left_out_line(left_out)
+        picture = plot(rows, study, os.path.join(images, f"ablations_{study}.png"), budget)
         if picture:
             section += (f"\n\n![{study}: mean ± sd over seeds]"
-                        f"(images/{os.path.basename(picture)})")
+                        f"({os.path.relpath(picture, os.path.dirname(os.path.abspath(doc)))})")
         if begin in text:
             head, rest = text.split(begin, 1)
             text = head + begin + "\n" + section + "\n" + end + rest.split(end, 1)[1]
         else:
             text = text.rstrip("\n") + f"\n\n## {study}\n\n{begin}\n{section}\n{end}\n"
-    with open(doc, "w") as f:
-        f.write(text)
+    script_io.write_text(doc, text)
     say(f"wrote {doc}")
+
 
 
 # ---------------------------------------------------------------- command line
@@ -570,8 +745,11 @@ def parse_args(argv):
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--smoke", action="store_true",
                         help="a few steps per point on 256 images: the path, not numbers")
-    parser.add_argument("--doc", default=DOC, help="the page ('' = none)")
-    parser.add_argument("--images", default=IMAGES)
+    parser.add_argument("--doc", default=None,
+                        help="the page ('' = none; default docs/ablations.md, with "
+                        "--smoke none)")
+    parser.add_argument("--images", default=None,
+                        help="where the plots go (default: images/ beside --doc)")
     parser.add_argument("--head_scale", action="store_true",
                         help="print, for each point's run under --workdir, the sum of "
                         "gamma^2 of the head's last batch norm (mean |z|^2 in training) "
@@ -601,40 +779,47 @@ def parse_args(argv):
     args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     args.results = args.results or (os.path.join(args.workdir, "results.jsonl")
                                     if args.smoke else RESULTS)
-    if args.smoke and os.path.abspath(args.results) == RESULTS:
-        parser.error(f"--smoke records nothing in {RESULTS}: its numbers mean nothing; "
-                     "pass another --results")
     if os.path.isdir(args.results):
         parser.error(f"--results: {args.results} is a directory; name a file")
-    if args.smoke and args.doc == DOC:
-        parser.error("--smoke writes no page: its numbers mean nothing; pass --doc=''")
+    # --smoke's numbers mean nothing: nothing of it reaches the repository's records,
+    # page or pictures, however the path is spelled; by itself it writes no page.
+    args.doc = ("" if args.smoke else DOC) if args.doc is None else args.doc
+    args.images = args.images or os.path.join(os.path.dirname(os.path.abspath(
+        args.doc or DOC)), "images")
+    if args.smoke:
+        committed = os.path.realpath(os.path.join(ROOT, "docs"))
+        for flag, path in (("--results", args.results), ("--doc", args.doc),
+                           ("--images", args.images if args.doc else "")):
+            real = os.path.realpath(path) if path else ""
+            if real == committed or real.startswith(committed + os.sep):
+                parser.error(f"{flag}: {path} is in the repository's docs/; --smoke's "
+                             "numbers mean nothing there: name a path outside it (or "
+                             "leave it out)")
     return args
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.head_scale:  # reads runs: creates nothing
-        return print_head_scales(args)
-    budget = SMOKE if args.smoke else bench.BUDGETS["cpu"]
-    os.makedirs(args.workdir, exist_ok=True)
-    if os.path.dirname(args.results):
-        os.makedirs(os.path.dirname(args.results), exist_ok=True)
-    failed = []
-    if not args.report_only:
-        from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
-        quiet.import_tensorflow()
-        runner = Runner(args, budget)
-        # A study's points (seed 0's settings, then seed 1's, ...) before the next
-        # study's: each study's table is complete as early as it can be.
-        todo, seen = [], set()
-        for study in args.studies:
-            for seed in args.seeds:
-                for point in STUDIES[study]:
-                    if args.settings and point.setting not in args.settings:
-                        continue
-                    if (point, seed) not in seen:
-                        seen.add((point, seed))
-                        todo.append((point, seed))
+def _todo(args):
+    """The (point, seed) pairs to run: a study's points (seed 0's settings, then seed
+    1's, ...) before the next study's, so each table is complete as early as it can be."""
+    todo = []
+    for study in args.studies:
+        for seed in args.seeds:
+            for point in STUDIES[study]:
+                if (not args.settings or point.setting in args.settings) and (
+                        (point, seed) not in todo):
+                    todo.append((point, seed))
+    return todo
+
+
+def train_points(args, budget):
+    """Runs the points not recorded yet; the failed ones. Raises script_io.Stopped on
+    SIGTERM / SIGINT, once the running points' run.py have saved and exited."""
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
+    quiet.import_tensorflow()
+    failed, stopped = [], None
+    with script_io.Children() as children:
+        runner = Runner(args, budget, children)
+        todo = _todo(args)
         recorded = sum(_recorded(runner.rows, point_key(p, s, budget)) is not None
                        for p, s in todo)
         say(f"{len(todo)} points ({recorded} recorded) in {args.results}; "
@@ -645,15 +830,43 @@ def main(argv=None):
                 point, seed = running[job]
                 try:
                     job.result()
+                except script_io.Stopped as error:
+                    stopped = error
+                    continue
                 except RuntimeError as error:
                     failed.append((point, seed))
                     say(f"FAILED {error}")
                 say(f"{finished}/{len(todo)} points finished")
-    rows = read_results(args.results)
-    for study in args.studies:
-        print(f"\n{study}:\n{study_table(rows, study)}")
-    if args.doc:
-        write_doc(rows, args.studies, args.doc, args.images)
+    if stopped:
+        raise stopped
+    return failed
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.head_scale:  # reads runs: creates nothing
+        return print_head_scales(args)
+    budget = SMOKE if args.smoke else bench.BUDGETS["cpu"]
+    try:
+        read_results(args.results)  # a damaged file stops the script before any work
+        os.makedirs(args.workdir, exist_ok=True)
+        if os.path.dirname(args.results):
+            os.makedirs(os.path.dirname(args.results), exist_ok=True)
+        failed = [] if args.report_only else train_points(args, budget)
+        rows = read_results(args.results)
+        for study in args.studies:
+            _, left_out = table_rows(rows, study, budget)
+            print(f"\n{study}:\n{study_table(rows, study, budget)}"
+                  + (f"\n{left_out_line(left_out)}" if left_out else ""))
+        if args.doc:
+            write_doc(rows, args.studies, args.doc, args.images, budget)
+    except script_io.Stopped as stop:
+        say(f"{stop}: every running point's run.py was stopped and saved its checkpoint; "
+            "the same command resumes them")
+        return 128 + stop.signum
+    except (ResultsError, script_io.WriteFailed) as error:
+        print(f"ablations.py: error: {error}", file=sys.stderr)
+        return 2
     return 1 if failed else 0
 
 

@@ -73,6 +73,9 @@ sys.path.insert(0, ROOT)  # a plain script: runs from a checkout too
 
 from simclr_tf.evaluation.rankme import rankme  # noqa: E402  (pure numpy)
 
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import script_io  # noqa: E402  (whole files; children that stop with the script)
+
 ROWS = ("random", "supervised", "simclr_tf", "lightly")
 TRAINED_ROWS = ("supervised", "simclr_tf", "lightly")
 KNN_K, KNN_TEMPERATURE = 200, 0.07
@@ -282,10 +285,10 @@ class Features:
     """Extracts h with our evaluation pipeline (features.eval_dataset): the same
     preprocessed pixels for every row, ours and the peer's."""
 
-    def __init__(self, budget, data_dir):
+    def __init__(self, budget, data_dir, dataset="fashion_mnist"):
         from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
-        self.budget = budget
-        self.source = registry.get_dataset("fashion_mnist", data_dir=data_dir)
+        self.budget, self.dataset = budget, dataset
+        self.source = registry.get_dataset(dataset, data_dir=data_dir)
         self._cache = {}
 
     def labels_and_images(self, split):
@@ -524,9 +527,10 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        script_io.write_whole(path, lambda scratch: fig.savefig(scratch, dpi=dpi))
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -711,8 +715,7 @@ def main(argv=None):
                        budget=dataclasses.asdict(budget)), f, indent=1)
     if not args.fast and not failed:
         old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
-        with open(args.doc, "w") as f:
-            f.write(replace_section(old, text))
+        script_io.write_text(args.doc, replace_section(old, text))
         print(f"Wrote the table into {args.doc}")
         plot_results(results, args.plot,
                      f"Fashion-MNIST, budget {args.budget} (docs/benchmarks.md)")

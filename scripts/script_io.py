@@ -1,0 +1,107 @@
+"""What every script that writes files or starts run.py needs, without TensorFlow.
+
+- `write_whole(path, write)`: a file is whole or absent (a temporary sibling, then
+  os.replace); a failed write is a `WriteFailed` naming the file, the old one intact.
+- `Children`: run.py processes that stop with the script. SIGTERM or SIGINT to the
+  script is forwarded to every child (run.py saves a checkpoint on both and exits);
+  the script waits for them, then stops with `Stopped`: a restart resumes the point.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import uuid
+
+
+class WriteFailed(OSError):
+    """A file could not be written; the file at the path is as it was."""
+
+
+def write_whole(path, write):
+    """Writes `path` whole or not at all: `write(scratch)` writes a temporary sibling
+    (which ends like `path`: matplotlib and numpy pick the format from it), then it is
+    renamed over `path`. Raises WriteFailed naming `path` when the write fails."""
+    folder = os.path.dirname(os.path.abspath(path))
+    root, extension = os.path.splitext(os.path.basename(path))
+    scratch = os.path.join(folder, f".{root}.tmp{os.getpid()}-{uuid.uuid4().hex[:6]}"
+                           f"{extension}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        write(scratch)
+        os.replace(scratch, path)
+    except OSError as error:
+        raise WriteFailed(f"{path} could not be written ({error.strerror or error}); "
+                          + ("the file there is as it was before" if os.path.exists(path)
+                             else "nothing was written there")) from None
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+    return path
+
+
+def write_text(path, text):
+    """`write_whole` of a text file."""
+    def write(scratch):
+        with open(scratch, "w") as f:
+            f.write(text)
+    return write_whole(path, write)
+
+
+class Stopped(RuntimeError):
+    """The script was asked to stop (SIGTERM / SIGINT): its children were stopped and
+    waited for. `signum` is the signal."""
+
+    def __init__(self, signum):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class Children:
+    """Starts child processes that stop with this one. Use as a context manager in the
+    main thread (it installs the SIGTERM and SIGINT handlers and puts the old ones back);
+    `run` may be called from any thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = set()
+        self.stopped_by = None
+        self._old = {}
+
+    def __enter__(self):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._old[signum] = signal.signal(signum, self._forward)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._old.items():
+            signal.signal(signum, handler)
+        return False
+
+    def _forward(self, signum, frame):  # pylint: disable=unused-argument
+        with self._lock:
+            self.stopped_by = self.stopped_by or signum
+            for child in self._running:
+                if child.poll() is None:
+                    child.send_signal(signum)
+
+    def run(self, command, **kwargs):
+        """subprocess.run(command, **kwargs)'s return code; Stopped when the script was
+        asked to stop, before or while the child ran (the child was given the same
+        signal and has exited)."""
+        with self._lock:
+            if self.stopped_by:
+                raise Stopped(self.stopped_by)
+            # Its own process group: a terminal's Ctrl-C reaches the child only through
+            # us, once, and a child is never left behind by a stop that skips it.
+            child = subprocess.Popen(command, start_new_session=True, **kwargs)
+            self._running.add(child)
+        try:
+            code = child.wait()
+        finally:
+            with self._lock:
+                self._running.discard(child)
+        if self.stopped_by:
+            raise Stopped(self.stopped_by)
+        return code
