@@ -10,10 +10,16 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import ablations  # noqa: E402  pylint: disable=wrong-import-position
 
 
-def _row(study, setting, seed, probe, knn=0.5, contrast_acc=0.3, layers=("h",)):
+CPU = ablations.bench.BUDGETS["cpu"]
+
+
+def _row(study, setting, seed, probe, knn=0.5, contrast_acc=0.3, layers=("h",),
+         budget=CPU):
+    """A whole record of (setting, seed) as the runner writes it under `budget`."""
     metrics = {layer: dict(knn=knn, probe=probe - 0.01 * i, probe_c=1.0, rankme=10.0)
                for i, layer in enumerate(layers)}
-    return dict(study=study, setting=setting, seed=seed, flags_hash="x", metrics=metrics,
+    point = next(p for p in ablations.STUDIES[study] if p.setting == setting)
+    return dict(ablations.point_key(point, seed, budget), metrics=metrics,
                 contrast_acc=contrast_acc, contrast_loss=5.0, wall_seconds=100.0,
                 machine="test CPU")
 
@@ -108,9 +114,9 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     results.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"study": "he')
     read = ablations.read_results(str(results))
     assert read == rows
-    table = ablations.study_table(read, "head")
-    assert "| nonlinear | 50.0 ± 0.0 | 75.0 ± 0.0 | 10.0 ± 0.0 | 100 ± 0 | 3 |" in table
-    layers = ablations.study_table(read, "h_vs_z")
+    table = ablations.study_table(read, "head", CPU)
+    assert "| nonlinear | 50.0 ± 0.0 | 75.0 ± 0.0 | 10.0 ± 0.0 | 3 |" in table
+    layers = ablations.study_table(read, "h_vs_z", CPU)
     assert "| linear | 72.0 ± 0.0 | - | 71.0 ± 0.0 | 3 |" in layers
     assert "| nonlinear | 75.0 ± 0.0 | 74.0 ± 0.0 | 73.0 ± 0.0 | 3 |" in layers
     doc = tmp_path / "ablations.md"
@@ -118,7 +124,7 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
                    "<!-- ablations:head:end -->\n\nverdict kept\n\n<!-- ablations:loss:begin"
                    " -->\nmeasured elsewhere\n<!-- ablations:loss:end -->\n")
     ablations.write_doc(read, ["head", "temperature", "loss"], str(doc),
-                        str(tmp_path / "images"))
+                        str(tmp_path / "images"), CPU)
     text = doc.read_text()
     assert text.startswith("# Ablations\n\nprose\n") and "verdict kept" in text
     assert "old" not in text and table in text and "measured on test CPU" in text
@@ -132,14 +138,20 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     (["--study=colour"], "--study: expected one of head, h_vs_z, loss, temperature"),
     (["--study=head", "--seeds=a"], "--seeds: expected comma-separated integers"),
     (["--study=head", "--jobs=0"], "--jobs: expected >= 1"),
-    (["--study=head", "--smoke"], "--smoke writes no page"),
-    (["--study=head", "--smoke", "--doc=", "--results=docs/ablations_results.jsonl"],
-     "--smoke records nothing in"),
+    # --smoke's numbers never reach the repository's docs/, however spelled.
+    (["--study=head", "--smoke", "--results=docs/ablations_results.jsonl"],
+     "--results: docs/ablations_results.jsonl is in the repository's docs/"),
+    (["--study=head", "--smoke", "--results=docs/../docs/x.jsonl"], "--results: "),
+    (["--study=head", "--smoke", "--doc=docs/ablations.md"],
+     "--doc: docs/ablations.md is in the repository's docs/"),
+    (["--study=head", "--smoke", "--doc={tmp}/p.md", "--images=docs/images"],
+     "--images: docs/images is in the repository's docs/"),
     (["--study=head", "--results={tmp}"], "is a directory; name a file"),
     (["--study=head", "--settings=nonlinear;deep"], "--settings: 'deep' not in --study=head"),
     (["--study=batch", "--settings=batch 64,5 epochs"], "'batch 64,5 epochs' not in"),
 ])
-def test_bad_arguments_are_refused(argv, message, tmp_path, capsys):
+def test_bad_arguments_are_refused(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # relative paths as a user at the repository's root types them
     with pytest.raises(SystemExit) as info:
         ablations.parse_args([a.format(tmp=tmp_path) for a in argv])
     assert info.value.code == 2 and message in capsys.readouterr().err
@@ -156,8 +168,11 @@ def test_smoke_trains_evaluates_records_and_resumes(tmp_path, capsys):
     assert [(r["study"], r["setting"], r["seed"]) for r in rows] == [
         ("blur", "grey: 1 + blur, 20 px", 0)]
     assert rows[0]["budget"]["image_size"] == 20 and rows[0]["setting_flags"]["use_blur"]
-    flags = json.loads((tmp_path / "blur_grey__1___blur__20_px_seed0" / "run"
-                        / "flags.json").read_text())
+    assert rows[0]["eval_dataset"] == "fashion_mnist" and rows[0]["wall_seconds"] > 0
+    run_dir = ablations.pretraining_dir(str(tmp_path), ablations.STUDIES["blur"][1], 0,
+                                        ablations.SMOKE)
+    assert os.path.basename(os.path.dirname(run_dir)).startswith("blur_grey__1___blur")
+    flags = json.loads(open(os.path.join(run_dir, "flags.json")).read())
     assert flags["image_size"] == 20 and flags["use_blur"] is True, flags
     assert sorted(rows[0]["metrics"]) == ["h", "layer_1", "z"]  # h and each head layer
     for row in rows:
@@ -202,7 +217,224 @@ def test_the_head_depth_table_shows_the_fine_tuned_top_1(tmp_path):
             for setting, top1 in (("2 layers, fine-tuned from h", 0.6),
                                   ("3 layers, fine-tuned from layer 1", 0.7))
             for seed in range(3)]
-    table = ablations.study_table(rows, "head_depth")
+    table = ablations.study_table(rows, "head_depth", CPU)
     assert table.splitlines()[0].startswith(
         "| setting | fine-tuned top-1, 1% of the labels (%) | linear probe on h (%) |")
     assert "| 3 layers, fine-tuned from layer 1 | 70.0 ± 0.0 | 80.0 ± 0.0 |" in table
+
+
+# ---------------------------------------------------------------- planted faults
+# Each test below plants a fault the ablations' records and tables exist to catch.
+
+
+class _FakeFeatures:
+    """bench.Features' interface; records which dataset each instance opened."""
+    opened = []
+
+    def __init__(self, budget, data_dir, dataset="fashion_mnist"):
+        self.budget, self.dataset = budget, dataset
+        _FakeFeatures.opened.append((dataset, budget.image_size))
+
+
+def _runner(tmp_path, monkeypatch, budget=CPU):
+    """A Runner whose training is a no-op and whose evaluation records what it was
+    given; its rows go to tmp_path/results.jsonl."""
+    import argparse  # pylint: disable=import-outside-toplevel
+    args = argparse.Namespace(results=str(tmp_path / "results.jsonl"),
+                              workdir=str(tmp_path / "work"), data_dir=None, threads=1)
+    runner = ablations.Runner(args, budget, children=None)
+    seen = []
+    monkeypatch.setattr(runner, "_train", lambda run_dir, flags, label: 12.5)
+    monkeypatch.setattr(ablations, "contrast_metrics",
+                        lambda run_dir: dict(contrast_acc=0.5, contrast_loss=4.0))
+
+    def evaluate(run_dir, seed, dataset, point_budget):
+        features = runner._features(dataset, point_budget)  # pylint: disable=protected-access
+        seen.append((features.dataset, point_budget.image_size))
+        return {"h": dict(knn=0.5, probe=0.6, probe_c=1.0, rankme=3.0)}
+    monkeypatch.setattr(runner, "_evaluate", evaluate)
+    monkeypatch.setattr(ablations.bench, "Features", _FakeFeatures)
+    return runner, seen
+
+
+def test_a_tinted_point_is_scored_on_the_tinted_images(tmp_path, monkeypatch):
+    """Fault 1 of the catalogue: tinted points were scored on grey images. The features
+    a point is scored on are its own dataset's, at its own image size, and its row
+    says which."""
+    runner, seen = _runner(tmp_path, monkeypatch)
+    _FakeFeatures.opened.clear()
+    tinted = next(p for p in ablations.STUDIES["blur"] if p.setting == "tinted: 1, 20 px")
+    grey = next(p for p in ablations.STUDIES["augment"] if p.setting == "grey: crop")
+    for point, seed in ((tinted, 0), (grey, 0), (tinted, 1)):
+        runner.run(point, seed)
+    assert seen == [("fashion_mnist_tinted", 20), ("fashion_mnist", 16),
+                    ("fashion_mnist_tinted", 20)]
+    assert _FakeFeatures.opened == [("fashion_mnist_tinted", 20), ("fashion_mnist", 16)]
+    rows = ablations.read_results(runner.args.results)
+    assert [r["eval_dataset"] for r in rows] == [
+        "fashion_mnist_tinted", "fashion_mnist", "fashion_mnist_tinted"]
+    assert rows[0]["budget"]["image_size"] == 20 and rows[0]["wall_seconds"] == 12.5
+    # A tinted row scored on grey (as the committed rows before 2026-12-05 were) is not
+    # the point's record: it is run again, and the table leaves it out, saying why.
+    planted = dict(rows[2], eval_dataset="fashion_mnist")
+    assert ablations.stale_reason(planted, CPU) == (
+        "scored on fashion_mnist, not on the fashion_mnist_tinted it trained on")
+    assert not ablations._recorded(  # pylint: disable=protected-access
+        [planted], ablations.point_key(tinted, 1, CPU))
+    used, left_out = ablations.table_rows(rows[:2] + [planted], "blur", CPU)
+    assert len(used) == 1 and left_out == {
+        "scored on fashion_mnist, not on the fashion_mnist_tinted it trained on": 1}
+    assert "| tinted: 1, 20 px | 50.0 ± 0.0 | 60.0 ± 0.0 | 3.0 ± 0.0 | 1 |" in \
+        ablations.study_table(rows[:2] + [planted], "blur", CPU)
+
+
+def test_a_table_uses_only_rows_of_the_current_key(tmp_path):
+    """Faults 3-4: a smoke row beside a real one of the same seed, a row of an older
+    setting, one recorded twice: the table uses each (point, seed)'s current row once,
+    and says how many it left out and why; the page says it too."""
+    real = [_row("head", "none", seed, 0.70) for seed in (0, 1, 2)]
+    smoke = _row("head", "none", 0, 0.10, budget=ablations.SMOKE)
+    older = dict(_row("head", "none", 1, 0.20), flags_hash="0123456789abcdef")
+    gone = dict(_row("head", "none", 2, 0.30), setting="deep")
+    again = _row("head", "none", 2, 0.76)
+    rows = real + [smoke, older, gone, again]
+    table = ablations.study_table(rows, "head", CPU)
+    assert "| none | 50.0 ± 0.0 | 72.0 ± 3.5 | 10.0 ± 0.0 | 3 |" in table  # 70, 70, 76
+    used, left_out = ablations.table_rows(rows, "head", CPU)
+    assert len(used) == 3 and left_out == {
+        "trained with other flags (another budget, or an older setting)": 2,
+        "a setting the study no longer has": 1,
+        "an earlier record of a point recorded again": 1}
+    doc = tmp_path / "page.md"
+    ablations.write_doc(rows, ["head"], str(doc), str(tmp_path / "img"), CPU)
+    assert "4 rows of the results left out: 1 a setting the study no longer has; 1 an " \
+        "earlier record of a point recorded again; 2 trained with other flags" in doc.read_text()
+    # The smoke budget's own table uses only its own row.
+    assert "| none | 50.0 ± 0.0 | 10.0 ± 0.0 |" in ablations.study_table(
+        rows, "head", ablations.SMOKE)
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"study": "he', "not JSON"),                 # a stray edit in the middle
+    ("null", "a JSON NoneType, not a record"),
+    ("{}", "no study, setting, seed"),
+    ('{"study": "augment", "setting": "tinted: crop", "seed": 9}', "no flags_hash"),
+])
+def test_a_damaged_middle_line_is_an_error_naming_it(tmp_path, line, problem, capsys):
+    """Faults 5 and 24: only a torn last line is dropped; any other line that is not a
+    whole record stops the script before it writes anything, naming file and line."""
+    rows = [_row("head", "none", seed, 0.7) for seed in (0, 1)]
+    results = tmp_path / "r.jsonl"
+    text = json.dumps(rows[0]) + "\n" + line + "\n" + json.dumps(rows[1]) + "\n"
+    results.write_text(text)
+    with pytest.raises(ablations.ResultsError, match=f"r.jsonl, line 2: .*{problem}"):
+        ablations.read_results(str(results))
+    doc = tmp_path / "page.md"
+    assert ablations.main(["--study=head", "--report_only", f"--results={results}",
+                           f"--doc={doc}"]) == 2
+    assert "line 2" in capsys.readouterr().err
+    assert not doc.exists() and results.read_text() == text  # nothing written
+
+
+def test_rows_are_appended_whole(tmp_path, monkeypatch):
+    """Fault 16: a row after a torn last line no longer glues to it; a failed write
+    leaves the file as it was and hands back the row to paste."""
+    rows = [_row("head", "none", seed, 0.7) for seed in (0, 1, 2)]
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[1])[:40])  # torn
+    ablations.append_row(str(results), rows[2])
+    assert ablations.read_results(str(results)) == [rows[0], rows[2]]
+    results.write_text(json.dumps(rows[0]))  # whole, without its newline
+    ablations.append_row(str(results), rows[1])
+    assert ablations.read_results(str(results)) == rows[:2]
+    before = results.read_bytes()
+    real_open = open
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self):
+            return self.f.read()
+
+        def write(self, data):
+            self.f.write(data[:10])  # part of the row reaches the disk
+            self.f.flush()
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("builtins.open", lambda path, mode="r", *a, **k: FullDisk(
+        real_open(path, mode, *a, **k)) if str(path) == str(results) else real_open(
+            path, mode, *a, **k))
+    with pytest.raises(RuntimeError, match="No space left on device") as error:
+        ablations.append_row(str(results), rows[2])
+    monkeypatch.undo()
+    assert results.read_bytes() == before
+    assert json.loads(str(error.value).splitlines()[-1]) == rows[2]  # pasteable
+
+
+def test_a_relaunch_that_trains_nothing_keeps_the_recorded_time(tmp_path):
+    """Fault 15: a finished run launched again (its row was lost) keeps the time of
+    the launches that trained it; a resumed run's time is the sum of its segments."""
+    import argparse  # pylint: disable=import-outside-toplevel
+    run_dir = tmp_path / "point_seed0" / "run"
+
+    class Children:
+        """run.py stand-in: each launch trains `steps` more (a checkpoint's index)."""
+        steps = [3, 5, None]
+
+        def run(self, command, **kwargs):  # pylint: disable=unused-argument
+            step = self.steps.pop(0)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if step:
+                (run_dir / f"ckpt-{step}.index").write_text("")
+            return 0
+
+    args = argparse.Namespace(results=str(tmp_path / "r.jsonl"), workdir=str(tmp_path),
+                              data_dir=None, threads=1)
+    runner = ablations.Runner(args, CPU, Children())
+    first = runner._train(str(run_dir), {}, "p")  # pylint: disable=protected-access
+    total = runner._train(str(run_dir), {}, "p")  # resumed: 3 -> 5
+    assert 0 < first < total
+    assert runner._train(str(run_dir), {}, "p") == total  # nothing trained
+    assert json.loads((tmp_path / "point_seed0" / "run.json").read_text()) == {
+        "wall_seconds": total}
+
+
+def test_smoke_and_real_points_never_share_a_run_directory():
+    """Fault 3: head_depth reused a smoke pretraining as a real point. Directories are
+    named by the whole flag set; the two fine-tunes of one head still share one."""
+    points = ablations.STUDIES["head_depth"]
+    real = ablations.pretraining_dir("/w", points[0], 0, CPU)
+    assert real != ablations.pretraining_dir("/w", points[0], 0, ablations.SMOKE)
+    assert real == ablations.pretraining_dir("/w", points[1], 0, CPU)
+    assert real != ablations.pretraining_dir("/w", points[2], 0, CPU)
+    assert ablations.finetune_dir("/w", points[0], 0, CPU) != ablations.finetune_dir(
+        "/w", points[0], 0, ablations.SMOKE)
+
+
+def test_smoke_writes_no_page_by_itself():
+    args = ablations.parse_args(["--study=head", "--smoke"])
+    assert args.doc == "" and "docs" not in os.path.relpath(args.results, ROOT).split(
+        os.sep)[:1]
+    assert ablations.parse_args(["--study=head"]).doc == ablations.DOC
+    assert ablations.parse_args(["--study=head"]).images == os.path.join(ROOT, "docs",
+                                                                           "images")
+
+
+def test_a_stopped_study_exits_with_the_signal_and_writes_no_page(tmp_path, monkeypatch):
+    import signal  # pylint: disable=import-outside-toplevel
+    import script_io  # pylint: disable=import-outside-toplevel
+
+    def stopped(args, budget):
+        raise script_io.Stopped(signal.SIGTERM)
+    monkeypatch.setattr(ablations, "train_points", stopped)
+    doc = tmp_path / "page.md"
+    assert ablations.main(["--study=head", f"--results={tmp_path}/r.jsonl",
+                           f"--workdir={tmp_path}/w", f"--doc={doc}"]) == 143
+    assert not doc.exists()

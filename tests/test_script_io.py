@@ -1,0 +1,76 @@
+"""scripts/script_io.py: files written whole or not at all, and run.py children that
+stop with the script that started them (faults 16-18 of 2026-12-05's catalogue)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import script_io  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_scratch(tmp_path):
+    path = tmp_path / "plot.png"
+    path.write_bytes(b"the good plot")
+
+    def half_then_full(scratch):
+        with open(scratch, "wb") as f:
+            f.write(b"half a pl")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(script_io.WriteFailed, match=r"plot.png could not be written "
+                       r"\(No space left on device\); the file there is as it was"):
+        script_io.write_whole(str(path), half_then_full)
+    assert path.read_bytes() == b"the good plot" and os.listdir(tmp_path) == ["plot.png"]
+    script_io.write_text(str(tmp_path / "new" / "page.md"), "whole")
+    assert (tmp_path / "new" / "page.md").read_text() == "whole"
+    assert os.listdir(tmp_path / "new") == ["page.md"]
+
+
+PARENT = textwrap.dedent("""
+    import subprocess, sys
+    sys.path.insert(0, {scripts!r})
+    import script_io
+    CHILD = ("import signal, sys, time\\n"
+             "def save(signum, frame):\\n"
+             "    time.sleep(0.3)  # a checkpoint being written\\n"
+             "    open({saved!r}, 'w').write(str(signum)); sys.exit(0)\\n"
+             "signal.signal(signal.SIGTERM, save); signal.signal(signal.SIGINT, save)\\n"
+             "open({started!r}, 'w').write('x'); time.sleep(60)\\n")
+    try:
+        with script_io.Children() as children:
+            children.run([sys.executable, "-c", CHILD])
+    except script_io.Stopped as stop:
+        print("stopped", stop.signum, flush=True)
+        sys.exit(128 + stop.signum)
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_reaches_the_child_which_saves_before_the_parent_exits(
+        tmp_path, signum):
+    """Fault 18: SIGTERM to ablations.py orphaned its run.py, which kept the lock. The
+    signal is forwarded; the parent waits for the child to save, then exits 128 + n."""
+    started, saved = tmp_path / "started", tmp_path / "saved"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(
+        scripts=os.path.join(ROOT, "scripts"), started=str(started), saved=str(saved))],
+        stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    parent.send_signal(signum)
+    out, _ = parent.communicate(timeout=30)
+    assert parent.returncode == 128 + signum and f"stopped {int(signum)}" in out
+    assert saved.read_text() == str(int(signum))  # the child saved before the parent left
+
+
+def test_nothing_starts_once_stopped():
+    children = script_io.Children()
+    children.stopped_by = signal.SIGTERM
+    with pytest.raises(script_io.Stopped, match="SIGTERM"):
+        children.run([sys.executable, "-c", "raise SystemExit('must not run')"])
