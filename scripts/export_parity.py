@@ -1,13 +1,24 @@
 """Runs a run's ONNX, LiteRT and keras-hub exports in their own runtimes and compares
-them with its SavedModel.
+each with the SavedModel of the same checkpoint step.
 
-For the newest export of each format in RUN_DIR (`--mode=export
---export_format=saved_model,onnx,litert,keras_hub`), on --images random RGB images of
-the run's image size (seeded; images no dataset holds): the SavedModel's
-`serving_images` outputs against onnxruntime's, the LiteRT interpreter's (also checked
-to hold builtin ops only, no Flex op) and keras-hub's `Backbone.from_preset` h. Prints
-the largest difference of each output relative to the SavedModel's largest magnitude;
-exits 1 when one is over --tolerance (default 1e-4), 2 on bad arguments.
+For the newest export of each format in RUN_DIR (`run.py --mode=export
+--export_format=saved_model,onnx,litert,keras_hub`) and the SavedModel of *its* step
+(`saved_model/<step>`; a format whose step has none FAILs, naming the steps there), on
+--images random images of the run's image size (seeded), already preprocessed, fed
+alike to every side: the SavedModel's model on preprocessed images (the hub interface
+`loaded(images)`, whose `final_avg_pool`, `proj_head_output` and `logits_sup` are what
+`serving_images` returns as `embedding`, `projection` and `logits`), onnxruntime's
+outputs, the LiteRT interpreter's (also checked to hold builtin ops only, no Flex op)
+and keras-hub's `Backbone.from_preset` h. (The files take preprocessed images;
+`serving_images` preprocesses in its graph, centre-cropping above 32 px: fed raw
+images it would see other pixels.)
+
+For each output it prints the largest absolute difference and that over the
+SavedModel's largest magnitude (relative), against --tolerance (on the relative
+difference, default 1e-4; a finite number >= 0); then one line per format, PASS or
+FAIL. FAIL: a relative difference over the tolerance, any non-finite value on either
+side, an output one side lacks, another step's SavedModel missing, a Flex op. Exit
+status 0 when every format passes, 1 when one fails, 2 on bad arguments.
 
 Needs the export extra (`pip install -e '.[export,hub]'`).
 
@@ -17,16 +28,31 @@ Example:
   python scripts/export_parity.py /tmp/simclr_quickstart
 """
 import argparse
+import math
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # a plain script: runs from a checkout too
+
+# What each format's file returns, and the SavedModel's hub-interface name of each.
+SAVED_MODEL_NAMES = {"embedding": "final_avg_pool", "projection": "proj_head_output",
+                     "logits": "logits_sup"}
+FORMATS = ("onnx", "litert", "keras_hub")
 
 
-def relative(ours, reference):
-    """max |ours - reference| / max |reference|."""
+def differences(ours, reference):
+    """(max |ours - reference|, that / max |reference|): NaN when either side holds a
+    non-finite value (never a pass)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    return float(np.abs(ours - reference).max() / max(np.abs(reference).max(), 1e-30))
+    ours, reference = np.asarray(ours, np.float64), np.asarray(reference, np.float64)
+    if ours.shape != reference.shape:
+        return math.inf, math.inf
+    if not (np.isfinite(ours).all() and np.isfinite(reference).all()):
+        return math.nan, math.nan
+    absolute = float(np.abs(ours - reference).max()) if ours.size else 0.0
+    return absolute, absolute / max(float(np.abs(reference).max()) if ours.size else 0.0,
+                                    1e-30)
 
 
 def litert_ops(path):
@@ -37,18 +63,23 @@ def litert_ops(path):
     return sorted({op["op_name"] for op in plain._get_ops_details()})  # pylint: disable=protected-access
 
 
-def served(loaded, images):
-    """{output: numpy} of a loaded SavedModel's `serving_images` on `images`."""
-    signature = loaded.signatures["serving_images"]
-    return {name: value.numpy() for name, value in signature(images=images).items()}
+def saved_model_outputs(loaded, images):
+    """{output: numpy} of a loaded SavedModel's model on preprocessed `images`, named
+    as the serving signatures and the files name them."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    features = loaded(images, trainable=False)
+    found = {name: features[key].numpy() for name, key in SAVED_MODEL_NAMES.items()
+             if key in features}
+    if "logits" in found:
+        logits = found["logits"].astype(np.float64)
+        exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        found["probabilities"] = (exp / exp.sum(axis=-1, keepdims=True)).astype(np.float32)
+    return found
 
 
 def outputs(fmt, path, images):
     """{output: numpy} of the export at `path` on `images`, in its own runtime."""
     # pylint: disable=import-outside-toplevel
-    if fmt == "saved_model":
-        import tensorflow as tf
-        return served(tf.saved_model.load(path), images)
     if fmt == "onnx":
         import onnxruntime
         session = onnxruntime.InferenceSession(os.path.join(path, "model.onnx"))
@@ -64,28 +95,78 @@ def outputs(fmt, path, images):
 
 
 def compare(run_dir, *, count=16, seed=0):
-    """[(format, output, relative difference)] of each export against the SavedModel,
-    and the LiteRT file's ops."""
+    """{format: dict(step, saved_model, rows=[(output, absolute, relative, problem)],
+    problem, ops)}: each format's newest export against the SavedModel of its step."""
     import numpy as np  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
+    tf = quiet.import_tensorflow(level=2)  # a check's output: no TensorFlow warnings
     from simclr_tf.weights import export  # pylint: disable=import-outside-toplevel
-    found = {fmt: export.latest_export(run_dir, fmt) for fmt in export.FORMATS}
-    if not found["saved_model"]:
-        raise FileNotFoundError(f"{run_dir} has no SavedModel export to compare with: "
-                                "run.py --mode=export --model_dir=... first")
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    loaded = tf.saved_model.load(found["saved_model"])
-    size = int(loaded.image_size.numpy())
-    images = np.random.default_rng(seed).random((count, size, size, 3), dtype=np.float32)
-    expected = served(loaded, images)
-    rows, ops = [], None
-    for fmt in ("onnx", "litert", "keras_hub"):
-        if not found[fmt]:
+    saved_steps = export.exported_steps(run_dir, "saved_model")
+    report, loaded = {}, {}
+    for fmt in FORMATS:
+        steps = export.exported_steps(run_dir, fmt)
+        if not steps:
             continue
-        got = outputs(fmt, found[fmt], images)
-        rows += [(fmt, name, relative(got[name], expected[name])) for name in sorted(got)]
+        step = steps[-1]
+        entry = report[fmt] = dict(step=step, path=os.path.join(
+            run_dir, export.FORMATS[fmt].dirname, str(step)), rows=[], ops=None,
+            problem=None, saved_model=None)
+        if step not in saved_steps:
+            entry["problem"] = (
+                f"no SavedModel of step {step} to compare with (saved_model/ holds "
+                f"steps {saved_steps or 'none'}); export both from one checkpoint: "
+                f"python run.py --mode=export --model_dir={run_dir} --export_format="
+                f"saved_model,{fmt}")
+            continue
+        entry["saved_model"] = os.path.join(run_dir, export.SAVED_MODEL_DIRNAME, str(step))
+        if step not in loaded:
+            model = tf.saved_model.load(entry["saved_model"])
+            size = int(model.image_size.numpy())
+            images = np.random.default_rng(seed).random((count, size, size, 3),
+                                                        dtype=np.float32)
+            loaded[step] = (images, saved_model_outputs(model, images))
+        images, expected = loaded[step]
+        with quiet.converters_quiet():  # LiteRT's delegate notice
+            got = outputs(fmt, entry["path"], images)
+        wanted = ["embedding"] if fmt == "keras_hub" else sorted(expected)
+        for name in sorted(set(wanted) | set(got)):
+            if name not in got:
+                entry["rows"].append((name, None, None, f"{fmt} lacks it"))
+            elif name not in expected:
+                entry["rows"].append((name, None, None, "the SavedModel lacks it"))
+            else:
+                absolute, relative = differences(got[name], expected[name])
+                problem = ("non-finite values" if math.isnan(relative) else
+                           "another shape" if math.isinf(relative) else None)
+                entry["rows"].append((name, absolute, relative, problem))
         if fmt == "litert":
-            ops = litert_ops(os.path.join(found[fmt], "model.tflite"))
-    return rows, ops, found
+            entry["ops"] = litert_ops(os.path.join(entry["path"], "model.tflite"))
+            flex = [op for op in entry["ops"] if op.lower().startswith("flex")]
+            if flex:
+                entry["problem"] = f"Flex ops (TensorFlow's own, not builtin): {flex}"
+    return report
+
+
+def verdicts(report, tolerance):
+    """{format: (passed, why)}: PASS only when every output of the format is present on
+    both sides, finite, and within `tolerance` relative to the SavedModel."""
+    result = {}
+    for fmt, entry in report.items():
+        why = [entry["problem"]] if entry["problem"] else []
+        why += [f"{name}: {problem}" for name, _, _, problem in entry["rows"] if problem]
+        why += [f"{name}: {relative:.2e} > {tolerance:g}" for name, _, relative, problem
+                in entry["rows"] if not problem and not relative <= tolerance]
+        if not entry["rows"] and not why:
+            why = ["no output compared"]
+        result[fmt] = (not why, "; ".join(why))
+    return result
+
+
+def _tolerance(text):
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def main(argv=None):
@@ -94,27 +175,41 @@ def main(argv=None):
     parser.add_argument("run_dir")
     parser.add_argument("--images", type=int, default=16, help="images compared (>= 1)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--tolerance", type=_tolerance, default=1e-4,
+                        help="largest relative difference that passes (finite, >= 0)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not os.path.isdir(args.run_dir):
         parser.error(f"{args.run_dir!r} is not a directory: pass a run's --model_dir")
     if args.images < 1:
         parser.error(f"--images: expected >= 1, got {args.images}")
-    try:
-        rows, ops, found = compare(args.run_dir, count=args.images, seed=args.seed)
-    except FileNotFoundError as error:
-        parser.error(str(error))
-    if not rows:
+    present = [fmt for fmt in FORMATS if os.path.isdir(os.path.join(args.run_dir, fmt))]
+    if not present:
         parser.error(f"{args.run_dir} has no onnx, litert or keras_hub export: run.py "
                      "--mode=export --export_format=saved_model,onnx,litert,keras_hub")
-    print(f"against {found['saved_model']} on {args.images} random images:")
-    for fmt, name, difference in rows:
-        print(f"  {fmt:10s} {name:14s} {difference:.2e}")
-    flex = [op for op in ops or () if op.lower().startswith("flex")]
-    if ops is not None:
-        print(f"  litert ops: {', '.join(ops)}" + (f" (Flex: {flex})" if flex else ""))
-    worst = max(difference for _, _, difference in rows)
-    return 1 if worst > args.tolerance or flex else 0
+    report = compare(args.run_dir, count=args.images, seed=args.seed)
+    if not report:
+        parser.error(f"{args.run_dir} has no complete onnx, litert or keras_hub export")
+    print(f"{args.images} random images at the run's size, preprocessed, fed alike to "
+          f"each side; tolerance {args.tolerance:g} on the relative difference (max "
+          "|diff| / the SavedModel's max |value|)")
+    print(f"  {'format':10s} {'step':>6s}  {'output':13s} {'max |diff|':>10s} "
+          f"{'relative':>10s}")
+    for fmt, entry in report.items():
+        against = (f"against saved_model/{entry['step']}" if entry["saved_model"]
+                   else "")
+        print(f"  {fmt:10s} {entry['step']:6d}  {against}")
+        for name, absolute, relative, problem in entry["rows"]:
+            numbers = (f"{absolute:10.2e} {relative:10.2e}" if absolute is not None
+                       else f"{'-':>10s} {'-':>10s}")
+            print(f"  {'':10s} {'':6s}  {name:13s} {numbers}"
+                  + (f"  ({problem})" if problem else ""))
+        if entry["ops"] is not None:
+            print(f"  {'':10s} {'':6s}  litert ops: {', '.join(entry['ops'])}")
+    results = verdicts(report, args.tolerance)
+    for fmt, (passed, why) in results.items():
+        print(f"{fmt} (step {report[fmt]['step']}): " + ("PASS" if passed else
+                                                          f"FAIL ({why})"))
+    return 0 if all(passed for passed, _ in results.values()) else 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ it with the SavedModel; the rest are the flag, the retention rules and the error
 without converting a model.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,14 +47,20 @@ def test_each_format_in_its_own_runtime_equals_the_saved_model(tiny_run, tmp_pat
     assert {fmt: recorded[fmt] for fmt in result} == result
 
     # Each file in its own runtime against the SavedModel (the script users run).
-    rows, ops, found = export_parity.compare(cfg.model_dir, count=5, seed=7)
-    assert found == result
-    assert {(fmt, name) for fmt, name, _ in rows} == {
-        (fmt, name) for fmt in ("onnx", "litert")
-        for name in ("embedding", "logits", "probabilities", "projection")} | {
+    report = export_parity.compare(cfg.model_dir, count=5, seed=7)
+    assert {fmt: entry["path"] for fmt, entry in report.items()} == {
+        fmt: result[fmt] for fmt in ("onnx", "litert", "keras_hub")}
+    assert {entry["saved_model"] for entry in report.values()} == {result["saved_model"]}
+    assert {(fmt, name) for fmt, entry in report.items() for name, *_ in entry["rows"]} \
+        == {(fmt, name) for fmt in ("onnx", "litert")
+            for name in ("embedding", "logits", "probabilities", "projection")} | {
         ("keras_hub", "embedding")}
-    for fmt, name, difference in rows:
-        assert difference < (1e-6 if fmt == "keras_hub" else 1e-4), (fmt, name, difference)
+    for fmt, entry in report.items():
+        for name, _, difference, problem in entry["rows"]:
+            assert problem is None and difference < (1e-6 if fmt == "keras_hub" else 1e-4), (
+                fmt, name, difference)
+    assert all(passed for passed, _ in export_parity.verdicts(report, 1e-4).values())
+    ops = report["litert"]["ops"]
     # Builtin ops only (without the default delegate the interpreter lists the model's
     # own ops; a TensorFlow op would be one named Flex...).
     assert "CONV_2D" in ops and not [op for op in ops if op.lower().startswith("flex")]
@@ -69,7 +76,9 @@ def test_each_format_in_its_own_runtime_equals_the_saved_model(tiny_run, tmp_pat
     for bad in (images[:, :8], images[..., :1]):
         with pytest.raises(Exception, match="INVALID_ARGUMENT.*images"):
             session.run(None, {"images": bad})
-    expected = export_parity.outputs("saved_model", result["saved_model"], images)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    expected = export_parity.saved_model_outputs(tf.saved_model.load(result["saved_model"]),
+                                                 images)
 
     # keras-hub, in a new process: `import simclr_tf` registers the backbone's class.
     np.save(tmp_path / "images.npy", images)
@@ -83,11 +92,124 @@ def test_each_format_in_its_own_runtime_equals_the_saved_model(tiny_run, tmp_pat
                           check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "SimCLRBackbone"
-    assert export_parity.relative(np.load(tmp_path / "h.npy"), expected["embedding"]) < 1e-6
+    assert export_parity.differences(np.load(tmp_path / "h.npy"), expected["embedding"]
+                                     )[1] < 1e-6
+    _planted_faults_fail_the_parity_check(cfg.model_dir, tmp_path, capsys)
     card = open(os.path.join(result["keras_hub"], "README.md")).read()
     assert "library_name: keras-hub" in card and "| `--dataset` | `digits` |" in card
     metadata = json.load(open(os.path.join(result["keras_hub"], "metadata.json")))
     assert metadata["parameter_count"] > 0 and metadata["keras_hub_version"]
+
+
+def _planted_faults_fail_the_parity_check(run_dir, tmp_path, capsys):
+    """export_parity.py on copies of a good run, each with one fault planted: it FAILs
+    (rc 1) on each, naming it (faults 6 and 9 of 2026-12-05's catalogue)."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
+
+    def planted(name, change):
+        copy = tmp_path / name
+        shutil.copytree(run_dir, copy)
+        change(copy)
+        return str(copy)
+
+    def onnx_weights(scale):
+        def change(copy):
+            path = str(copy / "onnx" / "4" / "model.onnx")
+            model = onnx.load(path)
+            for weight in model.graph.initializer:
+                value = numpy_helper.to_array(weight)
+                if value.dtype == np.float32 and value.size > 100:
+                    weight.CopyFrom(numpy_helper.from_array(value * scale, weight.name))
+            onnx.save(model, path)
+        return change
+
+    def no_projection(copy):
+        path = str(copy / "onnx" / "4" / "model.onnx")
+        model = onnx.load(path)
+        kept = [o for o in model.graph.output if o.name != "projection"]
+        del model.graph.output[:]
+        model.graph.output.extend(kept)
+        onnx.save(model, path)
+
+    cases = {
+        "nan": (onnx_weights(np.float32("nan")), "onnx (step 4): FAIL (embedding: "
+                "non-finite values"),
+        "scaled": (onnx_weights(np.float32(1.01)), "onnx (step 4): FAIL (embedding: "),
+        "lacking": (no_projection, "onnx (step 4): FAIL (projection: onnx lacks it)"),
+        "other_step": (lambda copy: os.rename(copy / "onnx" / "4", copy / "onnx" / "6"),
+                       "onnx (step 6): FAIL (no SavedModel of step 6 to compare with "
+                       "(saved_model/ holds steps [4])"),
+    }
+    capsys.readouterr()
+    for name, (change, message) in cases.items():
+        copy = planted(name, change)
+        if name == "nan":  # as a user runs it: its own process, no TensorFlow chatter
+            done = subprocess.run([sys.executable, export_parity.__file__, copy,
+                                   "--images=3"], capture_output=True, text=True,
+                                  check=False, timeout=300)
+            code, out, err = done.returncode, done.stdout, done.stderr
+            assert "ERROR" not in err and "W0000" not in err and "INFO" not in err, err
+        else:
+            code = export_parity.main([copy, "--images=3"])
+            out = capsys.readouterr().out
+        assert code == 1 and message in out, (name, out)
+        assert "litert (step 4): PASS" in out  # the faults are the ONNX file's
+
+
+@pytest.mark.parametrize("tolerance", ["nan", "inf", "-1", "x"])
+def test_parity_refuses_a_tolerance_that_passes_anything(tolerance, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        export_parity.main([str(tmp_path), f"--tolerance={tolerance}"])
+    assert info.value.code == 2 and "--tolerance" in capsys.readouterr().err
+
+
+def test_parity_verdicts_fail_on_nan_missing_and_over_tolerance():
+    """The verdict alone, on planted rows: NaN is never a pass (NaN > tolerance is
+    False: the old check passed it)."""
+    nan = float("nan")
+    rows = lambda *r: dict(step=4, rows=list(r), problem=None, ops=None)  # noqa: E731
+    report = dict(
+        good=rows(("embedding", 1e-7, 1e-7, None)),
+        over=rows(("embedding", 1e-3, 2e-4, None)),
+        nan=rows(("embedding", nan, nan, None)),
+        lacking=rows(("embedding", 1e-7, 1e-7, None), ("projection", None, None, "x lacks it")),
+        empty=rows())
+    verdicts = export_parity.verdicts(report, 1e-4)
+    assert verdicts["good"] == (True, "")
+    assert verdicts["over"] == (False, "embedding: 2.00e-04 > 0.0001")
+    assert verdicts["nan"] == (False, "embedding: nan > 0.0001")
+    assert verdicts["lacking"] == (False, "projection: x lacks it")
+    assert verdicts["empty"] == (False, "no output compared")
+    assert export_parity.differences(np.array([1.0, nan]), np.array([1.0, 2.0]))[1] != 0
+    assert math.isnan(export_parity.differences(np.ones(2), np.array([1.0, np.inf]))[0])
+
+
+@pytest.mark.large  # ~10 s: a 40 px bfloat16 tiny model in four formats, three runtimes
+def test_a_bfloat16_model_at_40_px_exports_float32_files_that_pass(tmp_path):
+    """Faults 8 and 10: above 32 px the files take preprocessed images (the check
+    feeds every side the same ones: it passed correct exports only up to 32 px); a
+    --mixed_precision=bfloat16 model exports float32 graphs that onnxruntime loads and
+    that agree with the SavedModel (also float32)."""
+    pytest.importorskip("onnxruntime", reason=f"needs {EXTRA}")
+    pytest.importorskip("keras_hub", reason="needs keras-hub (pip install -e '.[hub]')")
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
+                        num_proj_layers=2, proj_out_dim=16, num_classes=10,
+                        dtype="mixed_bfloat16")
+    model.build((None, 40, 40, 3))
+    for fmt in ALL.split(","):
+        export.export_for_step(model, str(tmp_path), 3, fmt=fmt, image_size=40)
+    report = export_parity.compare(str(tmp_path), count=4)
+    verdicts = export_parity.verdicts(report, 1e-4)
+    assert verdicts == {fmt: (True, "") for fmt in ("onnx", "litert", "keras_hub")}, report
+    import onnx  # pylint: disable=import-outside-toplevel
+    graph = onnx.load(str(tmp_path / "onnx" / "3" / "model.onnx")).graph
+    types = {weight.data_type for weight in graph.initializer}
+    assert onnx.TensorProto.FLOAT in types and onnx.TensorProto.BFLOAT16 not in types
+    # The model itself still trains in bfloat16: the export made a float32 copy.
+    assert model.dtype_policy.compute_dtype == "bfloat16"
 
 
 def test_the_flag_takes_a_subset_in_any_order_and_names_an_unknown_format():
@@ -115,10 +237,29 @@ def test_a_missing_extra_is_refused_before_training(monkeypatch, tmp_path):
     assert not os.path.exists(tmp_path / "run")
 
 
+def test_an_export_failing_after_training_keeps_the_runs_record(tiny_run, tmp_path,
+                                                                fake_writers):
+    """Fault 10: a converter's own error class (the TFLite converter's ConverterError)
+    after training was a traceback, and the run had no result.json. It is the one
+    ExportError line naming the format, after result.json is written."""
+    class ConverterError(Exception):
+        """Not an OSError, ValueError or OpError: what the TFLite converter raises."""
+    fake_writers.update(fail="litert", error=ConverterError)
+    cfg = tiny_run.copy_to(tmp_path / "run", train_steps=5, export_format=ALL,
+                           knn_eval_split="")
+    with pytest.raises(experiment.ExportError, match="Exporting the litert of step 5 .*"
+                       "failed: litert cannot hold this model"):
+        experiment.run(cfg)
+    result = json.load(open(os.path.join(cfg.model_dir, "result.json")))
+    assert result["global_step"] == 5 and "litert of step 5" in result["export_failed"]
+    assert export.exported_steps(cfg.model_dir, "onnx") == [5]
+    assert export.exported_steps(cfg.model_dir, "litert") == []
+
+
 @pytest.fixture
 def fake_writers(monkeypatch):
     """Each format written as one small file; `fail` names a format that fails."""
-    state = dict(fail=None)
+    state = dict(fail=None, error=ValueError)
 
     def fake(fmt, marker):
         def write(model, directory, image_size, *args):
@@ -126,7 +267,7 @@ def fake_writers(monkeypatch):
             with open(os.path.join(directory, marker), "w") as f:
                 f.write(fmt)
             if state["fail"] == fmt:
-                raise ValueError(f"{fmt} cannot hold this model (simulated)")
+                raise state["error"](f"{fmt} cannot hold this model (simulated)")
         return write
 
     monkeypatch.setattr(export, "create_serving_module", lambda *a, **k: (None, None))

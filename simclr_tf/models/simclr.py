@@ -142,6 +142,36 @@ class SimCLRModel(keras.Model):
         return cls(**config)
 
 
+def float32_twin(model, image_size):
+    """`model` computing in float32, for inference exports: `model` itself when it
+    does; for a mixed-precision model (bfloat16 or float16 arithmetic on float32
+    weights), a model of the same config and weights, its frozen layers frozen alike,
+    whose arithmetic is float32. ONNX Runtime and LiteRT's builtin ops take no bfloat16
+    convolution, and an export is read as the model's function, not its training's
+    rounding.
+
+    Raises:
+        ValueError: the twin still computes in another dtype (an encoder layer
+            given as an object carries its own policy).
+    """
+    if model.dtype_policy.compute_dtype not in ("bfloat16", "float16"):
+        return model
+    twin = type(model).from_config(dict(model.get_config(), dtype="float32"))
+    twin.build((None, image_size, image_size, 3))
+    mixed = sorted({layer.dtype_policy.compute_dtype for layer in twin._flatten_layers()  # pylint: disable=protected-access
+                    if hasattr(layer, "dtype_policy")} - {"float32"})
+    if mixed:
+        raise ValueError(f"The model's float32 copy for export still computes in "
+                         f"{', '.join(mixed)} (its encoder carries its own dtype policy); "
+                         "export a run trained without --mixed_precision.")
+    for ours, theirs in zip(twin._flatten_layers(), model._flatten_layers()):  # pylint: disable=protected-access
+        ours.trainable = theirs.trainable
+        if hasattr(theirs, "frozen_batch_statistics"):
+            ours.frozen_batch_statistics = theirs.frozen_batch_statistics
+    twin.set_weights(model.get_weights())
+    return twin
+
+
 def freeze_for_finetuning(model, fine_tune_after_block, batch_statistics=False):
     """Freezes the encoder up to a stage (ResNet: a block group), BN statistics included.
 

@@ -92,6 +92,8 @@ def _run(config, mode, strategy):
             if lock is not None:
                 lock.check()
             records.write_result(config.model_dir, config.mode, results)
+    if results.get(export_mode.EXPORT_FAILED):
+        raise ExportError(results[export_mode.EXPORT_FAILED])
     return results
 
 

@@ -23,37 +23,63 @@ NO_DRIVER_ERROR = "failed call to cuInit"
 
 
 @contextlib.contextmanager
-def tensorflow_start_up_filtered():
-    """Applies TF_CPP_MIN_LOG_LEVEL to TensorFlow's start-up lines: stderr goes to a
-    temporary file while TensorFlow is imported, then every line comes back except the
-    pre-initialisation notice and the lines below the level (0: all come back)."""
-    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
-    level = int(level) if level.isdigit() else 0  # not a level: filter nothing
-    if level <= 0:
-        yield
-        return
+def stderr_filtered(kept):
+    """The lines written to stderr inside the block, by Python or by native code
+    (TensorFlow's C++, the TFLite converter, LiteRT), come back at its end as
+    `kept(lines)` selects them: stderr goes to a temporary file meanwhile."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
             yield
-            _list_devices()
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
             lines = captured.read().decode("utf-8", "replace").splitlines(True)
-            no_driver = any(NO_DRIVER_NOTICE in line for line in lines)
-            for line in lines:
-                match = PRE_INIT_LINE.match(line)
-                if line.startswith(PRE_INIT_NOTICE) or (
-                        match and "IWEF".index(match.group(1)) < level) or (
-                        no_driver and match and NO_DRIVER_ERROR in line):
-                    continue
-                sys.stderr.write(line)
+            sys.stderr.write("".join(kept(lines)))
             sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def tensorflow_start_up_filtered():
+    """Applies TF_CPP_MIN_LOG_LEVEL to TensorFlow's start-up lines: every line written
+    while TensorFlow is imported comes back except the pre-initialisation notice and
+    the lines below the level (0: all come back)."""
+    level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")
+    level = int(level) if level.isdigit() else 0  # not a level: filter nothing
+    if level <= 0:
+        yield
+        return
+
+    def kept(lines):
+        no_driver = any(NO_DRIVER_NOTICE in line for line in lines)
+        for line in lines:
+            match = PRE_INIT_LINE.match(line)
+            if not (line.startswith(PRE_INIT_NOTICE) or (
+                    match and "IWEF".index(match.group(1)) < level) or (
+                    no_driver and match and NO_DRIVER_ERROR in line)):
+                yield line
+    with stderr_filtered(kept):
+        yield
+        _list_devices()
+
+
+# What the TFLite converter logs as warnings on every conversion of ours (flags Keras'
+# LiteRT export passes that this converter ignores): noise in a run's output.
+CONVERTER_NOTICES = ("Ignored output_format.", "Ignored drop_control_dependency.")
+# LiteRT's interpreter announces its CPU delegate on stderr when it is created.
+LITERT_NOTICE = "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+
+
+def converters_quiet():
+    """The export converters' and LiteRT's notices dropped from stderr (the lines of
+    `CONVERTER_NOTICES`, `LITERT_NOTICE`); every other line, errors included, kept."""
+    return stderr_filtered(lambda lines: [
+        line for line in lines if line.strip() != LITERT_NOTICE and not (
+            PRE_INIT_LINE.match(line) and line.rstrip().endswith(CONVERTER_NOTICES))])
 
 
 def _list_devices():

@@ -68,6 +68,7 @@ import uuid
 import tensorflow as tf
 
 from simclr_tf.config import rules
+from simclr_tf.models.simclr import float32_twin
 # Re-exported: `export` is the public face of the SavedModel export.
 from simclr_tf.weights.serving import (  # noqa: F401
     SERVING_DEFAULT, SERVING_IMAGES, SERVING_OUTPUTS, ServingModule,
@@ -255,6 +256,8 @@ def export_for_step(model, model_dir, step, *, image_size, fmt="saved_model",
         raise ValueError(f"`fmt` must be one of {', '.join(FORMATS)}. Received: fmt={fmt!r}")
     base = os.path.join(model_dir, FORMATS[fmt].dirname)
     target = os.path.join(base, str(step))
+    if model is not None:  # a mixed-precision model is exported computing in float32
+        model = float32_twin(model, image_size)
     if fmt == "saved_model":
         path = export_saved_model(model, target, image_size=image_size, crop=crop,
                                   max_pixels=max_pixels)

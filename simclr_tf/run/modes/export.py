@@ -5,14 +5,20 @@ named)."""
 import tensorflow as tf
 
 from simclr_tf.config import rules
+from simclr_tf.models.simclr import float32_twin
 from simclr_tf.rundir import records
-from simclr_tf.run import preflight
+from simclr_tf.run import preflight, quiet
 from simclr_tf.weights import checkpoints, export
 from simclr_tf.run.modes import parts
 
 
 class ExportError(RuntimeError):
     """Exporting failed; the checkpoints (and the formats written before) are intact."""
+
+
+# result.json's entry of a training run whose export failed after it trained: the
+# error, which run.py reports once the record is written (experiment._run).
+EXPORT_FAILED = "export_failed"
 
 
 def export_model(model, config, step, *, write_guard=None):
@@ -29,15 +35,21 @@ def export_model(model, config, step, *, write_guard=None):
     if write_guard is not None:
         write_guard()
     written = {}
-    for fmt in rules.export_formats(config.export_format):
+    formats = rules.export_formats(config.export_format)
+    if formats and model is not None:  # once for every format (export_for_step's rule)
+        model = float32_twin(model, config.image_size)
+    for fmt in formats:
         try:
-            written[fmt] = export.export_for_step(
-                model, config.model_dir, step, fmt=fmt, image_size=config.image_size,
-                keep_hub_module_max=config.keep_hub_module_max,
-                max_pixels=config.serving_max_pixels,
-                only_copies=_exports_without_checkpoint(config, fmt),
-                card=_model_card(model, config, step) if fmt == "keras_hub" else "")
-        except (OSError, tf.errors.OpError, ValueError, ImportError) as error:
+            with quiet.converters_quiet():
+                written[fmt] = export.export_for_step(
+                    model, config.model_dir, step, fmt=fmt, image_size=config.image_size,
+                    keep_hub_module_max=config.keep_hub_module_max,
+                    max_pixels=config.serving_max_pixels,
+                    only_copies=_exports_without_checkpoint(config, fmt),
+                    card=_model_card(model, config, step) if fmt == "keras_hub" else "")
+        except Exception as error:  # pylint: disable=broad-except
+            # Any failure of a converter (the TFLite converter's ConverterError, say)
+            # is this one line: the checkpoints and the run's record are kept.
             where = f"{config.model_dir}/{export.FORMATS[fmt].dirname}"
             done = "".join(f" The {name} export is written: {path}." for name, path
                            in written.items())

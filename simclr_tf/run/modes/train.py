@@ -104,9 +104,16 @@ def train(config, strategy, context):
                                                  model_dir=config.model_dir))
     if scratch_dir is not None:
         hooks.append(loop.AtEnd(lambda step, logs: _remove_scratch(writer, scratch_dir)))
+    export_failure = []
     if chief:
-        hooks.append(loop.AtEnd(lambda step, logs: export_mode.export_model(
-            model, config, step, write_guard=guard)))
+        def export_at_end(step, logs):  # pylint: disable=unused-argument
+            try:
+                return export_mode.export_model(model, config, step, write_guard=guard)
+            except export_mode.ExportError as error:
+                # The run's record is written first (experiment raises it after).
+                export_failure.append(str(error))
+                return {}
+        hooks.append(loop.AtEnd(export_at_end))
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
     saving = _RecordsFlagsWhenSaving(state, context.flags_record)
@@ -123,7 +130,8 @@ def train(config, strategy, context):
             f"subset (model_dir/label_subset_ids.txt)"),
         steps=(first + 1, plan.total_steps), checkpoint=state.latest)
     return dict(results, **{"train/initialized_from": initialized_from},
-                **protocols, **evaluations.overlap_record(context))
+                **protocols, **evaluations.overlap_record(context),
+                **({export_mode.EXPORT_FAILED: export_failure[0]} if export_failure else {}))
 
 
 def training_monitors(config, strategy, source, teacher, checkpoint_steps):
