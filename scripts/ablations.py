@@ -192,6 +192,125 @@ VIEWS = {
 RUN_METRICS = ("contrast_acc", "contrast_loss", "finetune_top1", "wall_seconds")
 
 
+# What each study's figure and table are called, in words.
+TITLES = {
+    "head": "Projection head (the paper's Figure 8)",
+    "h_vs_z": "h against z (the paper's Figure 8)",
+    "temperature": "Temperature and normalisation (the paper's Table 5)",
+    "batch": "Batch size and training length (the paper's Figure 9)",
+    "augment": "Augmentations (the paper's Figure 5)",
+    "color": "Colour strength (the paper's Table 1)",
+    "blur": "Blur (the paper's Table 1)",
+    "loss": "Loss (the paper's Table 2)",
+    "head_depth": "A deeper head for fine-tuning (SimCLR v2's Figure 3)",
+}
+METRIC_WORDS = {"knn": "kNN top-1 on h", "probe": "linear probe on h",
+                "contrast_acc": "contrastive accuracy in training",
+                "finetune_top1": "fine-tuned top-1, 1% of the labels"}
+SHORT_WORDS = {"knn": "kNN", "probe": "probe", "contrast_acc": "contrastive accuracy",
+               "finetune_top1": "fine-tuned top-1"}
+LAYER_WORDS = {"h": "h (the head's input)", "layer_1": "the head's first layer",
+               "z": "z (the head's output)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A direction the paper found: `better` beats `worse` (each a setting, or a
+    (setting, layer) pair) on each of `metrics`."""
+    text: str
+    better: object
+    worse: object
+    metrics: tuple = ("knn", "probe")
+
+
+# The paper's directions, each checked against the records by `VERDICT_RULE`.
+CLAIMS = {
+    "head": [Claim("a nonlinear head beats a linear one", "nonlinear", "linear"),
+             Claim("a linear head beats no head", "linear", "none")],
+    "h_vs_z": [Claim("h beats z, nonlinear head", ("nonlinear", "h"), ("nonlinear", "z"),
+                     ("probe",)),
+               Claim("h beats z, linear head", ("linear", "h"), ("linear", "z"), ("probe",))],
+    "head_depth": [
+        Claim("3 layers, fine-tuned from layer 1, beat 2 layers from h",
+              "3 layers, fine-tuned from layer 1", "2 layers, fine-tuned from h",
+              ("finetune_top1",)),
+        Claim("fine-tuning from layer 1 beats from h (3 layers)",
+              "3 layers, fine-tuned from layer 1", "3 layers, fine-tuned from h",
+              ("finetune_top1",))],
+    "temperature": [
+        Claim("tau 0.1 beats tau 1 (L2-normalised)", "tau 0.1, l2", "tau 1, l2"),
+        Claim("tau 0.1 beats tau 0.05 (L2-normalised)", "tau 0.1, l2", "tau 0.05, l2"),
+        Claim("L2 normalisation beats none (tau 0.1 against 10)", "tau 0.1, l2",
+              "tau 10, no norm"),
+        Claim("without normalisation the proxy task is easier (contrastive accuracy)",
+              "tau 10, no norm", "tau 0.1, l2", ("contrast_acc",))],
+    "batch": [Claim("batch 1024 beats 256 after 5 epochs", "batch 1024, 5 epochs",
+                    "batch 256, 5 epochs"),
+              Claim("batch 1024 beats 64 after 5 epochs", "batch 1024, 5 epochs",
+                    "batch 64, 5 epochs"),
+              Claim("20 epochs beat 5 (batch 256)", "batch 256, 20 epochs",
+                    "batch 256, 5 epochs")],
+    "augment": [Claim(f"{variant}: crop + colour beats {alone}", f"{variant}: crop+colour",
+                      f"{variant}: {alone}")
+                for variant in ("grey", "tinted") for alone in ("crop", "colour", "none")],
+    "color": [Claim(f"{variant}: colour strength 1 beats 1/8", f"{variant}: 1",
+                    f"{variant}: 1/8") for variant in ("grey", "tinted")] + [
+        Claim(f"{variant}: colour distortion lowers a supervised encoder",
+              f"{variant}: supervised, crop+flip", f"{variant}: supervised, "
+              "crop+flip+colour 1") for variant in ("grey", "tinted")],
+    "blur": [Claim(f"{variant}: blur helps (strength 1, 20 px)",
+                   f"{variant}: 1 + blur, 20 px", f"{variant}: 1, 20 px")
+             for variant in ("grey", "tinted")],
+    "loss": [Claim("NT-Xent beats NT-Logistic", "NT-Xent", "NT-Logistic"),
+             Claim("NT-Xent beats the margin triplet", "NT-Xent", "margin triplet")],
+}
+VERDICT_RULE = (
+    "**reproduced**: the paper's direction on every metric of the claim, each by more "
+    "than the spread (the two standard deviations over seeds added); **in direction**: "
+    "the paper's direction on every metric, not all beyond the spread; **not "
+    "reproduced**: otherwise (a metric the other way, or tied); **not measured**: a "
+    "setting without records, or a non-finite value")
+
+
+def _cell_values(table, side, metric):
+    setting, layer = side if isinstance(side, tuple) else (side, "h")
+    layer = "step" if metric in RUN_METRICS else layer
+    return table.get(setting, {}).get((layer, metric))
+
+
+def claim_verdict(table, claim):
+    """(verdict, [(metric, difference of means, spread)]) of `claim` over a study's
+    `summary`, by VERDICT_RULE; differences and spreads as fractions."""
+    found = []
+    for metric in claim.metrics:
+        better, worse = (_cell_values(table, side, metric) for side in (claim.better,
+                                                                       claim.worse))
+        if not better or not worse or not all(
+                np.isfinite(v) for v in list(better) + list(worse)):
+            return "not measured", found
+        (mean_b, sd_b), (mean_w, sd_w) = bench.mean_std(better), bench.mean_std(worse)
+        found.append((metric, mean_b - mean_w, sd_b + sd_w))
+    if all(difference > spread for _, difference, spread in found):
+        return "reproduced", found
+    if all(difference > 0 for _, difference, _ in found):
+        return "in direction", found
+    return "not reproduced", found
+
+
+def claims_table(rows, study, budget):
+    """The study's claims, each with its measured differences and its verdict."""
+    table = summary(rows, study, budget)
+    lines = ["| the paper's direction | difference (points; spread) | verdict |",
+             "|---|---|---|"]
+    for claim in CLAIMS[study]:
+        verdict, found = claim_verdict(table, claim)
+        measured = "; ".join(f"{SHORT_WORDS[m]} {100 * d:+.1f} ({100 * s:.1f})"
+                             for m, d, s in found) or "-"
+        lines.append(f"| {claim.text} | {measured} | {verdict} |")
+    return "\n".join(lines)
+
+
+
 def run_py_flags(budget, point, seed, model_dir, data_dir):
     """run.py's flags for `point`: the benchmark's pretraining over `budget`, then the
     point's own (a setting overrides the budget's value)."""
@@ -671,24 +790,79 @@ def study_table(rows, study, budget):
 
 
 def plot(rows, study, path, budget):
+    """The study's figure: one panel per metric, each with its own axis (the
+    differences a verdict cites are a few points: an axis from 0 hides them); the
+    batch study as lines over the batch size, one per training length; the h-vs-z
+    view as bars per head, one per representation. Written whole; None without
+    records or without matplotlib."""
     table = summary(rows, study, budget)
     if not table:
         return None
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        print("No plot: matplotlib is not installed (pip install -e '.[plot]').")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     view, metrics = VIEWS[study]
-    series = ([(f"{m} on {layer}", layer, m) for layer in ("h", "layer_1", "z")
-               for m in metrics] if view == "layers" else
-              [(m, "step" if m in RUN_METRICS else "h", m) for m in metrics])
-    cells = [(label, [cell.get((layer, metric)) for cell in table.values()])
-             for label, layer, metric in series]
-    # The axis starts 10 points below the lowest mean (at a multiple of 10): the
-    # studies' differences are a few points, invisible on an axis from 0.
-    means = [100 * bench.mean_std(c)[0] for _, column in cells for c in column if c]
-    ymin = max(0, 10 * int((min(means) - 10) // 10)) if means else 0
-    return bench.bar_chart(
-        path, f"{study}: Fashion-MNIST, budget {budget_name(budget)}"
-        + (f" (the axis starts at {ymin}%)" if ymin else ""), list(table), cells,
-        ylabel="%, mean ± sd over seeds", legend_loc="outside", dpi=90,
-        value_labels=True, ymin=ymin)
+    settings = list(table)
+    fig, axes = plt.subplots(1, len(metrics), squeeze=False, figsize=(
+        1.0 + (4.2 if study == "batch" else max(3.2, 0.55 * len(settings) + 1.2))
+        * len(metrics), 3.6))
+    for ax, metric in zip(axes[0], metrics):
+        if view == "layers":
+            series = [(LAYER_WORDS[layer], [table[s].get((layer, metric)) for s in settings])
+                      for layer in ("h", "layer_1", "z")]
+            _bars(ax, settings, series)
+            ax.legend(fontsize=7, loc="lower right")
+            ax.set_title("linear probe (%)", fontsize=9)
+        elif study == "batch":
+            for epochs in (5, 20):
+                batches = [b for b in (64, 256, 1024) if f"batch {b}, {epochs} epochs" in table]
+                cells = [_cell_values(table, f"batch {b}, {epochs} epochs", metric)
+                         for b in batches]
+                means = [100 * bench.mean_std(c)[0] for c in cells]
+                sds = [100 * bench.mean_std(c)[1] for c in cells]
+                ax.errorbar(batches, means, yerr=sds, marker="o", capsize=3,
+                            label=f"{epochs} epochs")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([64, 256, 1024], ["64", "256", "1024"])
+            ax.set_xlabel("batch size")
+            ax.legend(fontsize=8)
+            ax.set_title(f"{METRIC_WORDS[metric]} (%)", fontsize=9)
+        else:
+            _bars(ax, settings, [(None, [_cell_values(table, s, metric) for s in settings])])
+            ax.set_title(f"{METRIC_WORDS[metric]} (%)", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{TITLES[study]}: Fashion-MNIST, {budget_name(budget)} budget; mean ± sd "
+                 "over seeds (each axis its own range)", fontsize=9)
+    fig.tight_layout()
+    try:
+        script_io.write_whole(path, lambda scratch: fig.savefig(scratch, dpi=90))
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _bars(ax, settings, series):
+    """Bars (mean ± sd, in percent) of each setting, one bar per series, with their
+    values; the axis from just below the lowest bar to just above the highest."""
+    width = 0.8 / len(series)
+    lows, highs = [], []
+    for i, (label, cells) in enumerate(series):
+        stats = [bench.mean_std(c) if c else (np.nan, 0.0) for c in cells]
+        means = [100 * m for m, _ in stats]
+        sds = [100 * s for _, s in stats]
+        bars = ax.bar([j - 0.4 + width * (i + 0.5) for j in range(len(settings))], means,
+                      width, yerr=sds, capsize=2, label=label)
+        ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+        lows += [m - s for m, s in zip(means, sds) if np.isfinite(m)]
+        highs += [m + s for m, s in zip(means, sds) if np.isfinite(m)]
+    if lows:
+        pad = max(1.0, 0.15 * (max(highs) - min(lows)))
+        ax.set_ylim(max(0.0, min(lows) - pad), min(100.0, max(highs) + 2 * pad))
+    ax.set_xticks(range(len(settings)), settings, rotation=30, ha="right", fontsize=7)
 
 
 def write_doc(rows, studies, doc, images, budget):
@@ -708,6 +882,8 @@ def write_doc(rows, studies, doc, images, budget):
                    "measured on " + ("; ".join(machines) or "-") + ".")
         if left_out:
             section += " " + left_out_line(left_out)
+        section += ("\n\nThe paper's directions against these records (the rule at the "
+                    "top of the page):\n\n" + claims_table(rows, study, budget))
         picture = plot(rows, study, os.path.join(images, f"ablations_{study}.png"), budget)
         if picture:
             section += (f"\n\n![{study}: mean ± sd over seeds]"

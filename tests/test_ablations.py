@@ -438,3 +438,38 @@ def test_a_stopped_study_exits_with_the_signal_and_writes_no_page(tmp_path, monk
     assert ablations.main(["--study=head", f"--results={tmp_path}/r.jsonl",
                            f"--workdir={tmp_path}/w", f"--doc={doc}"]) == 143
     assert not doc.exists()
+
+
+def test_each_verdict_follows_the_stated_rule_on_planted_records():
+    """The page's verdicts are computed (VERDICT_RULE): a difference within the spread
+    is never 'reproduced', the other direction never 'in direction', a non-finite or
+    missing record never a verdict at all."""
+    claim = ablations.Claim("nonlinear beats linear", "nonlinear", "linear")
+
+    def table(nonlinear, linear):
+        rows = [_row("head", "nonlinear", seed, p, knn=k) for seed, (p, k) in
+                enumerate(nonlinear)] + [_row("head", "linear", seed, p, knn=k)
+                                         for seed, (p, k) in enumerate(linear)]
+        return ablations.summary(rows, "head", CPU)
+    clear = table([(0.80, 0.70), (0.81, 0.71), (0.82, 0.72)],
+                  [(0.70, 0.60), (0.71, 0.61), (0.72, 0.62)])
+    verdict, found = ablations.claim_verdict(clear, claim)
+    assert verdict == "reproduced" and [m for m, *_ in found] == ["knn", "probe"]
+    assert found[1][1] == pytest.approx(0.10) and found[1][2] == pytest.approx(0.02)
+    within = table([(0.80, 0.70), (0.84, 0.71), (0.76, 0.72)],  # probe +1, sd 4 each
+                   [(0.70, 0.60), (0.83, 0.61), (0.64, 0.62)])
+    assert ablations.claim_verdict(within, claim)[0] == "in direction"
+    against = table([(0.80, 0.55), (0.81, 0.56), (0.82, 0.57)],  # kNN the other way
+                    [(0.70, 0.60), (0.71, 0.61), (0.72, 0.62)])
+    assert ablations.claim_verdict(against, claim)[0] == "not reproduced"
+    nan = table([(float("nan"), 0.7)] * 3, [(0.7, 0.6)] * 3)
+    assert ablations.claim_verdict(nan, claim)[0] == "not measured"
+    missing = table([(0.8, 0.7)] * 3, [])
+    assert ablations.claim_verdict(missing, claim)[0] == "not measured"
+    for study, claims in ablations.CLAIMS.items():  # every claim names real settings
+        settings = {p.setting for p in ablations.STUDIES[study]}
+        for each in claims:
+            for side in (each.better, each.worse):
+                assert (side[0] if isinstance(side, tuple) else side) in settings, each
+    page = ablations.claims_table([], "head", CPU)
+    assert "| a nonlinear head beats a linear one | - | not measured |" in page
