@@ -221,6 +221,9 @@ def test_the_flag_takes_a_subset_in_any_order_and_names_an_unknown_format():
         with pytest.raises(ConfigError, match="export_format.*saved_model, onnx, litert, "
                                               "keras_hub"):
             run_fixtures.config(model_dir="/tmp/run", export_format=bad)
+    for bad, meant in (("tflite", "litert"), ("keras-hub", "keras_hub"), ("onx", "onnx")):
+        with pytest.raises(ConfigError, match=f"'{bad}' unknown: did you mean {meant}\\?"):
+            run_fixtures.config(model_dir="/tmp/run", export_format=bad)
 
 
 def test_a_missing_extra_is_refused_before_training(monkeypatch, tmp_path):

@@ -244,6 +244,11 @@ def test_the_most_telling_difference_from_a_run_comes_first(tmp_path):
                          "--learning_rate=0.123", "--resnet_depth=34", "--dataset=fashion_mnist"])
     assert [flag for flag, _, _ in records.flag_changes(run_dir, config)] == [
         "dataset", "resnet_depth", "learning_rate", "warmup_epochs"]
+    # Within the data flags the dataset before its splits (newcomer report VI).
+    config, _ = _config([f"--model_dir={run_dir}", "--train_split=test",
+                         "--dataset=fashion_mnist"])
+    assert [flag for flag, _, _ in records.flag_changes(run_dir, config)][:2] == [
+        "dataset", "train_split"]
     # The order names every help group once: a new group must be placed in it.
     from simclr_tf.config import fields  # pylint: disable=import-outside-toplevel
     assert sorted(records._CHANGE_ORDER) == sorted(fields.HELP_GROUPS)  # pylint: disable=protected-access

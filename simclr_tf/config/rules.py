@@ -5,6 +5,7 @@ the same functions on its arguments (`nt_xent`, `ProjectionHead`, `LARS`, ...), 
 rule and its message live here only. Pure Python, no TensorFlow: `run.py` checks its
 flags before importing TensorFlow. Each raises `ValueError("... Received: x=...")`.
 """
+import difflib
 import math
 import numbers
 import struct
@@ -400,11 +401,21 @@ def _subset(flag, value, choices, example, *, empty_allowed, also=""):
     names = [name.strip() for name in str(value).split(",") if name.strip()]
     unknown = [name for name in names if name not in choices]
     if unknown or not (names or empty_allowed):
+        meant = {name: next(iter([_ALIASES.get(name.lower())] if _ALIASES.get(
+            name.lower()) in choices else difflib.get_close_matches(
+                name.lower().replace("-", "_"), choices, n=1)), None) for name in unknown}
+        hints = [f"{name!r} unknown" + (f": did you mean {meant[name]}?" if meant[name]
+                                         else "") for name in unknown]
         raise ValueError(
             f"{flag} must be {also}a comma-separated subset of {', '.join(choices)} "
             f"(e.g. {example}). Received: {flag}={value!r}"
-            + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else ""))
+            + (f" ({'; '.join(hints)})" if unknown else ""))
     return tuple(name for name in choices if name in names)
+
+
+# Other names users give the formats and transformations (TFLite is LiteRT's old name).
+_ALIASES = {"tflite": "litert", "tf_lite": "litert", "savedmodel": "saved_model",
+            "colour": "color"}
 
 
 # --augmentations: the transformations of a training view (the switches of

@@ -403,8 +403,10 @@ def flag_changes(model_dir, config):
     changed = [f for f in Config.flag_fields()
                if f.name not in FREE_FLAGS and f.name not in setting
                and getattr(recorded, f.name) != getattr(config, f.name)]
-    # The most telling difference first: another dataset or model before a rate.
-    changed.sort(key=lambda f: _CHANGE_ORDER.index(f.metadata["group"]))
+    # The most telling difference first: another dataset or model before a rate, and
+    # within the data flags the dataset before its splits.
+    changed.sort(key=lambda f: (_CHANGE_ORDER.index(f.metadata["group"]),
+                                f.name not in ("dataset", "encoder")))
     return [(f.name, getattr(recorded, f.name), getattr(config, f.name)) for f in changed]
 
 
