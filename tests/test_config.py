@@ -12,7 +12,7 @@ from simclr_tf.config import AUTHORS_FLAGS, Config, ConfigError
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
-# REFERENCE.md: the authors' TF2 flags and their defaults (use_tpu: ours is False).
+# The authors' TF2 run.py flags and their defaults (use_tpu: ours is False).
 AUTHORS_DEFAULTS = dict(
     learning_rate=0.3, learning_rate_scaling="linear", warmup_epochs=10.0, weight_decay=1e-6,
     batch_norm_decay=0.9, train_batch_size=512, train_split="train", train_epochs=100,

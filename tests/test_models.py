@@ -10,8 +10,9 @@ from simclr_tf.config import variants
 from simclr_tf.models import (FEATURE_NAMES, ProjectionHead, ResNet, SimCLRModel,
                               freeze_for_finetuning, layers as model_layers)
 
-# REFERENCE.md: encoder parameter counts of the authors' implementation (trainable, all
-# incl. BN moving statistics), ImageNet stem unless said.
+# Encoder parameter counts of the authors' implementation (trainable, all incl. BN
+# moving statistics), ImageNet stem unless said; the papers round them (24M, 94M, 375M
+# in v1; 35M, 140M, 65M, 257M, 89M, 354M, 795M for v2's SK models).
 PARAM_COUNTS = {
     "r18_1x_sk0": (11_180_736, 11_190_464),
     "r34_1x_sk0": (21_288_896, 21_306_048),

@@ -12,7 +12,8 @@ from helpers.standin_model import make_model
 
 def numpy_lars(weights, grads_per_step, lrs, *, excluded, momentum=0.9, eeta=0.001,
                weight_decay=0.0, nesterov=False):
-    """The LARS update of REFERENCE.md, one variable at a time, in float64."""
+    """The LARS update of the authors' lars_optimizer.py (docs/fidelity.md), one
+    variable at a time, in float64."""
     weights = [np.float64(w).copy() for w in weights]
     velocity = [np.zeros_like(w) for w in weights]
     for grads, lr in zip(grads_per_step, lrs):

@@ -18,7 +18,7 @@ its op seed from the branch's own graph, so once `tf.random.set_seed` is called,
 identically built branch (the colour jitter of view 1 and of view 2, say) replays the
 same random numbers: the two views would share their jitter. Measured on TF 2.21.
 
-The pretraining recipe (REFERENCE.md, "Augmentation"), in order:
+The pretraining recipe (the paper's Appendix A; the authors' data_util.py), in order:
 
 1. `random_crop_with_resize`: a crop covering 8%-100% of the area with aspect ratio
    in [3/4, 4/3] times the output's w/h (`tf.image.sample_distorted_bounding_box`, 100

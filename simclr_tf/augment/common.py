@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from simclr_tf.config import rules
 
-# The reference's constants; REFERENCE.md "Augmentation".
+# The reference's constants: the paper's Appendix A, as the authors' data_util.py sets them.
 CROP_AREA_RANGE = (0.08, 1.0)
 CROP_ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
 CROP_MIN_OBJECT_COVERED = 0.1

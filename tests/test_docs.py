@@ -1,0 +1,102 @@
+"""The README and docs/ as a reader meets them: every link lands in the clone (a file,
+a heading, or a line that defines the function the link names), no path of a
+developer's machine, no citation of a file the repository does not hold, and a
+README that fits its budget (issues 63 and 64)."""
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README_BUDGET = 12_800  # bytes
+LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+# A developer's machine: its home, the workplace's folders, a pyenv, a venv's site.
+MACHINE_PATH = re.compile(r"(/work/|/root/|/home/\w+|\.pyenv/|site-packages/)")
+
+
+def _pages():
+    docs = os.path.join(REPO, "docs")
+    return [os.path.join(REPO, "README.md")] + sorted(
+        os.path.join(docs, name) for name in os.listdir(docs) if name.endswith(".md"))
+
+
+def _anchor(heading):
+    """GitHub's anchor of a markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def dead_links(page):
+    """[(link, why)] of the relative links of markdown `page` that do not land."""
+    with open(page, encoding="utf-8") as f:
+        # Code is not a link: fenced blocks and inline code are left out.
+        text = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", f.read(), flags=re.S))
+    dead = []
+    for label, target in LINK.findall(text):
+        if re.match(r"^[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        if not os.path.exists(full):
+            dead.append((target, "no such file"))
+            continue
+        if not anchor:
+            continue
+        with open(full, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+        line = re.fullmatch(r"L(\d+)", anchor)
+        if line:
+            number = int(line.group(1))
+            names = re.findall(r"\w+", label.split(":")[-1].split(".")[-1])
+            defined = number <= len(lines) and re.match(
+                rf"\s*(def|class) {re.escape(names[-1] if names else '?')}\b",
+                lines[number - 1])
+            if not defined:
+                dead.append((target, f"line {number} does not define "
+                             f"{names[-1] if names else label!r}"))
+        elif full.endswith(".md") and anchor not in {
+                _anchor(l.lstrip("#")) for l in lines if l.startswith("#")}:
+            dead.append((target, "no such heading"))
+    return dead
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: os.path.relpath(p, REPO))
+def test_every_link_lands_in_the_clone(page):
+    assert dead_links(page) == []
+
+
+def test_the_link_check_finds_a_planted_dead_link(tmp_path):
+    target = tmp_path / "code.py"
+    target.write_text("x = 1\n\ndef nt_xent():\n    pass\n")
+    (tmp_path / "doc.md").write_text(
+        "# Top\n[losses.py: nt_xent](code.py#L3) [nt_xent](code.py#L3) [d](#top)\n"
+        "[a](code.py#L3) [nt_xent](code.py#L1) [c](gone.md) [e](#nowhere)\n"
+        "`[f](gone.md)`\n```\n[g](gone.md)\n```\n")
+    assert dead_links(str(tmp_path / "doc.md")) == [
+        ("code.py#L3", "line 3 does not define 'a'"),
+        ("code.py#L1", "line 1 does not define 'nt_xent'"),
+        ("gone.md", "no such file"), ("#nowhere", "no such heading")]
+
+
+def test_no_page_names_a_developers_machine_or_a_file_outside_the_clone():
+    found = []
+    for page in _pages():
+        with open(page, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if MACHINE_PATH.search(line):
+                    found.append(f"{os.path.relpath(page, REPO)}:{number}: {line.strip()}")
+    assert found == []
+    cited = []
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            if name.endswith((".py", ".md")):
+                path = os.path.join(root, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    if "REFERENCE.md" in f.read() and name != "test_docs.py":
+                        cited.append(os.path.relpath(path, REPO))
+    assert cited == []  # the shared notes are not in the clone: cite the paper instead
+
+
+def test_the_readme_fits_its_budget():
+    assert os.path.getsize(os.path.join(REPO, "README.md")) <= README_BUDGET
