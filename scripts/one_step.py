@@ -54,11 +54,16 @@ no TensorFlow (the paths, the .npz files, the flags) is checked before TensorFlo
 imported. out.npz is written whole (a temporary sibling renamed over --out): a failed
 write (a full disk) is such a line too, and leaves --out as it was.
 
-`compare` prints, per variable, the difference of the updates (after minus before,
-ours against the authors') relative to the size of the authors' update, and the
-losses' relative differences; it exits 1 when one is over --update_tolerance (1e-3)
-or --loss_tolerance (1e-5).
+`compare` prints the five largest per-variable differences of the updates (after
+minus before, ours against the authors') relative to the size of the authors' update,
+the losses' relative differences and the tolerances, then one verdict line: PASS, or
+FAIL with its reasons (exit status 1): a difference over --update_tolerance (1e-3) or
+--loss_tolerance (1e-5), a NaN or Inf anywhere in either file (a variable, a loss), a
+variable or scalar that one file lacks, a shape that differs. Exit status 2: a missing
+file or one that holds none of the step's scalars, no --checkpoint or one without the
+outputs' variables, a tolerance that is not a finite number >= 0.
 """
+import math
 import os
 import sys
 import zipfile
@@ -529,23 +534,65 @@ def run():
 
 # ----- compare -----------------------------------------------------------------------
 
+def read_output(role, path):
+    """{name: array} of a step's out.npz (`role`: OURS.npz or AUTHORS.npz, for the
+    messages); an InputError where it is no step's output."""
+    arrays = read_npz(role, path, OUTPUT)
+    if not set(SCALARS) & set(arrays):
+        raise InputError(f"{role}={path} holds none of a step's scalars "
+                         f"({', '.join(SCALARS)}): it is not {OUTPUT}")
+    for name, value in arrays.items():
+        if not np.issubdtype(value.dtype, np.number) or (name in SCALARS and value.size != 1):
+            kind = "a number" if name in SCALARS else "an array of numbers"
+            raise InputError(f"{role}={path}: {name} is not {kind} (dtype {value.dtype}, "
+                             f"shape {list(value.shape)}): it is not {OUTPUT}")
+    return arrays
+
+
+def faults(ours, theirs):
+    """What fails a comparison whatever the tolerances, one phrase each: a variable or
+    scalar one output lacks, a shape that differs, a NaN or Inf on either side."""
+    found = []
+    sides = (("ours", ours, theirs), ("the authors'", theirs, ours))
+    for side, mine, other in sides:
+        lacks = sorted(set(other) - set(mine))
+        if lacks:
+            found.append(f"{side} lacks {_some(lacks)}")
+    shapes = [f"{name} ({list(ours[name].shape)} against {list(theirs[name].shape)})"
+              for name in sorted(set(ours) & set(theirs))
+              if ours[name].shape != theirs[name].shape]
+    if shapes:
+        found.append(f"shapes differ: {_some(shapes)}")
+    for side, mine, _ in sides:
+        bad = [problem for name in sorted(mine) if (problem := nonfinite(name, mine[name]))]
+        if bad:
+            found.append(f"{side}: {_some(bad)}")
+    return found
+
+
+def _some(items, shown=5):
+    """The first `shown` of `items`, and how many more."""
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def update_differences(ours, theirs, before):
-    """Per variable, the difference of the updates relative to the authors' update:
-    {name: (max|ours - theirs| / max|theirs|, ||ours - theirs|| / ||theirs||)} (the
-    absolute difference where theirs did not move), and {scalar: relative
-    difference}."""
-    missing = sorted((set(theirs) ^ set(ours)) - set(SCALARS))
-    if missing:
-        raise InputError(f"The two outputs hold different names: {missing[:10]}")
+    """Per variable both outputs hold with one shape, the difference of the updates
+    relative to the authors' update: {name: (max|ours - theirs| / max|theirs|,
+    ||ours - theirs|| / ||theirs||)} (the absolute difference where theirs did not
+    move), and {scalar both hold: relative difference}. A NaN or Inf on either side
+    makes its difference NaN or Inf (never within a tolerance); what is left out is
+    `faults`'."""
     updates = {}
-    for name in sorted(theirs):
-        if name in SCALARS:
+    for name in sorted((set(ours) & set(theirs)) - set(SCALARS)):
+        if ours[name].shape != theirs[name].shape:
             continue
         start = before[name]
         mine, reference = ours[name] - start, theirs[name] - start
         gap = mine - reference
-        updates[name] = (_relative(np.max(np.abs(gap)), np.max(np.abs(reference))),
-                         _relative(np.linalg.norm(gap), np.linalg.norm(reference)))
+        with np.errstate(invalid="ignore"):  # Inf / Inf: NaN, as meant
+            updates[name] = (_relative(np.max(np.abs(gap)), np.max(np.abs(reference))),
+                             _relative(np.linalg.norm(gap), np.linalg.norm(reference)))
     losses = {name: abs(float(ours[name]) - float(theirs[name])) /
               max(abs(float(theirs[name])), 1e-12)
               for name in SCALARS if name in theirs and name in ours}
@@ -585,21 +632,56 @@ def fingerprint(after, before):
     return record
 
 
+def _worst_first(item):
+    """Sort key of (name, difference): NaN first, then the largest."""
+    return (not math.isnan(item[1]), -item[1])
+
+
 def compare(ours_path, theirs_path):
+    """Prints the comparison of two steps' outputs and one verdict line, PASS or FAIL
+    with its reasons; returns the exit status (0 PASS, 1 FAIL)."""
+    for name in ("update_tolerance", "loss_tolerance"):
+        # run.py's rules of a float flag >= 0 (bounds' checks read the value by name).
+        for check in (bounds.float32(), bounds.at_least(0)):
+            check(FLAGS, name)
+    check_checkpoint_path(FLAGS.checkpoint, "the model both steps started from (an "
+                          "update is the value after the step minus the checkpoint's)")
+    ours, theirs = read_output("OURS.npz", ours_path), read_output("AUTHORS.npz", theirs_path)
     quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
-    ours, theirs = dict(np.load(ours_path)), dict(np.load(theirs_path))
-    before = initial_values(FLAGS.checkpoint, theirs)
+    readable_prefix(FLAGS.checkpoint)
+    both = sorted(name for name in (set(ours) & set(theirs)) - set(SCALARS)
+                  if ours[name].shape == theirs[name].shape)  # else one of the `faults`
+    before = initial_values(FLAGS.checkpoint, both)
+    wrong = [f"{name} (absent)" if name not in before else
+             f"{name} ({list(before[name].shape)} there)" for name in both
+             if name not in before or before[name].shape != theirs[name].shape]
+    if wrong:
+        raise InputError(f"--checkpoint={FLAGS.checkpoint} does not hold the outputs' "
+                         f"variables: {_some(wrong)}; pass the model both steps started "
+                         "from")
+    found = faults(ours, theirs)
     updates, losses = update_differences(ours, theirs, before)
-    updates = {name: largest for name, (largest, _) in updates.items()}
-    worst = sorted(updates.items(), key=lambda item: -item[1])[:5]
-    print(f"{len(updates)} variables; largest update difference / update size: "
-          + ", ".join(f"{name} {value:.2e}" for name, value in worst))
+    largest = sorted(((name, value) for name, (value, _) in updates.items()),
+                     key=_worst_first)
+    print(f"{len(largest)} variables; largest update difference / update size: "
+          + ", ".join(f"{name} {value:.2e}" for name, value in largest[:5]))
     print("losses (relative): " + ", ".join(f"{name} {value:.2e}"
                                             for name, value in losses.items()))
-    failed = (max(updates.values()) > FLAGS.update_tolerance or
-              max(losses.values()) > FLAGS.loss_tolerance)
-    print("FAIL" if failed else "OK")
-    return 1 if failed else 0
+    print(f"tolerances: --update_tolerance={FLAGS.update_tolerance:g} (on each variable's "
+          f"max|difference| / max|update|), --loss_tolerance={FLAGS.loss_tolerance:g}")
+    over = [f"{name} {value:.2e}" for name, value in largest
+            if not value <= FLAGS.update_tolerance]
+    if over:
+        found.append(f"{len(over)} of {len(largest)} update differences over "
+                     f"--update_tolerance: {_some(over)}")
+    over = [f"{name} {value:.2e}" for name, value in sorted(losses.items(), key=_worst_first)
+            if not value <= FLAGS.loss_tolerance]
+    if over:
+        found.append(f"over --loss_tolerance: {_some(over)}")
+    if not largest:
+        found.append("no variable compared")
+    print("FAIL: " + "; ".join(found) if found else "PASS")
+    return 1 if found else 0
 
 
 def main(argv):

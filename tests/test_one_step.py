@@ -245,7 +245,8 @@ def _damaged(source, destination, how):
 def test_a_missing_or_damaged_checkpoint_is_named_as_such(how, small_official, tmp_path,
                                                           capsys, monkeypatch):
     """Not 'not the authors' format' (the newcomer's and the catalogue's finding): a
-    missing path says so, a damaged file says it cannot be read, before the build."""
+    missing path says so, a damaged file says it cannot be read, before the build;
+    compare says the same of its --checkpoint."""
     monkeypatch.setattr(one_step, "build_model", _never)
     checkpoint = (str(tmp_path / "no_such_model") if how == "missing"
                   else _damaged(small_official, tmp_path / "model", how))
@@ -255,11 +256,147 @@ def test_a_missing_or_damaged_checkpoint_is_named_as_such(how, small_official, t
     assert run_tool(f"--checkpoint={checkpoint}", f"--views={views}",
                     f"--out={tmp_path / 'out.npz'}") == 2
     assert _one_line(capsys).startswith("one_step.py: " + expected)
+    output = tmp_path / "step.npz"
+    np.savez(output, total_loss=np.float32(1.0))
+    assert run_tool("compare", str(output), str(output), f"--checkpoint={checkpoint}") == 2
+    assert _one_line(capsys).startswith("one_step.py: " + expected)
+
+
+@pytest.fixture(scope="module")
+def authors_step(small_official):
+    """(before, after): the small model's variables, and an authors'-side out.npz of a
+    step from it (every variable moved by a seeded update; the five scalars)."""
+    before = official_fixtures.read_values(small_official)
+    rng = np.random.default_rng(1)
+    after = {name: (value + 1e-2 * rng.standard_normal(value.shape)).astype(np.float32)
+             for name, value in before.items()}
+    after.update(contrast_loss=np.float32(8.7), supervised_loss=np.float32(2.4),
+                 weight_decay_loss=np.float32(3e-6), total_loss=np.float32(11.1),
+                 learning_rate=np.float32(0.0047))
+    return before, after
+
+
+def _scaled(before, after, factor):
+    """`after` with every update (after - before) times `factor`."""
+    return {name: (before[name] + factor * (value - before[name])).astype(np.float32)
+            if name in before else value for name, value in after.items()}
+
+
+def _with(arrays, **changes):
+    """`arrays` with `changes` (a value of None drops the name)."""
+    changed = dict(arrays, **changes)
+    return {name: value for name, value in changed.items() if value is not None}
+
+
+def _variables(arrays, value):
+    """`arrays` with every variable (not the scalars) filled with `value`."""
+    return {name: np.full_like(array, value) if name not in one_step.SCALARS else array
+            for name, array in arrays.items()}
+
+
+KERNEL = "head_supervised/linear_layer/dense_3/kernel"
+# case: (ours from (before, theirs), theirs from (before, theirs), extra flags,
+#        status, texts of the verdict line)
+COMPARE_CASES = {
+    "equal": (lambda b, t: t, lambda b, t: t, [], 0, ["PASS"]),
+    "within": (lambda b, t: _scaled(b, t, 1 + 1e-5), lambda b, t: t, [], 0, ["PASS"]),
+    # |1.5 u - u| / |u| = 0.5 for every variable
+    "update_over": (lambda b, t: _scaled(b, t, 1.5), lambda b, t: t, [], 1,
+                    ["FAIL: ", "121 of 121 update differences over --update_tolerance: ",
+                     "5.00e-01"]),
+    "nan_every_variable": (lambda b, t: _variables(t, np.nan), lambda b, t: t, [], 1,
+                           ["FAIL: ours: ", f"{KERNEL} holds 640 NaN and 0 Inf values",
+                            "and 116 more", "121 of 121 update differences over"]),
+    "nan_losses": (lambda b, t: _with(t, **{n: np.float32(np.nan) for n in one_step.SCALARS}),
+                   lambda b, t: t, [], 1,
+                   ["FAIL: ours: contrast_loss holds 1 NaN and 0 Inf values",
+                    "over --loss_tolerance: contrast_loss nan"]),
+    "missing_losses": (lambda b, t: _with(t, total_loss=None, contrast_loss=None),
+                       lambda b, t: t, [], 1, ["FAIL: ours lacks contrast_loss, total_loss"]),
+    "missing_variable": (lambda b, t: t, lambda b, t: _with(t, **{KERNEL: None}), [], 1,
+                         [f"FAIL: the authors' lacks {KERNEL}"]),
+    "authors_inf": (lambda b, t: t,
+                    lambda b, t: _with(t, **{KERNEL: np.where(
+                        np.arange(t[KERNEL].size).reshape(t[KERNEL].shape) == 0, np.inf,
+                        t[KERNEL]).astype(np.float32)}), [], 1,
+                    [f"the authors': {KERNEL} holds 0 NaN and 1 Inf values"]),
+    "loss_over": (lambda b, t: _with(t, total_loss=np.float32(11.1 * 1.001)),
+                  lambda b, t: t, [], 1, ["FAIL: over --loss_tolerance: total_loss 1.00e-03"]),
+    "loss_within_a_wider_tolerance": (
+        lambda b, t: _with(t, total_loss=np.float32(11.1 * 1.001)), lambda b, t: t,
+        ["--loss_tolerance=0.01"], 0, ["PASS"]),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPARE_CASES))
+def test_compare_fails_on_every_planted_fault(case, authors_step, small_official, tmp_path,
+                                             capsys):
+    """compare's verdict, its last line: PASS only when both files hold the same names,
+    all finite, within the tolerances, which it prints. Before, NaN everywhere and a
+    missing loss passed (OK, status 0)."""
+    make_ours, make_theirs, flags, status, texts = COMPARE_CASES[case]
+    before, after = authors_step
+    ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+    np.savez(ours, **make_ours(before, after))
+    np.savez(theirs, **make_theirs(before, after))
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={small_official}",
+                    *flags) == status
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("tolerances: --update_tolerance=0.001 ")
+    assert ("--loss_tolerance=0.01" if flags else "--loss_tolerance=1e-05") in lines[-2]
+    for text in texts:
+        assert text in lines[-1], (text, lines[-1])
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--update_tolerance=nan"], "--update_tolerance: must be a finite number"),
+    (["--update_tolerance=inf"], "--update_tolerance: must be a finite number"),
+    (["--loss_tolerance=-1"], "--loss_tolerance: must be >= 0"),
+    (["--checkpoint="], "--checkpoint is required: the model both steps started from"),
+    (["OURS=missing"], "OURS.npz=%s: no such file"),
+    (["AUTHORS=no_scalars"], "AUTHORS.npz=%s holds none of a step's scalars"),
+    (["AUTHORS=npy"], "AUTHORS.npz=%s is not an .npz but a single array"),
+    (["OURS=truncated"], "OURS.npz=%s is not a readable .npz"),
+    (["BOTH=renamed"], "does not hold the outputs' variables: renamed (absent)"),
+], ids=["nan_tolerance", "inf_tolerance", "negative_tolerance", "no_checkpoint",
+        "missing_file", "no_scalars", "npy", "truncated", "other_checkpoint"])
+def test_compare_refuses_bad_input_in_one_line(args, expected, authors_step, small_official,
+                                               tmp_path, capsys):
+    """Status 2 and one line each; before, a NaN tolerance passed a real failure, and
+    AUTHORS.npz without its scalars, no --checkpoint or a missing file were
+    tracebacks."""
+    _, after = authors_step
+    files = {"OURS": tmp_path / "ours.npz", "AUTHORS": tmp_path / "theirs.npz"}
+    np.savez(files["OURS"], **after)
+    np.savez(files["AUTHORS"], **after)
+    flags = [f"--checkpoint={small_official}"]
+    for arg in args:
+        side, _, fault = arg.partition("=")
+        if side.startswith("--"):
+            flags.append(arg)
+            continue
+        path = files["OURS" if side == "BOTH" else side]
+        if fault == "missing":
+            path.unlink()
+        elif fault == "no_scalars":
+            np.savez(path, **{k: v for k, v in after.items() if k not in one_step.SCALARS})
+        elif fault == "npy":
+            _npy(path)
+        elif fault == "truncated":
+            _truncated(str(path))
+        else:  # a variable the checkpoint does not hold, in both outputs
+            for each in files.values():
+                np.savez(each, **after, renamed=np.zeros(3, np.float32))
+        expected = expected.replace("%s", str(path))
+    assert run_tool("compare", str(files["OURS"]), str(files["AUTHORS"]), *flags) == 2
+    line = _one_line(capsys)
+    assert line.startswith("one_step.py: ") and expected in line, line
 
 
 def test_errors_that_need_no_tensorflow_come_before_it_is_imported(tmp_path):
-    """A missing path, a file that is no .npz, a bad flag, an unknown subcommand: one
-    line each, status 2, and TensorFlow (8-15 s to import here) never imported."""
+    """A missing path, a file that is no .npz, a bad flag or tolerance, an unknown
+    subcommand: one line each, status 2, and TensorFlow (8-15 s to import here) never
+    imported."""
     views, npy = _views(tmp_path / "views.npz", "pretrain"), _npy(tmp_path / "x.npy")
     out = f"--out={tmp_path / 'out.npz'}"
     commands = [
@@ -267,6 +404,8 @@ def test_errors_that_need_no_tensorflow_come_before_it_is_imported(tmp_path):
         [f"--checkpoint={tmp_path}", f"--views={tmp_path / 'no_such.npz'}", out],
         [f"--checkpoint={tmp_path}", f"--views={npy}", out],
         [f"--checkpoint={tmp_path}", f"--views={views}", out, "--temperature=0"],
+        ["compare", views, views, f"--checkpoint={tmp_path}", "--update_tolerance=nan"],
+        ["compare", str(tmp_path / "no_such.npz"), views, f"--checkpoint={tmp_path}"],
         ["frobnicate"],
     ]
     code = ("import json, sys; sys.path.insert(0, 'scripts'); import one_step; "
