@@ -42,32 +42,43 @@ size: the views may have another size than --image_size, as in their code). Thei
 run.py's flags that change nothing in one step (data, evaluation, checkpoints, TPU)
 are accepted and ignored.
 
-`compare` prints, per variable, the difference of the updates (after minus before,
-ours against the authors') relative to the size of the authors' update, and the
-losses' relative differences; it exits 1 when one is over --update_tolerance (1e-3)
-or --loss_tolerance (1e-5).
+The hyper-parameters that are run.py's flags too are checked by run.py's own rules
+(`Config.validate`): e.g. --learning_rate > 0, --temperature > 0, --momentum in [0, 1),
+--train_steps >= 0, --head_learning_rate in pretraining with the online head only;
+--num_examples, when given, > 0.
+
+Bad input is one line, `one_step.py: ...`, and exit status 2, before the step (the
+files and the flags before the model is built): a missing, unreadable or damaged
+file, a flag those rules refuse, views with a NaN or Inf or outside [0, 1]. What needs
+no TensorFlow (the paths, the .npz files, the flags) is checked before TensorFlow is
+imported. out.npz is written whole (a temporary sibling renamed over --out): a failed
+write (a full disk) is such a line too, and leaves --out as it was.
+
+`compare` prints the five largest per-variable differences of the updates (after
+minus before, ours against the authors') relative to the size of the authors' update,
+the losses' relative differences and the tolerances, then one verdict line: PASS, or
+FAIL with its reasons (exit status 1): a difference over --update_tolerance (1e-3) or
+--loss_tolerance (1e-5), a NaN or Inf anywhere in either file (a variable, a loss), a
+variable or scalar that one file lacks, a shape that differs. Exit status 2: a missing
+file or one that holds none of the step's scalars, no --checkpoint or one without the
+outputs' variables, a tolerance that is not a finite number >= 0.
 """
+import math
 import os
 import sys
+import zipfile
 import zlib
 
 import numpy as np
 from absl import flags
 
+import script_io  # scripts/script_io.py: out.npz whole or absent
+from simclr_tf.config import Config, ConfigError, bounds
 from simclr_tf.run import quiet
 
-tf = quiet.import_tensorflow()
-
-# pylint: disable=wrong-import-position
-from simclr_tf.config import rules  # noqa: E402
-from simclr_tf.method import optimizers, schedules  # noqa: E402
-from simclr_tf.method.train import StepOptions, Trainer  # noqa: E402
-from simclr_tf.models import freeze_for_finetuning  # noqa: E402
-from simclr_tf.models.layers import keras_batch_norm  # noqa: E402
-from simclr_tf.weights import official  # noqa: E402
-from simclr_tf.weights.official.names import (  # noqa: E402
-    read_official_names, read_official_optimizer)
-from simclr_tf.weights.official.roles import official_roles, our_roles  # noqa: E402
+# TensorFlow is imported once the checks that need none have passed: a missing path, a
+# bad flag or a bad .npz is refused in about a second, not after TensorFlow's 8-15 s
+# import. The modules that need it are imported where they are used.
 
 MODES = ("pretrain", "finetune")
 OPTIMIZERS = ("lars", "momentum", "adam")
@@ -164,23 +175,54 @@ flags.DEFINE_float("loss_tolerance", 1e-5, "compare: largest relative loss diffe
     flag_values=FLAGS)
 
 
+# The flags that are run.py's too: checked by its own rules (`Config.validate`).
+CONFIG_FLAGS = ("train_mode", "learning_rate", "learning_rate_scaling", "warmup_epochs",
+                "train_epochs", "train_steps", "weight_decay", "momentum", "optimizer",
+                "head_learning_rate", "batch_norm_decay", "temperature", "hidden_norm",
+                "fine_tune_after_block", "lineareval_while_pretraining",
+                "frozen_batch_norm", "global_bn")
+VIEWS = "an .npz with `images` and `labels` (numpy.savez(path, images=..., labels=...))"
+OUTPUT = "the out.npz of one_step.py or authors_one_step.py"
+
+
 class InputError(ValueError):
     """Bad input: the message names the problem and what to do."""
 
 
-# ----- the input ---------------------------------------------------------------------
+# ----- the input (no TensorFlow) -----------------------------------------------------
+
+def read_npz(name, path, what):
+    """{key: array} of the .npz at `path`; an InputError naming `name` (e.g. '--views')
+    and saying `what` to pass where it is missing or not a readable .npz."""
+    if not os.path.isfile(path):
+        raise InputError(f"{name}={path}: no such file; pass {what}")
+    try:
+        data = np.load(path)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                return {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise InputError(f"{name}={path} is not a readable .npz ({error}); pass "
+                         f"{what}") from error
+    raise InputError(f"{name}={path} is not an .npz but a single array (numpy.save's "
+                     f".npy); pass {what}")
+
+
+def nonfinite(name, array):
+    """'NAME holds 1 NaN and 0 Inf values' where `array` holds a non-finite value,
+    else None."""
+    array = np.asarray(array)
+    if not np.issubdtype(array.dtype, np.inexact):
+        return None
+    nans, infs = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    return f"{name} holds {nans} NaN and {infs} Inf values" if nans or infs else None
+
 
 def read_views(path, train_mode):
     """(images, labels) of `path`, checked: rank, channels, dtype, range, labels."""
-    if not os.path.isfile(path):
-        raise InputError(f"--views={path}: no such file; pass an .npz with `images` and "
-                         "`labels`")
-    try:
-        data = np.load(path)
-        arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError) as error:
-        raise InputError(f"--views={path} is not a readable .npz ({error}); write it with "
-                         "numpy.savez(path, images=..., labels=...)") from error
+    if not path:
+        raise InputError(f"--views is required: {VIEWS}")
+    arrays = read_npz("--views", path, VIEWS)
     missing = [key for key in ("images", "labels") if key not in arrays]
     if missing:
         raise InputError(f"--views={path} lacks {missing}; it holds {sorted(arrays)}")
@@ -195,13 +237,17 @@ def read_views(path, train_mode):
     if images.ndim != 4 or images.shape[-1] != channels:
         raise InputError(f"--views: --train_mode={train_mode} takes images {shape}. "
                          f"Received shape {list(images.shape)}")
-    if images.shape[0] == 0:
-        raise InputError("--views: images hold no example (N = 0). Received shape "
-                         f"{list(images.shape)}")
-    if not np.all(np.isfinite(images)) or images.min() < 0.0 or images.max() > 1.0:
-        raise InputError(f"--views: images must be finite and in [0, 1] (the authors' "
-                         f"model takes no normalisation). Received values in "
-                         f"[{np.nanmin(images):g}, {np.nanmax(images):g}]")
+    if images.size == 0:
+        raise InputError("--views: images are empty: pass N >= 1 examples of at least "
+                         f"1x1 px. Received shape {list(images.shape)}")
+    problem = nonfinite("images", images)
+    if problem:
+        raise InputError(f"--views: {problem}; the authors' model takes finite values "
+                         "in [0, 1]")
+    if images.min() < 0.0 or images.max() > 1.0:
+        raise InputError(f"--views: images must be in [0, 1] (the authors' model takes "
+                         f"no normalisation). Received values in [{images.min():g}, "
+                         f"{images.max():g}]")
     if labels.shape != (images.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
         raise InputError(f"--views: labels must be integer class indices [N] = "
                          f"[{images.shape[0]}]. Received dtype {labels.dtype}, shape "
@@ -209,22 +255,33 @@ def read_views(path, train_mode):
     return images, labels.astype(np.int64)
 
 
-def read_checkpoint(path):
-    """`official.inspect_official(path)`, or an InputError saying what the folder is."""
+def check_checkpoint_path(path, required):
+    """--checkpoint is given (else `required` says why it is needed) and exists; what
+    it holds is `read_checkpoint`'s question."""
     if not path:
-        raise InputError("--checkpoint is required: the authors' SavedModel folder")
-    if not official.is_official_savedmodel(path):
-        raise InputError(
-            f"--checkpoint={path} is not a model in the authors' released TF2 format (a "
-            "SavedModel folder whose variables/ carry their names, resnet/block_group1/...)."
-            " Pass such a folder, its variables/ folder or its checkpoint prefix; our own "
-            "run directories are resumed with run.py instead")
-    return official.inspect_official(path)
+        raise InputError(f"--checkpoint is required: {required}")
+    # A checkpoint prefix (.../variables/variables) is no file itself: its .index is.
+    if not (os.path.exists(path) or os.path.exists(path + ".index")):
+        raise InputError(f"--checkpoint={path}: no such file or folder; pass the "
+                         "authors' SavedModel folder, its variables/ folder or its "
+                         "checkpoint prefix")
 
 
-def check_flags(config, images, labels):
-    """The flags against the checkpoint and the views, before any TF work."""
-    n = images.shape[0]
+def check_out(path):
+    """--out names a file in an existing folder."""
+    if not path:
+        raise InputError("--out=PATH.npz is required: where the variables after the step go")
+    if os.path.isdir(path):
+        raise InputError(f"--out={path} is a folder; name the .npz file to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"--out={path}: its folder {folder} does not exist")
+
+
+def step_config(n):
+    """The step's hyper-parameters as run.py's Config, checked by run.py's own rules
+    (`Config.validate`; ConfigError naming the flag); `n`: the views' examples, the
+    global batch. Also --train_batch_size and --use_blur against the views."""
     if FLAGS.train_batch_size is not None and FLAGS.train_batch_size != n:
         raise InputError(f"--train_batch_size={FLAGS.train_batch_size} but --views holds "
                          f"N={n} examples: the step takes them as one global batch")
@@ -232,6 +289,73 @@ def check_flags(config, images, labels):
         raise InputError("--use_blur=true: this tool applies no augmentation; the views are "
                          "given as the model receives them (blur them before, as the "
                          "authors' model does inside its call)")
+    values = {name: FLAGS[name].value for name in CONFIG_FLAGS}
+    # validate() asks a training run for its folder: the step writes beside --out.
+    values.update(train_batch_size=n, mode="train",
+                  model_dir=os.path.dirname(os.path.abspath(FLAGS.out)))
+    try:
+        config = Config.from_dict(values).validate()
+    except ConfigError as error:
+        if error.flag == "train_batch_size" and FLAGS.train_batch_size is None:
+            raise InputError(f"{error} (--views holds N={n} examples: the global "
+                             "batch)") from error
+        raise
+    if FLAGS.num_examples is not None:  # not run.py's flag (its dataset's size there);
+        # bounds' checks read the value by name, from a Config or from these flags.
+        bounds.positive("the examples of an epoch, e.g. 1281167",
+                        unset="use N, the views' examples")(FLAGS, "num_examples")
+    return config
+
+
+# ----- the checkpoint and the step (TensorFlow) --------------------------------------
+
+def readable_prefix(path):
+    """The checkpoint prefix of --checkpoint=`path`, every tensor in it read once: a
+    damaged file is named here, before the model is built (reading the R50's 132 MB
+    takes 0.07 s)."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from simclr_tf.weights import official
+    try:
+        prefix = official.checkpoint_prefix(path)
+    except FileNotFoundError as error:
+        raise InputError(_not_official(path)) from error
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+    # IndexError: TensorFlow's 'Read less bytes than requested' from a truncated file.
+    except (IndexError, tf.errors.OpError) as error:
+        raise InputError(f"--checkpoint={path}: the checkpoint cannot be read "
+                         f"({' '.join(str(error).split())}); it is damaged or "
+                         "incomplete: copy it again") from error
+    return prefix
+
+
+def _not_official(path):
+    return (f"--checkpoint={path} is not a model in the authors' released TF2 format (a "
+            "SavedModel folder whose variables/ carry their names, resnet/block_group1/...)."
+            " Pass such a folder, its variables/ folder or its checkpoint prefix; our own "
+            "run directories are resumed with run.py instead")
+
+
+def read_checkpoint(path):
+    """`official.inspect_official(path)`, or an InputError saying what the checkpoint
+    is: unreadable, not the authors' format, or not a model ours can represent."""
+    from simclr_tf.weights import official  # pylint: disable=import-outside-toplevel
+    readable_prefix(path)
+    if not official.is_official_savedmodel(path):
+        raise InputError(_not_official(path))
+    try:
+        return official.inspect_official(path)
+    except ValueError as error:
+        raise InputError(f"--checkpoint={path} cannot be imported: {error}") from error
+
+
+def check_flags(config, labels):
+    """The flags and the labels against the checkpoint's model (`config`), before the
+    build."""
+    from simclr_tf.config import rules  # pylint: disable=import-outside-toplevel
     resnet = config["encoder_options"]
     # Their code builds the CIFAR stem when its --image_size flag is <= 32 (the views'
     # size does not enter); the checkpoint's stem is the one that loads.
@@ -265,21 +389,18 @@ def check_flags(config, images, labels):
     if needs_head and (labels.min() < 0 or labels.max() >= config["num_classes"]):
         raise InputError(f"--views: labels must be in [0, {config['num_classes']}) (the "
                          f"checkpoint's classes). Received [{labels.min()}, {labels.max()}]")
-    if FLAGS.train_mode == "pretrain" and FLAGS.fine_tune_after_block != -1:
-        raise InputError("--fine_tune_after_block freezes blocks when fine-tuning; the "
-                         "authors' code refuses it in pretraining. Leave it at -1")
-    try:  # the Config's own rules for these flags (an index into the head's outputs)
-        rules.check_fine_tune_after_block(FLAGS.fine_tune_after_block)
+    try:  # the Config's own rule, on the checkpoint's head (an index into its outputs)
         rules.check_ft_proj_selector(config["proj_head_mode"], config["num_proj_layers"],
                                      FLAGS.ft_proj_selector)
     except ValueError as error:
-        raise InputError(f"--{error}") from error
+        raise ConfigError.from_rule("ft_proj_selector", error) from None
 
-
-# ----- the step ----------------------------------------------------------------------
 
 def build_model(info):
     """The checkpoint's model, every variable loaded, as the authors' flags build it."""
+    # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import freeze_for_finetuning
+    from simclr_tf.weights import official
     pretrain = FLAGS.train_mode == "pretrain"
     overrides = dict(ft_proj_selector=FLAGS.ft_proj_selector,
                      batch_norm_decay=FLAGS.batch_norm_decay, global_bn=FLAGS.global_bn,
@@ -299,9 +420,15 @@ def build_model(info):
     return model
 
 
-def one_step(model, named, prefix, images, labels):
+def one_step(model, named, prefix, images, labels, head_rate_multiplier):
     """Runs one step of --train_mode on (images, labels); returns its logs. `named`:
-    `named_variables(model, prefix)`."""
+    `named_variables(model, prefix)`; `head_rate_multiplier`: the online head's rate
+    over --learning_rate (`Config.head_rate_multiplier`)."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from simclr_tf.method import optimizers, schedules
+    from simclr_tf.method.train import StepOptions, Trainer
+    from simclr_tf.models.layers import keras_batch_norm
     n = images.shape[0]
     plan = schedules.compute_steps(
         num_examples=FLAGS.num_examples or n, batch_size=n, train_epochs=FLAGS.train_epochs,
@@ -309,11 +436,9 @@ def one_step(model, named, prefix, images, labels):
     rate = schedules.WarmUpAndCosine(
         FLAGS.learning_rate, batch_size=n, warmup_steps=plan.warmup_steps,
         total_steps=plan.total_steps, scaling=FLAGS.learning_rate_scaling)
-    head_multiplier = (1.0 if FLAGS.head_learning_rate is None
-                       else FLAGS.head_learning_rate / FLAGS.learning_rate)
     optimizer, decay = optimizers.build_optimization(
         FLAGS.optimizer, rate, model=model, momentum=FLAGS.momentum,
-        weight_decay=FLAGS.weight_decay, head_rate_multiplier=head_multiplier)
+        weight_decay=FLAGS.weight_decay, head_rate_multiplier=head_rate_multiplier)
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(strategy, model, optimizer,
                       StepOptions(train_mode=FLAGS.train_mode, temperature=FLAGS.temperature,
@@ -339,6 +464,9 @@ def restore_optimizer(optimizer, named, prefix):
     """The step and LARS momentum a training checkpoint of the authors' code carries
     (their released SavedModels carry none: the optimizer then starts fresh).
     `named`: {the authors' full name: our variable}."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from simclr_tf.weights.official.names import read_official_optimizer
     state = read_official_optimizer(prefix)
     if state is None:
         return
@@ -359,26 +487,37 @@ def restore_optimizer(optimizer, named, prefix):
 
 def named_variables(model, prefix):
     """{the authors' full name: our variable} for every variable of `model`."""
+    # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights.official.names import read_official_names
+    from simclr_tf.weights.official.roles import official_roles, our_roles
     _, names = read_official_names(prefix)
     theirs, _ = official_roles(names)
     ours = our_roles(model)
     return {theirs[key]: variable for key, variable in ours.items()}
 
 
+def write_out(path, arrays):
+    """`arrays` as an .npz exactly at `path` (np.savez would add .npz to a name without
+    it), whole or not at all (script_io.WriteFailed naming it)."""
+    def write(scratch):
+        with open(scratch, "wb") as f:
+            np.savez(f, **arrays)
+    script_io.write_whole(path, write)
+
+
 def run():
+    # What needs no TensorFlow first: a bad path or flag is refused in a second.
+    check_out(FLAGS.out)
     images, labels = read_views(FLAGS.views, FLAGS.train_mode)
+    check_checkpoint_path(FLAGS.checkpoint, "the authors' SavedModel folder")
+    config = step_config(images.shape[0])
+    quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
     info = read_checkpoint(FLAGS.checkpoint)
-    check_flags(info.config, images, labels)
-    if not FLAGS.out:
-        raise InputError("--out=PATH.npz is required: where the variables after the step go")
-    if os.path.isdir(FLAGS.out):
-        raise InputError(f"--out={FLAGS.out} is a folder; name the .npz file to write")
-    out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
-    if not os.path.isdir(out_dir):
-        raise InputError(f"--out={FLAGS.out}: its folder {out_dir} does not exist")
+    check_flags(info.config, labels)
     model = build_model(info)
     named = named_variables(model, info.prefix)
-    logs = one_step(model, named, info.prefix, images, labels)
+    logs = one_step(model, named, info.prefix, images, labels,
+                    config.head_rate_multiplier())
     dtype = np.float64 if FLAGS.float64 else np.float32
     out = {name: np.asarray(variable.numpy(), dtype) for name, variable in named.items()}
     values = dict(contrast_loss=logs.get("contrast_loss", 0.0),
@@ -386,8 +525,7 @@ def run():
                   weight_decay_loss=logs["weight_decay"], total_loss=logs["loss"],
                   learning_rate=logs["learning_rate"])
     out.update({name: dtype(value) for name, value in values.items()})
-    with open(FLAGS.out, "wb") as f:  # exactly at --out (np.savez would add .npz)
-        np.savez(f, **out)
+    write_out(FLAGS.out, out)
     print(f"{FLAGS.train_mode} step on {images.shape[0]} examples of "
           f"{images.shape[1]}x{images.shape[2]} px: "
           + ", ".join(f"{name} {float(value):.6g}" for name, value in values.items())
@@ -396,23 +534,65 @@ def run():
 
 # ----- compare -----------------------------------------------------------------------
 
+def read_output(role, path):
+    """{name: array} of a step's out.npz (`role`: OURS.npz or AUTHORS.npz, for the
+    messages); an InputError where it is no step's output."""
+    arrays = read_npz(role, path, OUTPUT)
+    if not set(SCALARS) & set(arrays):
+        raise InputError(f"{role}={path} holds none of a step's scalars "
+                         f"({', '.join(SCALARS)}): it is not {OUTPUT}")
+    for name, value in arrays.items():
+        if not np.issubdtype(value.dtype, np.number) or (name in SCALARS and value.size != 1):
+            kind = "a number" if name in SCALARS else "an array of numbers"
+            raise InputError(f"{role}={path}: {name} is not {kind} (dtype {value.dtype}, "
+                             f"shape {list(value.shape)}): it is not {OUTPUT}")
+    return arrays
+
+
+def faults(ours, theirs):
+    """What fails a comparison whatever the tolerances, one phrase each: a variable or
+    scalar one output lacks, a shape that differs, a NaN or Inf on either side."""
+    found = []
+    sides = (("ours", ours, theirs), ("the authors'", theirs, ours))
+    for side, mine, other in sides:
+        lacks = sorted(set(other) - set(mine))
+        if lacks:
+            found.append(f"{side} lacks {_some(lacks)}")
+    shapes = [f"{name} ({list(ours[name].shape)} against {list(theirs[name].shape)})"
+              for name in sorted(set(ours) & set(theirs))
+              if ours[name].shape != theirs[name].shape]
+    if shapes:
+        found.append(f"shapes differ: {_some(shapes)}")
+    for side, mine, _ in sides:
+        bad = [problem for name in sorted(mine) if (problem := nonfinite(name, mine[name]))]
+        if bad:
+            found.append(f"{side}: {_some(bad)}")
+    return found
+
+
+def _some(items, shown=5):
+    """The first `shown` of `items`, and how many more."""
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def update_differences(ours, theirs, before):
-    """Per variable, the difference of the updates relative to the authors' update:
-    {name: (max|ours - theirs| / max|theirs|, ||ours - theirs|| / ||theirs||)} (the
-    absolute difference where theirs did not move), and {scalar: relative
-    difference}."""
-    missing = sorted((set(theirs) ^ set(ours)) - set(SCALARS))
-    if missing:
-        raise InputError(f"The two outputs hold different names: {missing[:10]}")
+    """Per variable both outputs hold with one shape, the difference of the updates
+    relative to the authors' update: {name: (max|ours - theirs| / max|theirs|,
+    ||ours - theirs|| / ||theirs||)} (the absolute difference where theirs did not
+    move), and {scalar both hold: relative difference}. A NaN or Inf on either side
+    makes its difference NaN or Inf (never within a tolerance); what is left out is
+    `faults`'."""
     updates = {}
-    for name in sorted(theirs):
-        if name in SCALARS:
+    for name in sorted((set(ours) & set(theirs)) - set(SCALARS)):
+        if ours[name].shape != theirs[name].shape:
             continue
         start = before[name]
         mine, reference = ours[name] - start, theirs[name] - start
         gap = mine - reference
-        updates[name] = (_relative(np.max(np.abs(gap)), np.max(np.abs(reference))),
-                         _relative(np.linalg.norm(gap), np.linalg.norm(reference)))
+        with np.errstate(invalid="ignore"):  # Inf / Inf: NaN, as meant
+            updates[name] = (_relative(np.max(np.abs(gap)), np.max(np.abs(reference))),
+                             _relative(np.linalg.norm(gap), np.linalg.norm(reference)))
     losses = {name: abs(float(ours[name]) - float(theirs[name])) /
               max(abs(float(theirs[name])), 1e-12)
               for name in SCALARS if name in theirs and name in ours}
@@ -426,6 +606,9 @@ def _relative(difference, size):
 
 def initial_values(checkpoint, wanted):
     """{name: value} in the checkpoint of the names among `wanted` (the step's start)."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from simclr_tf.weights.official.names import read_official_names
     prefix, names = read_official_names(checkpoint)
     reader = tf.train.load_checkpoint(prefix)
     return {name: reader.get_tensor(names[name]) for name in wanted if name in names}
@@ -449,20 +632,56 @@ def fingerprint(after, before):
     return record
 
 
+def _worst_first(item):
+    """Sort key of (name, difference): NaN first, then the largest."""
+    return (not math.isnan(item[1]), -item[1])
+
+
 def compare(ours_path, theirs_path):
-    ours, theirs = dict(np.load(ours_path)), dict(np.load(theirs_path))
-    before = initial_values(FLAGS.checkpoint, theirs)
+    """Prints the comparison of two steps' outputs and one verdict line, PASS or FAIL
+    with its reasons; returns the exit status (0 PASS, 1 FAIL)."""
+    for name in ("update_tolerance", "loss_tolerance"):
+        # run.py's rules of a float flag >= 0 (bounds' checks read the value by name).
+        for check in (bounds.float32(), bounds.at_least(0)):
+            check(FLAGS, name)
+    check_checkpoint_path(FLAGS.checkpoint, "the model both steps started from (an "
+                          "update is the value after the step minus the checkpoint's)")
+    ours, theirs = read_output("OURS.npz", ours_path), read_output("AUTHORS.npz", theirs_path)
+    quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
+    readable_prefix(FLAGS.checkpoint)
+    both = sorted(name for name in (set(ours) & set(theirs)) - set(SCALARS)
+                  if ours[name].shape == theirs[name].shape)  # else one of the `faults`
+    before = initial_values(FLAGS.checkpoint, both)
+    wrong = [f"{name} (absent)" if name not in before else
+             f"{name} ({list(before[name].shape)} there)" for name in both
+             if name not in before or before[name].shape != theirs[name].shape]
+    if wrong:
+        raise InputError(f"--checkpoint={FLAGS.checkpoint} does not hold the outputs' "
+                         f"variables: {_some(wrong)}; pass the model both steps started "
+                         "from")
+    found = faults(ours, theirs)
     updates, losses = update_differences(ours, theirs, before)
-    updates = {name: largest for name, (largest, _) in updates.items()}
-    worst = sorted(updates.items(), key=lambda item: -item[1])[:5]
-    print(f"{len(updates)} variables; largest update difference / update size: "
-          + ", ".join(f"{name} {value:.2e}" for name, value in worst))
+    largest = sorted(((name, value) for name, (value, _) in updates.items()),
+                     key=_worst_first)
+    print(f"{len(largest)} variables; largest update difference / update size: "
+          + ", ".join(f"{name} {value:.2e}" for name, value in largest[:5]))
     print("losses (relative): " + ", ".join(f"{name} {value:.2e}"
                                             for name, value in losses.items()))
-    failed = (max(updates.values()) > FLAGS.update_tolerance or
-              max(losses.values()) > FLAGS.loss_tolerance)
-    print("FAIL" if failed else "OK")
-    return 1 if failed else 0
+    print(f"tolerances: --update_tolerance={FLAGS.update_tolerance:g} (on each variable's "
+          f"max|difference| / max|update|), --loss_tolerance={FLAGS.loss_tolerance:g}")
+    over = [f"{name} {value:.2e}" for name, value in largest
+            if not value <= FLAGS.update_tolerance]
+    if over:
+        found.append(f"{len(over)} of {len(largest)} update differences over "
+                     f"--update_tolerance: {_some(over)}")
+    over = [f"{name} {value:.2e}" for name, value in sorted(losses.items(), key=_worst_first)
+            if not value <= FLAGS.loss_tolerance]
+    if over:
+        found.append(f"over --loss_tolerance: {_some(over)}")
+    if not largest:
+        found.append("no variable compared")
+    print("FAIL: " + "; ".join(found) if found else "PASS")
+    return 1 if found else 0
 
 
 def main(argv):
@@ -482,9 +701,10 @@ def main(argv):
                 raise InputError("compare takes two .npz files: OURS.npz AUTHORS.npz")
             return compare(argv[2], argv[3])
         if len(argv) > 1:
-            raise InputError(f"Unexpected arguments {argv[1:]}: flags are --name=value")
+            raise InputError(f"Unexpected arguments {argv[1:]}: flags are --name=value; "
+                             "the one subcommand is compare")
         run()
-    except InputError as error:
+    except (InputError, ConfigError, script_io.WriteFailed) as error:
         print(f"one_step.py: {error}", file=sys.stderr)
         return 2
     return 0
