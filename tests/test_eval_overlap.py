@@ -15,6 +15,7 @@ import tensorflow as tf
 from simclr_tf.run import experiment, preflight
 from simclr_tf.config.tables import modes
 from simclr_tf.config import ConfigError
+from simclr_tf.data import registry
 from simclr_tf.evaluation import overlap
 
 from helpers.run_fixtures import config
@@ -232,3 +233,27 @@ def test_the_evaluators_refuse_overlapping_splits_outside_a_run_too(digits):
                                 test_split="test", baseline=lambda images: images)
     assert overlap.check_disjoint(digits, "train", "test", what="x") == 0
     assert overlap.check_disjoint(digits, "test", "test", what="x", allow=True) == 360
+
+
+# --- What trained the weights: datasets by identity, the chain of runs --------------------
+# Items 13 and 14 of the fault catalogue of 2026-12-05: the weights' own run was
+# compared only when its --dataset was spelt as the evaluation's, and a fine-tune's
+# pretraining never. Each run directory is written by `write_run` (a checkpoint and
+# flags.json, no training); preflight reads only their records.
+
+
+def test_dataset_identity():
+    identity = registry.dataset_identity
+    assert identity("fashion_mnist_tinted") == identity("fashion_mnist") == "fashion_mnist"
+    assert identity("cifar10") == "cifar10" and identity("digits") == "digits"
+    here = os.path.realpath(".")
+    assert identity("folder:.") == identity(f"folder:{here}/") == f"folder:{here}"
+    assert identity("folder:x/../y") == f"folder:{here}/y" != identity("folder:x")
+    registry.register_dataset("digits_inverted", lambda data_dir: None,
+                              examples_of="digits")
+    try:
+        assert identity("digits_inverted") == "digits"
+        registry.register_dataset("digits_inverted", lambda data_dir: None)
+        assert identity("digits_inverted") == "digits_inverted"
+    finally:
+        registry._FACTORIES.pop("digits_inverted")  # pylint: disable=protected-access
