@@ -17,8 +17,9 @@ from simclr_tf.config.tables import modes
 from simclr_tf.config import ConfigError
 from simclr_tf.data import registry
 from simclr_tf.evaluation import overlap
+from simclr_tf.rundir import records
 
-from helpers.run_fixtures import config
+from helpers.run_fixtures import config, write_run
 
 
 def _check(**overrides):
@@ -257,3 +258,28 @@ def test_dataset_identity():
         assert identity("digits_inverted") == "digits_inverted"
     finally:
         registry._FACTORIES.pop("digits_inverted")  # pylint: disable=protected-access
+
+
+# The flags --mode=eval reads from a fine-tune's flags.json (`inherit`).
+FINE_TUNED = dict(train_mode="finetune", train_split="train[700:1000]")
+
+
+@pytest.fixture
+def fine_tune(tmp_path):
+    """A pretraining run on train[:700] and a fine-tune of it on train[700:1000]."""
+    pretrained, tuned = tmp_path / "pretrained", tmp_path / "finetuned"
+    write_run(pretrained, train_split="train[:700]")
+    write_run(tuned, checkpoint=str(pretrained), **FINE_TUNED)
+    return pretrained, tuned
+
+
+def test_a_resumed_fine_tune_keeps_the_weights_it_started_from(fine_tune):
+    """A run that continues its checkpoints does not read --checkpoint: its flags.json
+    keeps the one the first step started from (else a resumed fine-tune, given no
+    --checkpoint, would drop its pretraining from the chain)."""
+    pretrained, tuned = fine_tune
+    for given in (None, "/another/run"):
+        records.start_run_record(config(model_dir=str(tuned), **FINE_TUNED, train_steps=2,
+                                        checkpoint=given), continues=True).write()
+        flags = json.load(open(tuned / "flags.json"))
+        assert (flags["checkpoint"], flags["train_steps"]) == (str(pretrained), 2)
