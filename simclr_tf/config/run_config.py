@@ -318,7 +318,8 @@ class Config(fields.FlagTable):
         "randomly initialised encoder.")
     allow_eval_overlap: bool = _eval(
         False, "Evaluate on a split that shares examples with the split the weights "
-        "were trained on, or a kNN bank or probe training split that shares examples "
+        "were trained on (or any run they started from: a fine-tune's pretraining, as "
+        "flags.json records it), or a kNN bank or probe training split that shares examples "
         "with the split it is evaluated on (e.g. --train_split=test --eval_split=test, "
         "or train[:60%] and train[50%:]; for image folders, the same file or a "
         "byte-identical copy in both). Without this flag such a run is refused before "

@@ -15,6 +15,12 @@ Names, in the order they are tried:
   of the same name) and whatever `register_dataset` added.
 - anything else: a TFDS dataset read from `data_dir` (`tfds_source.TFDSSource`).
 
+Two names hold the same examples when their `dataset_identity` is equal: a folder's
+real path (`folder:X/`, `folder:X/../X` and `folder:X` are one dataset), a variant
+registered with `examples_of` its base's ('fashion_mnist_tinted' is
+'fashion_mnist'), any other name itself. Preflight compares what trained a run's
+weights with what evaluates them by it.
+
 Adding a dataset touches one file:
 - a TFDS dataset: nothing once it is prepared in `data_dir`; to know its sizes before
   that, one entry in `tfds_source.KNOWN_TFDS_DATASETS`.
@@ -29,30 +35,65 @@ import difflib
 import os
 from typing import Callable
 
+from simclr_tf.data import fashion_mnist
 from simclr_tf.data.digits import DigitsSource
-from simclr_tf.data.fashion_mnist import fashion_mnist_source, tinted_fashion_mnist_source
 from simclr_tf.data.folders import ImageFolderSource
 from simclr_tf.data.sources import FOLDER_PREFIX, DatasetSource
 from simclr_tf.data.tfds_source import TFDSSource, UnknownDatasetError, tfds_names
 
 _FACTORIES: dict[str, Callable[[str | None], DatasetSource]] = {
     "digits": lambda data_dir: DigitsSource(),
-    "fashion_mnist": fashion_mnist_source,
-    "fashion_mnist_tinted": tinted_fashion_mnist_source,
+    fashion_mnist.NAME: fashion_mnist.fashion_mnist_source,
+    fashion_mnist.TINTED_NAME: fashion_mnist.tinted_fashion_mnist_source,
 }
+# name -> the dataset whose examples it holds under another name: the same ids, each
+# example a deterministic function of the base's (the tint of a grey image is drawn
+# from its id: `fashion_mnist.tints`), so a split of one and the same split of the
+# other are the same examples (`dataset_identity`).
+_EXAMPLES_OF: dict[str, str] = {fashion_mnist.TINTED_NAME: fashion_mnist.NAME}
 
 
-def register_dataset(name: str, factory: Callable[[str | None], DatasetSource]) -> None:
+def register_dataset(name: str, factory: Callable[[str | None], DatasetSource], *,
+                     examples_of: str | None = None) -> None:
     """Registers `factory(data_dir) -> DatasetSource` under `name`.
 
     Args:
       name: the name for `get_dataset`; must not start with 'folder:'.
       factory: called with `data_dir` on every `get_dataset(name)`.
+      examples_of: the dataset whose examples `name` holds, with the same ids and
+        splits (a variant drawn from each example, as 'fashion_mnist_tinted' is of
+        'fashion_mnist'); None: examples of its own. See `dataset_identity`.
     """
     if not isinstance(name, str) or not name or name.startswith(FOLDER_PREFIX):
         raise ValueError(f"`name` must be a non-empty string not starting with "
                          f"{FOLDER_PREFIX!r}. Received: name={name!r}")
+    if examples_of is not None and (not isinstance(examples_of, str) or not examples_of
+                                    or examples_of == name):
+        raise ValueError("`examples_of` must be another dataset's name. Received: "
+                         f"examples_of={examples_of!r}")
     _FACTORIES[name] = factory
+    _EXAMPLES_OF.pop(name, None)
+    if examples_of is not None:
+        _EXAMPLES_OF[name] = dataset_identity(examples_of)  # a variant's base's
+
+
+def dataset_identity(name: str) -> str:
+    """What the examples of the dataset called `name` are: two names with one
+    identity hold the same examples, with the same ids.
+
+    - 'folder:<path>': 'folder:' and the folder's real path (`~` expanded, links,
+      '..' and a trailing '/' resolved), relative to the working directory as
+      `get_dataset` reads it;
+    - a variant registered with `examples_of` ('fashion_mnist_tinted'): the
+      identity of the dataset it was made from ('fashion_mnist');
+    - any other name (TFDS, 'digits'): the name.
+
+    No data is read: a folder's path is resolved, nothing more.
+    """
+    if name.startswith(FOLDER_PREFIX):
+        path = os.path.expanduser(name[len(FOLDER_PREFIX):])
+        return FOLDER_PREFIX + os.path.realpath(path)
+    return _EXAMPLES_OF.get(name, name)
 
 
 def registered_datasets() -> tuple[str, ...]:

@@ -17,8 +17,9 @@ class RunContext:
         teacher: what --teacher is (`teacher.resolve`, once per run: a
             `teacher.TeacherInfo`, its weights pinned), for a train mode that needs
             one.
-        eval_overlap: the overlaps allowed by --allow_eval_overlap (a list, empty when
-            the evaluated splits are disjoint), None when the run evaluates nothing.
+        eval_overlap: what `preflight.check_eval_overlap` found (an `OverlapCheck`:
+            the overlaps --allow_eval_overlap let through, those with a teacher's
+            data, the chain of runs compared), None when the run evaluates nothing.
         write_guard: asked before each write into model_dir (the lock's check), None
             when this process does not hold model_dir.
         flags_record: the training record pending until the first new checkpoint
@@ -28,7 +29,7 @@ class RunContext:
     num_classes: Optional[int] = None
     num_train_examples: Optional[int] = None
     teacher: Any = None
-    eval_overlap: Optional[list] = None
+    eval_overlap: Any = None
     write_guard: Optional[Callable[[], None]] = None
     flags_record: Any = None
 

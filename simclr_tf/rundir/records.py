@@ -35,6 +35,9 @@ only:
   (`FlagsRecord`): one that fails or stops before it (a NaN at step 6 of an
   extension with --learning_rate=1e30) leaves them as they were, and the next
   command is compared with, and reads, the flags of the checkpoints there.
+  flags.json's `checkpoint` stays the weights the first step started from: a run
+  that continues checkpoints does not read --checkpoint, and
+  `preflight.overlap.weights_chain` follows it to what trained them.
 
 A result is never deleted, and never replaced by a smaller one. A run that ends
 writes its result as the previous result with its own values over it (one atomic
@@ -303,7 +306,9 @@ def start_run_record(config, *, continues=False):
         return None
     changes = flag_changes(config.model_dir, config)
     record = FlagsRecord(config, changes,
-                         _read_history(config.model_dir) if changes else None)
+                         _read_history(config.model_dir) if changes else None,
+                         started_from=_started_from(config) if continues
+                         else config.checkpoint)
     if changes:
         logging.warning(
             "model_dir's flags.json records other flags; continuing with the new ones "
@@ -317,13 +322,31 @@ def start_run_record(config, *, continues=False):
     return None
 
 
+def _started_from(config):
+    """The --checkpoint that model_dir's checkpoints started from, as its flags.json
+    records it (None: random; the one given when no record can be read), for a run
+    that continues them: such a run does not read --checkpoint (it resumes
+    model_dir), so the record keeps the weights the first step started from, which
+    `preflight.overlap.weights_chain` follows to what trained them."""
+    path = record_path(config.model_dir, FLAGS, config.mode)
+    try:
+        recorded = read_json(path) if tf.io.gfile.exists(path) else None
+    except (ValueError, OSError, tf.errors.OpError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        return config.checkpoint
+    return recorded.get("checkpoint")
+
+
 class FlagsRecord:
     """A training run's flags, to write into model_dir (`start_run_record`): its
-    changes appended to flags_history.json, then flags.json. `write()` writes them
-    once; later calls do nothing (`written` says whether it has)."""
+    changes appended to flags_history.json, then flags.json, whose `checkpoint` is
+    `started_from` (the weights the run's first step started from). `write()` writes
+    them once; later calls do nothing (`written` says whether it has)."""
 
-    def __init__(self, config, changes, history):
+    def __init__(self, config, changes, history, *, started_from):
         self.config, self.changes, self.history = config, changes, history
+        self.started_from = started_from
         self.written = False
 
     def write(self):
@@ -337,7 +360,7 @@ class FlagsRecord:
                 changed={flag: dict(recorded=old, given=new)
                          for flag, old, new in self.changes})])
         write_json(record_path(self.config.model_dir, FLAGS, self.config.mode),
-                   self.config.to_dict())
+                   dict(self.config.to_dict(), checkpoint=self.started_from))
         self.written = True
 
 

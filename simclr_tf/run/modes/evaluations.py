@@ -58,15 +58,26 @@ def evaluators_for(config, strategy, source, names, **objects):
 
 def overlap_record(context):
     """The result entries of what `preflight.check_eval_overlap` found, when this run
-    evaluates: `eval_overlaps_train` (True when --allow_eval_overlap let a split that
-    shares examples with the weights' training split, a kNN bank or a probe's
-    training split be evaluated) and `eval_overlap` (each such overlap: both flags,
-    both splits, the shared examples and of how many); {} when nothing is
-    evaluated."""
-    overlaps = context.eval_overlap
-    if overlaps is None:
+    evaluates ({} when nothing is evaluated):
+
+    - `eval_overlaps_train`: True when --allow_eval_overlap let a split be evaluated
+      that shares examples with what trained the weights (any run up their chain), a
+      kNN bank or a probe's training split;
+    - `eval_overlap`: each such overlap (both flags, both splits, the shared examples
+      and of how many, and what trained them: the run);
+    - `eval_overlaps_teacher`: the overlaps with what trained a teacher up the chain
+      (warned, never refused);
+    - `eval_trained_by`: the chain compared, nearest first: each run's weights, role,
+      run directory, dataset, --train_split and whether it was compared (its dataset
+      holds the evaluated examples), or why the chain stopped there (a released
+      model, weights not found, no flags.json).
+    """
+    found = context.eval_overlap
+    if found is None:
         return {}
-    return {"eval_overlaps_train": bool(overlaps), "eval_overlap": list(overlaps)}
+    return {"eval_overlaps_train": bool(found.allowed), "eval_overlap": list(found.allowed),
+            "eval_overlaps_teacher": list(found.teacher),
+            "eval_trained_by": list(found.trained_by)}
 
 
 def recorded_result(model_dir, path, step):

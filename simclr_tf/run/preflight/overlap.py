@@ -2,17 +2,38 @@
 refusal of an evaluation whose split shares examples with what trained the weights,
 fills the kNN bank or fits the probe (`check_eval_overlap`, unless
 --allow_eval_overlap; `simclr_tf.evaluation.overlap` counts the shared examples).
+
+What trained the weights is every run up their chain (`weights_chain`): the run that
+wrote them, the run its --checkpoint started from (a fine-tune's pretraining), and so
+on up to weights with no record of ours (a released model, a missing directory). A
+run is compared when its dataset holds the evaluated dataset's examples
+(`registry.dataset_identity`: a folder by its real path, the tinted Fashion-MNIST as
+the grey one's). A distilled student's teacher, and the runs up its chain, are
+compared too, and an overlap with them is a warning (`_TEACHER_NOTE` says why).
 """
+import dataclasses
+import os
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from simclr_tf.config import run_dirs
-from simclr_tf.weights import checkpoints
-from simclr_tf.config import ConfigError
-from simclr_tf.data import folders
+from simclr_tf.config import Config, ConfigError, run_dirs
+from simclr_tf.weights import checkpoints, teacher
+from simclr_tf.data import folders, registry
 from simclr_tf.evaluation import overlap
 from simclr_tf.config.tables import evaluators as evaluator_table
+from simclr_tf.config.tables import train_modes
+
+# Why an overlap with a teacher's training split warns instead of refusing: the
+# student's weights never took a step on those examples (its own --train_split, and
+# its --checkpoint's chain, are compared and refused); what it learnt of them came
+# through the teacher's outputs on the student's own images, as any knowledge of the
+# task does. A teacher that fitted those examples can still flatter the student there,
+# so the run says so and records it.
+_TEACHER_NOTE = ("the student never trained on them, but learnt from a teacher that did: "
+                 "its accuracy there may be flattered")
 
 
 def knn_bank_split(config):
@@ -30,9 +51,11 @@ def evaluated_pairs(config, mode):
       distillation monitor, --final_linear_probe): --train_split against it;
     - --mode=eval and --mode=linear_probe: --train_split (the probe's, and in eval
       the run's) against --eval_split, whichever evaluators measure on it (the
-      supervised head, --evaluators=linear_probe); the split that trained the
-      weights read is compared with every evaluated split by `check_eval_overlap`,
-      from the run's flags.json.
+      supervised head, --evaluators=linear_probe).
+
+    The splits of the runs that trained the weights read (`weights_chain`, from
+    their flags.json) are compared with every evaluated split by
+    `check_eval_overlap`.
     """
     pairs = []
     run = evaluator_table.resolve(config)
@@ -62,38 +85,169 @@ def evaluated_pairs(config, mode):
     return pairs
 
 
-def check_eval_overlap(config, source, mode):
-    """The overlaps of `evaluated_pairs` (and, for a mode that reads weights, of the
-    run that trained them: its flags.json's --train_split against --eval_split):
-    refused with the ConfigError of the evaluated split's flag, naming both flags
-    and the number of shared examples, unless --allow_eval_overlap.
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """One link of `weights_chain`: weights, and the run that trained them.
+
+    Attributes:
+        weights: the path as given (a flag, or a run's flags.json).
+        role: what they are to the weights read: 'the weights' (those evaluated),
+            'the weights <run> started from', 'the teacher <run> distilled from'.
+        teacher: reached through a --teacher (the student never trained on its data).
+        run: the run directory they belong to, None when not found.
+        config: that run's flags.json, None when the chain stops here.
+        stopped: why the chain stops here (no record of what trained them), or None.
+    """
+    weights: str
+    role: str
+    teacher: bool = False
+    run: Optional[str] = None
+    config: Optional[Config] = None
+    stopped: Optional[str] = None
+
+    def trained(self):
+        """What trained them, as an overlap names it."""
+        return f"what trained {self.role}: its flags.json in {self.run}"
+
+    def record(self, identity):
+        """The result entry (JSON) of this link, compared when its dataset's
+        `registry.dataset_identity` is `identity`."""
+        entry = dict(weights=self.weights, role=self.role, teacher=self.teacher)
+        if self.config is None:
+            return dict(entry, stopped=self.stopped)
+        return dict(entry, run=self.run, dataset=self.config.dataset,
+                    train_split=self.config.train_split,
+                    compared=registry.dataset_identity(self.config.dataset) == identity)
+
+
+def _link(weights, role, through_teacher):
+    """The `Trained` of the weights at `weights`: its run's flags.json, or why it
+    has none to read. Never raises: a link that cannot be read ends the chain."""
+    def stop(reason, run=None):
+        return Trained(weights, role, through_teacher, run=run, stopped=reason)
+    try:
+        resolved = checkpoints.resolve(weights)
+    except (FileNotFoundError, ValueError, OSError, tf.errors.OpError):
+        return stop("not found (moved or deleted): what trained them is not known")
+    if resolved.kind == checkpoints.RELEASED:
+        return stop("a released model: what trained it is not recorded")
+    run = run_dirs.run_of(resolved.prefix)
+    recorded = checkpoints.recorded_run_config(resolved)  # warns when unreadable
+    if recorded is None:
+        return stop(f"no readable flags.json in {run}: what trained them is not recorded",
+                    run)
+    return Trained(weights, role, through_teacher, run=run, config=recorded)
+
+
+def _teacher_weights(link):
+    """The teacher the run of `link` distilled from: the weights its teacher.json
+    pinned, else its recorded --teacher; None when it learnt from none."""
+    if not train_modes.get(link.config.train_mode).needs_teacher:
+        return None
+    try:
+        pin = teacher.read_pin(link.run)
+    except (ValueError, OSError, tf.errors.OpError):
+        pin = None
+    return pin["weights"] if pin else link.config.teacher
+
+
+def _chain_start(config, mode):
+    """[(weights, role, through a teacher)] where `weights_chain` starts: the weights
+    a reader mode reads; a training run's own checkpoints when it resumes, else its
+    --checkpoint and --teacher."""
+    latest = checkpoints.latest(config.model_dir) if config.model_dir else None
+    if not mode.trains:
+        weights = latest or config.checkpoint
+        return [(weights, "the weights", False)] if weights else []
+    if latest:
+        return [(latest, "the weights this run resumes", False)]
+    start = [(config.checkpoint, "the weights this run starts from", False)]
+    if train_modes.get(config.train_mode).needs_teacher:
+        start.append((config.teacher, "the teacher this run distils from", True))
+    return [(weights, role, through) for weights, role, through in start if weights]
+
+
+def weights_chain(config, mode):
+    """Every run whose training the weights this run evaluates hold: the run that
+    wrote them, the one its --checkpoint (flags.json) started from, and so on, then
+    each teacher a run distilled from (`Trained.teacher`) and their chains; a run
+    reached twice is listed once, first by --checkpoint. The chain stops, with a
+    link saying why (`Trained.stopped`), at weights whose run has no readable
+    flags.json (a released model, a copied prefix) or that are not found.
 
     Returns:
-        None when this run evaluates nothing, else the list of the overlaps allowed
-        (dicts: train_flag, train_split, eval_flag, eval_split, examples, of),
-        empty when the splits are disjoint (what the result records).
+        A list of `Trained`, nearest first; [] when the run reads no weights.
+    """
+    own, taught = [], []  # to visit: --checkpoint links first, so that a run both
+    for start in _chain_start(config, mode):  # trained and taught counts as trained
+        (taught if start[2] else own).append(start)
+    chain, seen = [], set()
+    while own or taught:
+        weights, role, through_teacher = (own or taught).pop(0)
+        link = _link(weights, role, through_teacher)
+        if link.config is None:
+            chain.append(link)
+            continue
+        if os.path.realpath(link.run) in seen:
+            continue  # a loop, or a run reached again (a teacher's own pretraining)
+        seen.add(os.path.realpath(link.run))
+        chain.append(link)
+        if link.config.checkpoint:
+            (taught if through_teacher else own).append(
+                (link.config.checkpoint, f"the weights {link.run} started from",
+                 through_teacher))
+        teacher_weights = _teacher_weights(link)
+        if teacher_weights:
+            taught.append((teacher_weights, f"the teacher {link.run} distilled from", True))
+    return chain
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlapCheck:
+    """What `check_eval_overlap` found, for the result (`evaluations.overlap_record`).
+
+    Attributes:
+        allowed: the overlaps with what trained the weights, fills the kNN bank or
+            fits the probe that --allow_eval_overlap let through (dicts: train_flag,
+            train_split, eval_flag, eval_split, examples, of, trained), [] when none.
+        teacher: the overlaps with what trained a teacher up the chain (warned).
+        trained_by: `Trained.record` of each link of `weights_chain`.
+    """
+    allowed: list
+    teacher: list
+    trained_by: list
+
+
+def check_eval_overlap(config, source, mode):
+    """The overlaps of `evaluated_pairs` and of every run up `weights_chain` (its
+    flags.json's --train_split against each evaluated split, when its dataset holds
+    the same examples): refused with the ConfigError of the evaluated split's flag,
+    naming both flags, the run and the number of shared examples, unless
+    --allow_eval_overlap; an overlap with a teacher's chain is a warning.
+
+    Returns:
+        None when this run evaluates nothing, else an `OverlapCheck`.
     """
     pairs = evaluated_pairs(config, mode)
     if not pairs:
         return None
-    recorded = _trained_split(config, mode)
-    if recorded is not None:  # every evaluated split against what trained the weights
-        compared = {(train_split, eval_flag) for _, train_split, eval_flag, _, _ in pairs}
-        for eval_flag, eval_split in dict.fromkeys(
-                (eval_flag, eval_split) for _, _, eval_flag, eval_split, _ in pairs):
-            if (recorded[0], eval_flag) not in compared:
-                pairs.append(("train_split", recorded[0], eval_flag, eval_split,
-                              f"what trained the weights: its flags.json in {recorded[1]}"))
-    found = []
-    for train_flag, train_split, eval_flag, eval_split, what in pairs:
-        try:
-            shared, total, unit = overlap.shared_examples(source, train_split, eval_split)
-        except ValueError:
-            continue  # a split this run does not read (a record's): nothing to compare
-        if shared:
-            found.append(dict(train_flag=train_flag, train_split=train_split,
-                              eval_flag=eval_flag, eval_split=eval_split, examples=shared,
-                              of=total, unit=unit, trained=what))
+    chain = weights_chain(config, mode)
+    identity = registry.dataset_identity(config.dataset)
+    compared = {(train_split, eval_flag) for _, train_split, eval_flag, _, _ in pairs}
+    evaluated = dict.fromkeys((eval_flag, eval_split)
+                              for _, _, eval_flag, eval_split, _ in pairs)
+    taught = []  # the pairs of a teacher's chain: warned
+    for link in chain:
+        if link.config is None or registry.dataset_identity(link.config.dataset) != identity:
+            continue
+        for eval_flag, eval_split in evaluated:
+            if (link.config.train_split, eval_flag) in compared:
+                continue  # the nearest run with that split names it
+            compared.add((link.config.train_split, eval_flag))
+            (taught if link.teacher else pairs).append(
+                ("train_split", link.config.train_split, eval_flag, eval_split,
+                 link.trained()))
+    found, teacher_found = _overlaps(source, pairs), _overlaps(source, taught)
     if found and not config.allow_eval_overlap:
         first = found[0]
         described = [_describe_overlap(each) for each in found]
@@ -107,7 +261,35 @@ def check_eval_overlap(config, source, mode):
             "to run anyway (result.json then records eval_overlaps_train: true)."))
     for each in found:
         logging.warning("--allow_eval_overlap: %s.", _describe_overlap(each))
-    return [{k: v for k, v in each.items() if k != "unit"} for each in found]
+    for each in teacher_found:
+        logging.warning("%s: %s (result.json records it in eval_overlaps_teacher).",
+                        _describe_overlap(each), _TEACHER_NOTE)
+    for link in chain:
+        if link.stopped:
+            logging.info("Overlap check: %s (%s) ends the chain of what trained the "
+                         "weights: %s.", link.weights, link.role, link.stopped)
+    return OverlapCheck(allowed=_as_recorded(found), teacher=_as_recorded(teacher_found),
+                        trained_by=[link.record(identity) for link in chain])
+
+
+def _overlaps(source, pairs):
+    """The pairs of splits that share examples, as result entries."""
+    found = []
+    for train_flag, train_split, eval_flag, eval_split, what in pairs:
+        try:
+            shared, total, unit = overlap.shared_examples(source, train_split, eval_split)
+        except ValueError:
+            continue  # a split this run does not read (a record's): nothing to compare
+        if shared:
+            found.append(dict(train_flag=train_flag, train_split=train_split,
+                              eval_flag=eval_flag, eval_split=eval_split, examples=shared,
+                              of=total, unit=unit, trained=what))
+    return found
+
+
+def _as_recorded(overlaps):
+    """Overlaps as the result records them (the unit is the dataset's)."""
+    return [{k: v for k, v in each.items() if k != "unit"} for each in overlaps]
 
 
 # Splits up to this size have their labels read for `note_eval_classes`: a pass over
@@ -158,22 +340,3 @@ def _describe_overlap(overlap):
             f"with --{overlap['train_flag']}={overlap['train_split']!r} ("
             f"{overlap['trained']})")
 
-
-def _trained_split(config, mode):
-    """(--train_split, flags.json path) of the run whose weights a mode that reads
-    weights evaluates, when it recorded one on this dataset; else None."""
-    if mode.trains:
-        return None
-    try:
-        if config.model_dir and checkpoints.latest(config.model_dir):
-            weights = checkpoints.resolve(checkpoints.latest(config.model_dir))
-        elif config.checkpoint:
-            weights = checkpoints.resolve(config.checkpoint)
-        else:
-            return None
-        recorded = checkpoints.recorded_run_config(weights)
-    except (ValueError, FileNotFoundError, OSError, tf.errors.OpError):
-        return None
-    if recorded is None or recorded.dataset != config.dataset:
-        return None
-    return recorded.train_split, run_dirs.run_of(weights.prefix)
