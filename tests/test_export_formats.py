@@ -20,7 +20,7 @@ from simclr_tf.config import ConfigError
 from simclr_tf.config.tables import modes
 from simclr_tf.run import experiment, preflight
 from simclr_tf.run.modes import export as export_mode
-from simclr_tf.weights import export, portable
+from simclr_tf.weights import cards, export, portable
 from helpers import cli_flags, run_fixtures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -277,7 +277,8 @@ def fake_writers(monkeypatch):
     monkeypatch.setattr(portable, "write_litert", fake("litert", "model.tflite"))
     from simclr_tf.weights import hub_preset  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(hub_preset, "write_preset", fake("keras_hub", "model.weights.h5"))
-    monkeypatch.setattr(export_mode, "_model_card", lambda *a: "card")
+    from simclr_tf.weights import cards  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(cards, "output_widths", lambda model, size: dict(embedding=16))
     return state
 
 
@@ -350,3 +351,74 @@ def test_none_ends_training_without_an_export_and_export_mode_needs_a_format(
     with pytest.raises(ConfigError, match="must be 'none' or a comma-separated subset.*"
                                           "'none' unknown"):
         run_fixtures.config(model_dir="/tmp/run", export_format="none,onnx")
+
+
+# ------------------------------------------------------------------ the export cards
+
+
+def _card(model_dir, fmt, step):
+    with open(os.path.join(model_dir, export.FORMATS[fmt].dirname, str(step),
+                           cards.CARD_FILE)) as f:
+        return f.read()
+
+
+def test_every_export_folder_has_a_card_with_its_steps_results_only(tmp_path,
+                                                                   fake_writers):
+    """Fault 12 of 2026-12-05: the keras-hub card of an export of ckpt-2 carried
+    result.json's step-4 numbers and flags the tiny encoder does not read
+    (--resnet_depth) beside a step plan it did not use (--train_epochs); the other
+    formats had no card. Each folder now has one, written with its files."""
+    cfg = run_fixtures.write_run(tmp_path / "run", train_steps=4, export_format=ALL)
+    result = {"global_step": 4, "train/contrast_loss": 8.82}
+    with open(os.path.join(cfg.model_dir, "result.json"), "w") as f:
+        json.dump(result, f)
+    export_mode.export_model(None, cfg, 2)
+    for fmt in ALL.split(","):
+        card = _card(cfg.model_dir, fmt, 2)
+        assert card.startswith("---\nlibrary_name: keras-hub") == (fmt == "keras_hub")
+        assert f"# SimCLR model (digits, step 2): {fmt}" in card
+        assert "No results recorded for this step (result.json records step 4)." in card
+        assert "8.82" not in card
+        assert "| `--encoder` | `tiny` |" in card and "| `--width_multiplier` |" in card
+        assert "| `--train_steps` | `4` |" in card
+        assert "--resnet_depth" not in card and "--train_epochs" not in card
+        assert "| `embedding` | [N, 16] | float32 |" in card
+    assert "| `images` | [N, 16, 16, 3], any N | float32 | RGB in [0, 1]" in _card(
+        cfg.model_dir, "onnx", 2)
+    saved = _card(cfg.model_dir, "saved_model", 2)
+    assert "| `serving_default` | `image_bytes` | [N] | string |" in saved
+    assert "| `serving_images` | `images` | [N, H, W, 3], any H, W | float32 |" in saved
+    assert "**Check the size yourself**" in _card(cfg.model_dir, "litert", 2)
+    assert "Another size is refused" in _card(cfg.model_dir, "onnx", 2)
+    export_mode.export_model(None, cfg, 4)  # the step result.json records
+    assert "| `train/contrast_loss` | 8.82 |" in _card(cfg.model_dir, "keras_hub", 4)
+
+
+def test_the_recipe_names_the_flags_its_encoder_and_step_plan_used():
+    flags = dict(dataset="imagenet2012", train_mode="pretrain", encoder="resnet",
+                 resnet_depth=50, width_multiplier=2, sk_ratio=0.0625, se_ratio=0.0,
+                 stem="imagenet", train_steps=0, train_epochs=100, temperature=0.1,
+                 use_blur=True, vit_pool="token")
+    assert list(cards.recipe_flags(flags)) == [
+        "dataset", "train_mode", "encoder", "resnet_depth", "width_multiplier",
+        "sk_ratio", "se_ratio", "stem", "train_epochs", "temperature", "use_blur"]
+    fine_tune = dict(flags, encoder="vit_s16", train_mode="finetune", train_steps=500)
+    assert list(cards.recipe_flags(fine_tune)) == [
+        "dataset", "train_mode", "encoder", "vit_pool", "train_steps"]
+
+
+def test_a_card_that_cannot_be_written_leaves_the_previous_export(tmp_path, fake_writers,
+                                                                  monkeypatch):
+    """The card is part of the atomic export: if it fails, no folder is renamed into
+    place and an earlier export of the same step stays whole."""
+    export.export_for_step(None, str(tmp_path), 3, fmt="onnx", image_size=16)
+    before = _card(str(tmp_path), "onnx", 3)
+
+    def full_disk(directory, card):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cards, "write_card", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        export.export_for_step(None, str(tmp_path), 3, fmt="onnx", image_size=16)
+    assert sorted(os.listdir(tmp_path / "onnx")) == ["3"]
+    assert sorted(os.listdir(tmp_path / "onnx" / "3")) == ["README.md", "model.onnx"]
+    assert _card(str(tmp_path), "onnx", 3) == before
