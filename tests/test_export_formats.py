@@ -5,9 +5,11 @@ interpreter, keras-hub in a new process) on images the model never saw and compa
 it with the SavedModel; the rest are the flag, the retention rules and the errors,
 without converting a model.
 """
+import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,6 +31,8 @@ import export_parity  # noqa: E402  pylint: disable=wrong-import-position
 
 ALL = "saved_model,onnx,litert,keras_hub"
 EXTRA = "the export extra (pip install -e '.[export]')"
+SERVING_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "docs", "serving.md")
 
 
 @pytest.mark.large  # 16 s: four exports of the tiny run, three runtimes, one process
@@ -422,3 +426,106 @@ def test_a_card_that_cannot_be_written_leaves_the_previous_export(tmp_path, fake
     assert sorted(os.listdir(tmp_path / "onnx")) == ["3"]
     assert sorted(os.listdir(tmp_path / "onnx" / "3")) == ["README.md", "model.onnx"]
     assert _card(str(tmp_path), "onnx", 3) == before
+
+
+# ------------------------------------------------------------------ without TensorFlow
+
+
+def documented_recipe():
+    """The NumPy + Pillow preprocessing of docs/serving.md, executed as it is written
+    there: its `preprocess(file, size)` and `bicubic_matrix`."""
+    with open(SERVING_DOC) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    code, = [block for block in blocks if "def preprocess(" in block]
+    assert "tensorflow" not in code and "import tf" not in code
+    namespace = {}
+    exec(code, namespace)  # pylint: disable=exec-used
+    return namespace
+
+
+def _png(pixels):
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _test_images():
+    """PNGs that shrink, enlarge, are not square, grey, or cropped above 32 px."""
+    rng = np.random.default_rng(3)
+    yy, xx = np.mgrid[:64, :48]
+    smooth = np.stack([128 + 100 * np.sin(xx / 5), 128 + 100 * np.cos(yy / 7),
+                       (2 * xx + yy) % 256], -1).astype(np.uint8)
+    return {"smooth_64x48": _png(smooth),
+            "noise_37": _png(rng.integers(0, 256, (37, 37, 3), dtype=np.uint8)),
+            "grey_30x20": _png(rng.integers(0, 256, (30, 20), dtype=np.uint8)),
+            "small_5x7": _png(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8))}
+
+
+def test_the_documented_recipe_is_the_eval_preprocessing_without_tensorflow():
+    """docs/serving.md's NumPy + Pillow recipe against `augment.preprocess_for_eval`
+    on the same decoded PNGs, at 16 px and at 40 px (centre crop): to float32
+    round-off. PIL's own bicubic resize, the obvious recipe, is far off (the check
+    can tell)."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import augment  # pylint: disable=import-outside-toplevel
+    recipe = documented_recipe()
+    for size in (16, 40):
+        for name, data in _test_images().items():
+            expected = augment.preprocess_for_eval(
+                tf.io.decode_image(data, channels=3, dtype=tf.float32), size, size,
+                crop=augment.eval_center_crop_enabled(size)).numpy()
+            got = recipe["preprocess"](io.BytesIO(data), size)
+            assert got.dtype == np.float32 and got.shape == (size, size, 3)
+            np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=(name, size))
+    data = _test_images()["noise_37"]
+    pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").resize(
+        (16, 16), Image.BICUBIC), np.float32) / 255
+    assert np.abs(pil - recipe["preprocess"](io.BytesIO(data), 16)).max() > 0.1
+
+
+@pytest.mark.large  # 13 s: a tiny model at 16 and 40 px as SavedModel, ONNX, LiteRT
+def test_the_documented_recipe_into_onnx_gives_serving_default(tmp_path):
+    """The issue's check: a PNG decoded by Pillow and preprocessed by docs/serving.md's
+    recipe, through the ONNX file in ONNX Runtime, against the SavedModel's
+    serving_default fed the same bytes: every output within 1e-5 of its largest
+    magnitude, at 16 px and at 40 px (the crop). And the wrong-size behaviour the
+    cards state: ONNX refuses another size; LiteRT's signature runner runs it (the
+    file cannot prevent it: the caller checks), its strict resize refuses it."""
+    ort = pytest.importorskip("onnxruntime", reason=f"needs {EXTRA}")
+    litert = pytest.importorskip("ai_edge_litert.interpreter", reason=f"needs {EXTRA}")
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    recipe = documented_recipe()
+    for size in (16, 40):
+        model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
+                            num_proj_layers=2, proj_out_dim=16, num_classes=10)
+        model.build((None, size, size, 3))
+        model_dir = str(tmp_path / str(size))
+        paths = {fmt: export.export_for_step(model, model_dir, 1, fmt=fmt, image_size=size)
+                 for fmt in ("saved_model", "onnx", "litert")}
+        served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"]
+        session = ort.InferenceSession(os.path.join(paths["onnx"], "model.onnx"))
+        names = [output.name for output in session.get_outputs()]
+        for name, data in _test_images().items():
+            expected = {key: value.numpy() for key, value in
+                        served(image_bytes=tf.constant([data])).items()}
+            images = recipe["preprocess"](io.BytesIO(data), size)[None]
+            got = dict(zip(names, session.run(None, {"images": images})))
+            assert set(got) == set(expected) == {"embedding", "projection", "logits",
+                                                 "probabilities"}
+            for key, value in expected.items():
+                relative = np.abs(got[key] - value).max() / np.abs(value).max()
+                assert relative < 1e-5, (size, name, key, relative)
+        small = np.zeros((1, size // 2, size // 2, 3), np.float32)
+        with pytest.raises(Exception, match="INVALID_ARGUMENT.*images"):
+            session.run(None, {"images": small})
+        interpreter = litert.Interpreter(os.path.join(paths["litert"], "model.tflite"))
+        detail, = interpreter.get_input_details()
+        assert list(detail["shape_signature"]) == [-1, size, size, 3]
+        outputs = interpreter.get_signature_runner()(images=small)  # runs, silently
+        assert outputs["embedding"].shape == (1, 16)
+        with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
+            interpreter.resize_tensor_input(detail["index"], list(small.shape), strict=True)
+        assert "**Check the size yourself**" in _card(model_dir, "litert", 1)
