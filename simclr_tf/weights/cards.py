@@ -71,11 +71,12 @@ def recipe_flags(flags):
 def preprocessing(image_size, crop=None):
     """The eval preprocessing in words (`augment.preprocess_for_eval`)."""
     crop = augment.eval_center_crop_enabled(image_size) if crop is None else crop
-    return (f"the centre {augment.EVAL_CROP_PROPORTION:.1%} of the shorter side cropped "
-            f"(a square), then resized to {image_size} x {image_size} px (bicubic, "
-            "half-pixel centres, no antialiasing) and clipped to [0, 1]" if crop else
-            f"resized to {image_size} x {image_size} px (bicubic, half-pixel centres, "
-            "no antialiasing) and clipped to [0, 1]")
+    resize = (f"a bicubic resize to {image_size} x {image_size} px (half-pixel centres, "
+              "no antialiasing), clipped to [0, 1]")
+    if not crop:
+        return resize
+    return (f"a centre crop (the square of {augment.EVAL_CROP_PROPORTION:.1%} of the "
+            f"shorter side), then {resize}")
 
 
 def export_card(fmt, *, step, image_size, widths, crop=None, max_pixels=0,
@@ -101,29 +102,33 @@ def export_card(fmt, *, step, image_size, widths, crop=None, max_pixels=0,
                             for name, width in outputs.items())
     if fmt == "saved_model":
         limit = f", at most {max_pixels:,} pixels each" if max_pixels else ""
-        inputs = f"""Two signatures, both returning the outputs below:
-
-| signature | input | shape | dtype | values |
-|---|---|---|---|---|
-| `{SERVING_DEFAULT}` | `{IMAGE_BYTES_INPUT}` | [N] | string | encoded JPEG, PNG, GIF or BMP images{limit} |
-| `{SERVING_IMAGES}` | `{IMAGES_INPUT}` | [N, H, W, 3], any H, W | float32 | RGB in [0, 1] (values up to {IMAGE_VALUE_TOLERANCE} outside are clipped, larger ones refused) |
+        inputs = "\n".join((
+            "Two signatures, both returning the outputs below:", "",
+            "| signature | input | shape | dtype | values |", "|---|---|---|---|---|",
+            f"| `{SERVING_DEFAULT}` | `{IMAGE_BYTES_INPUT}` | [N] | string | encoded "
+            f"JPEG, PNG, GIF or BMP images{limit} |",
+            f"| `{SERVING_IMAGES}` | `{IMAGES_INPUT}` | [N, H, W, 3], any H, W | float32 "
+            f"| RGB in [0, 1] (values up to {IMAGE_VALUE_TOLERANCE} outside are clipped, "
+            "larger ones refused) |"))
+        inputs += f"""
 
 Also the authors' hub interface: `tf.saved_model.load(path)(images, trainable=False)`
 on preprocessed float32 images returns their feature dict (`final_avg_pool`,
 `proj_head_output`, ...)."""
         preprocess = (f"In the graph: `{SERVING_DEFAULT}` decodes each image to RGB, "
-                      f"and both signatures then take {prepared}. Any size is accepted.")
+                      f"and both signatures then apply {prepared}. Any size is "
+                      "accepted.")
         parity = ("This is the reference: `scripts/export_parity.py` compares the ONNX, "
                   "LiteRT and keras-hub exports of this step with it.")
     else:
         inputs = f"| input | shape | dtype | values |\n|---|---|---|---|\n{images}"
         preprocess = (
             f"The caller's: the file holds the model alone. Decode to RGB, scale to "
-            f"[0, 1], then {prepared}, as `augment.preprocess_for_eval` and the "
+            f"[0, 1], then apply {prepared}, as `augment.preprocess_for_eval` and the "
             f"SavedModel's signatures do. Without TensorFlow: docs/serving.md, "
             f"\"Preprocessing without TensorFlow\" (NumPy and Pillow), which matches "
             f"`{SERVING_DEFAULT}` on PNG files; PIL's own resize does not (it "
-            f"antialiases and rounds to uint8).")
+            f"antialiases when it shrinks, and rounds uint8 images).")
         preprocess += " " + WRONG_SIZE[fmt].format(size=size)
         parity = ("Not measured when this folder was written: `python "
                   "scripts/export_parity.py <run directory>` runs this export in its "
@@ -132,7 +137,8 @@ on preprocessed float32 images returns their feature dict (`final_avg_pool`,
                   "the figures measured on the quick start's model.")
     header = ("---\nlibrary_name: keras-hub\ntags: [simclr, self-supervised, "
               "image-feature-extraction, simclr_tf]\n---\n" if fmt == "keras_hub" else "")
-    return f"""{header}# SimCLR model ({flags.get('dataset', '?')}, step {step}): {fmt}
+    dataset = f"{flags['dataset']}, " if flags.get("dataset") else ""
+    return f"""{header}# SimCLR model ({dataset}step {step}): {fmt}
 
 {WHAT[fmt]} of a model trained by simclr_tf (SimCLR v1/v2 in Keras 3),
 from the checkpoint of step {step}.{HOW_TO_LOAD[fmt]}
@@ -185,9 +191,10 @@ HOW_TO_LOAD = {
                    f"outputs = loaded.signatures[\"{SERVING_DEFAULT}\"]("
                    f"{IMAGE_BYTES_INPUT}=tf.constant([png_bytes]))\n```",
     "onnx": "\n\n```python\nsession = onnxruntime.InferenceSession(\"model.onnx\")\n"
-            f"embedding, *rest = session.run(None, {{\"{IMAGES_INPUT}\": images}})\n```",
-    "litert": "\n\n```python\nrunner = ai_edge_litert.interpreter.Interpreter(\"model.tflite\")"
-              ".get_signature_runner()\n"
+            "outputs = dict(zip([output.name for output in session.get_outputs()],\n"
+            f"                   session.run(None, {{\"{IMAGES_INPUT}\": images}})))\n```",
+    "litert": "\n\n```python\nrunner = ai_edge_litert.interpreter.Interpreter("
+              "\"model.tflite\").get_signature_runner()\n"
               f"outputs = runner({IMAGES_INPUT}=images)  # check images.shape first\n```",
     "keras_hub": "\n\n```python\nimport keras_hub, simclr_tf  # simclr_tf registers the "
                  "backbone's class\nbackbone = keras_hub.models.Backbone.from_preset("
