@@ -485,7 +485,7 @@ def test_the_documented_recipe_is_the_eval_preprocessing_without_tensorflow():
     assert np.abs(pil - recipe["preprocess"](io.BytesIO(data), 16)).max() > 0.1
 
 
-@pytest.mark.large  # 13 s: a tiny model at 16 and 40 px as SavedModel, ONNX, LiteRT
+@pytest.mark.large  # 13-20 s: a tiny model at 16 and 40 px as SavedModel, ONNX, LiteRT
 def test_the_documented_recipe_into_onnx_gives_serving_default(tmp_path):
     """The issue's check: a PNG decoded by Pillow and preprocessed by docs/serving.md's
     recipe, through the ONNX file in ONNX Runtime, against the SavedModel's

@@ -210,7 +210,7 @@ def test_curves_draw_the_losses_a_fine_tune_and_a_distillation_record(tmp_path,
         ["monitors (top-1)"] if train_mode == "distill" else [])
 
 
-@pytest.mark.large  # 25 s: a 2-step fine-tune of the tiny run, a 2-step distillation
+@pytest.mark.large  # 5-12 s: a 2-step fine-tune of the tiny run, a 2-step distillation
 def test_the_pictures_of_a_real_fine_tune_and_distillation(tiny_run, tmp_path,
                                                            monkeypatch):
     """Runs trained here: every loss, training accuracy and monitor their
@@ -272,7 +272,7 @@ def test_errors_that_need_no_tensorflow_come_before_it(tmp_path, argv, message):
     assert "tensorflow imported" not in done.stderr
 
 
-@pytest.mark.large  # 14 s: TensorFlow and matplotlib imported in a new process
+@pytest.mark.large  # 8-12 s: TensorFlow and matplotlib imported in a new process
 def test_its_process_prints_no_tensorflow_start_up_lines(tiny_run, tmp_path):
     """The README's `python scripts/plot_run.py RUN`: its output is its own lines
     (it printed TensorFlow's C++ start-up lines, a cuInit ERROR among them)."""
