@@ -1,12 +1,17 @@
 """Pictures of a run, from what its directory already records.
 
 Writes PNGs into --out (default RUN_DIR/plots/):
-- `training_curves.png`: the contrastive loss, the contrastive accuracy, the learning
-  rate and, where recorded, the monitors (kNN top-1, the online head's accuracy, the
-  distillation monitor) against the step, from metrics.jsonl;
-- `views.png`: pairs of augmented views of training images, drawn by the run's own
-  recipe (flags.json: image size, colour strength, its implementation, blur), each
-  pair beside its source image;
+- `training_curves.png`: against the step, from metrics.jsonl: the losses and the
+  training accuracies its train mode records (pretraining: the contrastive ones and
+  the online head's; fine-tuning: the supervised ones; distillation: the
+  distillation loss and the agreement with the teacher, besides the supervised ones
+  of its labelled images), the learning rate, and the monitors recorded (kNN top-1,
+  distillation's student and teacher top-1);
+- `views.png`: training images and their views as the run's train mode and flags
+  make them (flags.json: its train mode, image size, --augmentations, colour
+  strength, blur, --augment_on), drawn by the training pipeline itself
+  (`simclr_tf.run.modes.parts.draw_views`) and titled with the recipe in words, each
+  image's views beside it;
 - `embeddings.png`: a 2-D map (PCA, or t-SNE with --method=tsne; scikit-learn) of h
   on the run's evaluation split (up to --max_points, a stratified sample), coloured by
   class, from the newest checkpoint.
@@ -22,17 +27,10 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 PICTURES = ("curves", "views", "embeddings")
-# metrics.jsonl's names -> the panels of training_curves.png (title, names).
-PANELS = (
-    ("contrastive loss", ("train/contrast_loss",)),
-    ("contrastive accuracy", ("train/contrast_acc",)),
-    ("learning rate", ("train/learning_rate",)),
-    ("monitors (top-1)", ("knn/top_1_accuracy", "train/supervised_acc",
-                          "distill/top_1_accuracy")),
-)
+# The monitors' names in metrics.jsonl end so (knn/top_1_accuracy,
+# distill/student_top_1_accuracy, distill/teacher_top_1_accuracy).
+MONITOR_SUFFIX = "top_1_accuracy"
 
 
 def parse_args(argv):
@@ -104,72 +102,83 @@ def read_metrics(run_dir):
     return series
 
 
-def plot_curves(plt, run_dir, out, dpi):
+def curve_panels(train_mode, series):
+    """The panels of training_curves.png: (title, the names of `series` it draws).
+    The losses and accuracies are those the train mode's step records
+    (`train_modes` row's `metrics`, `train/<name>` in metrics.jsonl); the monitors are
+    whatever evaluations the run recorded."""
+    from simclr_tf.config.tables import train_modes  # pylint: disable=import-outside-toplevel
+    recorded = [f"train/{name}" for name in train_modes.get(train_mode).metrics]
+    return (
+        ("losses", [name for name in recorded if name.endswith("_loss")]),
+        ("training accuracies", [name for name in recorded
+                                 if name.endswith(("_acc", "_agreement"))]),
+        ("learning rate", ["train/learning_rate"]),
+        ("monitors (top-1)", sorted(name for name in series
+                                    if name.endswith(MONITOR_SUFFIX))),
+    )
+
+
+def plot_curves(plt, run_dir, train_mode, out, dpi):
     series = read_metrics(run_dir)
-    if not series:
+    # A panel of nothing recorded (a fine-tune's monitors) is left out.
+    panels = [(title, [name for name in names if name in series])
+              for title, names in curve_panels(train_mode, series)]
+    panels = [(title, names) for title, names in panels if names]
+    if not panels:
         return None, "no metrics.jsonl lines (the run has not logged a step yet)"
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
-    for ax, (title, names) in zip(axes, PANELS):
-        shown = [name for name in names if name in series]
-        for name in shown:
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2),
+                             squeeze=False)
+    for ax, (title, names) in zip(axes[0], panels):
+        for name in names:
             steps, values = series[name]
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3,
-                    label=name if len(names) > 1 else None)
-        ax.set_title(title if shown else f"{title}: not recorded", fontsize=10)
+                    label=name)
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
-        if len(names) > 1 and shown:
+        if title != "learning rate":
             ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(os.path.basename(os.path.abspath(run_dir)), fontsize=10)
+    fig.suptitle(f"{os.path.basename(os.path.abspath(run_dir))} (--train_mode="
+                 f"{train_mode})", fontsize=10)
     fig.tight_layout()
     return _save(plt, fig, out, "training_curves.png", dpi), None
 
 
 def plot_views(plt, config, source, count, seed, out, dpi):
-    """`count` training images of the recorded train split and two views of each,
-    drawn by the run's recipe (`augment.preprocess_for_train`, then the blur its
-    flags ask for)."""
+    """`count` images of the recorded train split and their training views, drawn
+    by the training pipeline with the run's options (`parts.draw_views`)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from simclr_tf import augment  # pylint: disable=import-outside-toplevel
-    from simclr_tf.augment import blur  # pylint: disable=import-outside-toplevel
     from simclr_tf.evaluation import features  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import parts  # pylint: disable=import-outside-toplevel
     split, size = config.train_split, config.image_size
     total = source.num_examples(split)
     ids = np.sort(np.random.default_rng(seed).choice(total, min(count, total),
                                                      replace=False)).astype(np.int64)
     images = features.sample_images(source, split, ids, image_size=size)
-    fig, axes = plt.subplots(len(images), 3, figsize=(4.2, 1.45 * len(images)),
+    views = parts.draw_views(config, source, split, ids, seed)
+    titles = ["image"] + ([f"view {k + 1}" for k in range(views.shape[1])]
+                          if views.shape[1] > 1 else ["view"])
+    fig, axes = plt.subplots(len(images), len(titles),
+                             figsize=(1.4 * len(titles), 1.45 * len(images)),
                              squeeze=False)
-    for row, image in enumerate(images):
-        views = []
-        for view in range(2):
-            view_seed = tf.constant([seed, row * 2 + view], tf.int64)
-            drawn = augment.preprocess_for_train(
-                tf.constant(image), size, size,
-                color_jitter_strength=config.color_jitter_strength,
-                seed=view_seed)
-            if config.use_blur:
-                drawn = blur.random_blur(drawn, size, size, p=0.5, seed=view_seed)
-            views.append(drawn.numpy())
-        for col, (picture, title) in enumerate(zip([image] + views,
-                                                   ("image", "view 1", "view 2"))):
+    for row, (image, drawn) in enumerate(zip(images, views)):
+        for col, picture in enumerate([image, *drawn]):
             ax = axes[row][col]
             ax.imshow(np.clip(picture, 0, 1), interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             if row == 0:
-                ax.set_title(title, fontsize=9)
-    fig.suptitle(f"{config.dataset}: colour strength {config.color_jitter_strength}"
-                 f"{', blur' if config.use_blur else ''}", fontsize=9)
+                ax.set_title(titles[col], fontsize=9)
+    fig.suptitle(f"{config.dataset}, {parts.describe_views(config)}", fontsize=8,
+                 wrap=True)
     fig.tight_layout()
     return _save(plt, fig, out, "views.png", dpi), None
 
 
-def plot_embeddings(plt, run_dir, source, split, max_points, method, seed, out,
+def plot_embeddings(plt, tf, run_dir, source, split, max_points, method, seed, out,
                     dpi):
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from simclr_tf.evaluation import features  # pylint: disable=import-outside-toplevel
     from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
     if not source.has_labels(split):
@@ -225,9 +234,18 @@ def _save(plt, fig, out, name, dpi):
     return path
 
 
+def _refuse(message):
+    """Bad input: one line and rc 2, argparse's way."""
+    print(f"plot_run.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plt = _pyplot()
+    # After the checks that need no TensorFlow; its start-up lines filtered as run.py's.
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
+    tf = quiet.import_tensorflow()
     from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
     try:
         config = records.read_config(os.path.join(args.run_dir, "flags.json"))
@@ -239,8 +257,7 @@ def main(argv=None):
         path, reason = outcome
         (written.append(path) if path else skipped.append(f"{name}: {reason}"))
 
-    if "curves" in args.only:
-        keep("curves", plot_curves(plt, args.run_dir, args.out, args.dpi))
+    source = split = None
     if "views" in args.only or "embeddings" in args.only:
         from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
         try:
@@ -250,14 +267,23 @@ def main(argv=None):
         except (ValueError, FileNotFoundError) as error:
             sys.exit(f"plot_run.py: error: the run's dataset {config.dataset!r} cannot "
                      f"be read here: {error}")
-        if "views" in args.only:
-            keep("views", plot_views(plt, config, source, args.views, args.seed,
-                                     args.out, args.dpi))
+        split = args.split or config.eval_split or config.train_split
         if "embeddings" in args.only:
-            split = args.split or config.eval_split or config.train_split
-            keep("embeddings", plot_embeddings(plt, args.run_dir, source, split,
-                                               args.max_points, args.method, args.seed,
-                                               args.out, args.dpi))
+            try:
+                source.split_ranges(split)
+            except ValueError as error:
+                _refuse(f"--split: {error}" + ("" if args.split else
+                                              " (the run's own split): pass --split"))
+    if "curves" in args.only:
+        keep("curves", plot_curves(plt, args.run_dir, config.train_mode, args.out,
+                                   args.dpi))
+    if "views" in args.only:
+        keep("views", plot_views(plt, config, source, args.views, args.seed,
+                                 args.out, args.dpi))
+    if "embeddings" in args.only:
+        keep("embeddings", plot_embeddings(plt, tf, args.run_dir, source, split,
+                                           args.max_points, args.method, args.seed,
+                                           args.out, args.dpi))
     for path in written:
         print(f"wrote {path} ({os.path.getsize(path) // 1024} KB)")
     for line in skipped:

@@ -24,7 +24,7 @@ import tensorflow as tf
 from PIL import Image
 
 from simclr_tf.config import rules
-from simclr_tf.weights import export, serving, serving_input
+from simclr_tf.weights import cards, export, serving, serving_input
 from simclr_tf import augment
 from simclr_tf.models import SimCLRModel
 
@@ -437,6 +437,8 @@ def fake_saver(monkeypatch):
 
     monkeypatch.setattr(export, "create_serving_module", lambda *a, **k: (None, None))
     monkeypatch.setattr(export, "_save", fake_save)
+    # The card's output widths come from the model, which these exports lack.
+    monkeypatch.setattr(cards, "output_widths", lambda model, size: dict(embedding=16))
     return state
 
 

@@ -5,9 +5,11 @@ interpreter, keras-hub in a new process) on images the model never saw and compa
 it with the SavedModel; the rest are the flag, the retention rules and the errors,
 without converting a model.
 """
+import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ from simclr_tf.config import ConfigError
 from simclr_tf.config.tables import modes
 from simclr_tf.run import experiment, preflight
 from simclr_tf.run.modes import export as export_mode
-from simclr_tf.weights import export, portable
+from simclr_tf.weights import cards, export, portable
 from helpers import cli_flags, run_fixtures
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -29,6 +31,8 @@ import export_parity  # noqa: E402  pylint: disable=wrong-import-position
 
 ALL = "saved_model,onnx,litert,keras_hub"
 EXTRA = "the export extra (pip install -e '.[export]')"
+SERVING_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "docs", "serving.md")
 
 
 @pytest.mark.large  # 16 s: four exports of the tiny run, three runtimes, one process
@@ -280,7 +284,8 @@ def fake_writers(monkeypatch):
     monkeypatch.setattr(portable, "write_litert", fake("litert", "model.tflite"))
     from simclr_tf.weights import hub_preset  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(hub_preset, "write_preset", fake("keras_hub", "model.weights.h5"))
-    monkeypatch.setattr(export_mode, "_model_card", lambda *a: "card")
+    from simclr_tf.weights import cards  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(cards, "output_widths", lambda model, size: dict(embedding=16))
     return state
 
 
@@ -353,3 +358,177 @@ def test_none_ends_training_without_an_export_and_export_mode_needs_a_format(
     with pytest.raises(ConfigError, match="must be 'none' or a comma-separated subset.*"
                                           "'none' unknown"):
         run_fixtures.config(model_dir="/tmp/run", export_format="none,onnx")
+
+
+# ------------------------------------------------------------------ the export cards
+
+
+def _card(model_dir, fmt, step):
+    with open(os.path.join(model_dir, export.FORMATS[fmt].dirname, str(step),
+                           cards.CARD_FILE)) as f:
+        return f.read()
+
+
+def test_every_export_folder_has_a_card_with_its_steps_results_only(tmp_path,
+                                                                   fake_writers):
+    """Fault 12 of 2026-12-05: the keras-hub card of an export of ckpt-2 carried
+    result.json's step-4 numbers and flags the tiny encoder does not read
+    (--resnet_depth) beside a step plan it did not use (--train_epochs); the other
+    formats had no card. Each folder now has one, written with its files."""
+    cfg = run_fixtures.write_run(tmp_path / "run", train_steps=4, export_format=ALL)
+    result = {"global_step": 4, "train/contrast_loss": 8.82}
+    with open(os.path.join(cfg.model_dir, "result.json"), "w") as f:
+        json.dump(result, f)
+    export_mode.export_model(None, cfg, 2)
+    for fmt in ALL.split(","):
+        card = _card(cfg.model_dir, fmt, 2)
+        assert card.startswith("---\nlibrary_name: keras-hub") == (fmt == "keras_hub")
+        assert f"# SimCLR model (digits, step 2): {fmt}" in card
+        assert "No results recorded for this step (result.json records step 4)." in card
+        assert "8.82" not in card
+        assert "| `--encoder` | `tiny` |" in card and "| `--width_multiplier` |" in card
+        assert "| `--train_steps` | `4` |" in card
+        assert "--resnet_depth" not in card and "--train_epochs" not in card
+        assert "| `embedding` | [N, 16] | float32 |" in card
+    assert "| `images` | [N, 16, 16, 3], any N | float32 | RGB in [0, 1]" in _card(
+        cfg.model_dir, "onnx", 2)
+    saved = _card(cfg.model_dir, "saved_model", 2)
+    assert "| `serving_default` | `image_bytes` | [N] | string |" in saved
+    assert "| `serving_images` | `images` | [N, H, W, 3], any H, W | float32 |" in saved
+    assert "**Check the size yourself**" in _card(cfg.model_dir, "litert", 2)
+    assert "Another size is refused" in _card(cfg.model_dir, "onnx", 2)
+    export_mode.export_model(None, cfg, 4)  # the step result.json records
+    assert "| `train/contrast_loss` | 8.82 |" in _card(cfg.model_dir, "keras_hub", 4)
+
+
+def test_the_recipe_names_the_flags_its_encoder_and_step_plan_used():
+    flags = dict(dataset="imagenet2012", train_mode="pretrain", encoder="resnet",
+                 resnet_depth=50, width_multiplier=2, sk_ratio=0.0625, se_ratio=0.0,
+                 stem="imagenet", train_steps=0, train_epochs=100, temperature=0.1,
+                 use_blur=True, vit_pool="token")
+    assert list(cards.recipe_flags(flags)) == [
+        "dataset", "train_mode", "encoder", "resnet_depth", "width_multiplier",
+        "sk_ratio", "se_ratio", "stem", "train_epochs", "temperature", "use_blur"]
+    fine_tune = dict(flags, encoder="vit_s16", train_mode="finetune", train_steps=500)
+    assert list(cards.recipe_flags(fine_tune)) == [
+        "dataset", "train_mode", "encoder", "vit_pool", "train_steps"]
+
+
+def test_a_card_that_cannot_be_written_leaves_the_previous_export(tmp_path, fake_writers,
+                                                                  monkeypatch):
+    """The card is part of the atomic export: if it fails, no folder is renamed into
+    place and an earlier export of the same step stays whole."""
+    export.export_for_step(None, str(tmp_path), 3, fmt="onnx", image_size=16)
+    before = _card(str(tmp_path), "onnx", 3)
+
+    def full_disk(directory, card):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cards, "write_card", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        export.export_for_step(None, str(tmp_path), 3, fmt="onnx", image_size=16)
+    assert sorted(os.listdir(tmp_path / "onnx")) == ["3"]
+    assert sorted(os.listdir(tmp_path / "onnx" / "3")) == ["README.md", "model.onnx"]
+    assert _card(str(tmp_path), "onnx", 3) == before
+
+
+# ------------------------------------------------------------------ without TensorFlow
+
+
+def documented_recipe():
+    """The NumPy + Pillow preprocessing of docs/serving.md, executed as it is written
+    there: its `preprocess(file, size)` and `bicubic_matrix`."""
+    with open(SERVING_DOC) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    code, = [block for block in blocks if "def preprocess(" in block]
+    assert "tensorflow" not in code and "import tf" not in code
+    namespace = {}
+    exec(code, namespace)  # pylint: disable=exec-used
+    return namespace
+
+
+def _png(pixels):
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _test_images():
+    """PNGs that shrink, enlarge, are not square, grey, or cropped above 32 px."""
+    rng = np.random.default_rng(3)
+    yy, xx = np.mgrid[:64, :48]
+    smooth = np.stack([128 + 100 * np.sin(xx / 5), 128 + 100 * np.cos(yy / 7),
+                       (2 * xx + yy) % 256], -1).astype(np.uint8)
+    return {"smooth_64x48": _png(smooth),
+            "noise_37": _png(rng.integers(0, 256, (37, 37, 3), dtype=np.uint8)),
+            "grey_30x20": _png(rng.integers(0, 256, (30, 20), dtype=np.uint8)),
+            "small_5x7": _png(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8))}
+
+
+def test_the_documented_recipe_is_the_eval_preprocessing_without_tensorflow():
+    """docs/serving.md's NumPy + Pillow recipe against `augment.preprocess_for_eval`
+    on the same decoded PNGs, at 16 px and at 40 px (centre crop): to float32
+    round-off. PIL's own bicubic resize, the obvious recipe, is far off (the check
+    can tell)."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import augment  # pylint: disable=import-outside-toplevel
+    recipe = documented_recipe()
+    for size in (16, 40):
+        for name, data in _test_images().items():
+            expected = augment.preprocess_for_eval(
+                tf.io.decode_image(data, channels=3, dtype=tf.float32), size, size,
+                crop=augment.eval_center_crop_enabled(size)).numpy()
+            got = recipe["preprocess"](io.BytesIO(data), size)
+            assert got.dtype == np.float32 and got.shape == (size, size, 3)
+            np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=(name, size))
+    data = _test_images()["noise_37"]
+    pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").resize(
+        (16, 16), Image.BICUBIC), np.float32) / 255
+    assert np.abs(pil - recipe["preprocess"](io.BytesIO(data), 16)).max() > 0.1
+
+
+@pytest.mark.large  # 13-20 s: a tiny model at 16 and 40 px as SavedModel, ONNX, LiteRT
+def test_the_documented_recipe_into_onnx_gives_serving_default(tmp_path):
+    """The issue's check: a PNG decoded by Pillow and preprocessed by docs/serving.md's
+    recipe, through the ONNX file in ONNX Runtime, against the SavedModel's
+    serving_default fed the same bytes: every output within 1e-5 of its largest
+    magnitude, at 16 px and at 40 px (the crop). And the wrong-size behaviour the
+    cards state: ONNX refuses another size; LiteRT's signature runner runs it (the
+    file cannot prevent it: the caller checks), its strict resize refuses it."""
+    ort = pytest.importorskip("onnxruntime", reason=f"needs {EXTRA}")
+    litert = pytest.importorskip("ai_edge_litert.interpreter", reason=f"needs {EXTRA}")
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    recipe = documented_recipe()
+    for size in (16, 40):
+        model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
+                            num_proj_layers=2, proj_out_dim=16, num_classes=10)
+        model.build((None, size, size, 3))
+        model_dir = str(tmp_path / str(size))
+        paths = {fmt: export.export_for_step(model, model_dir, 1, fmt=fmt, image_size=size)
+                 for fmt in ("saved_model", "onnx", "litert")}
+        served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"]
+        session = ort.InferenceSession(os.path.join(paths["onnx"], "model.onnx"))
+        names = [output.name for output in session.get_outputs()]
+        for name, data in _test_images().items():
+            expected = {key: value.numpy() for key, value in
+                        served(image_bytes=tf.constant([data])).items()}
+            images = recipe["preprocess"](io.BytesIO(data), size)[None]
+            got = dict(zip(names, session.run(None, {"images": images})))
+            assert set(got) == set(expected) == {"embedding", "projection", "logits",
+                                                 "probabilities"}
+            for key, value in expected.items():
+                relative = np.abs(got[key] - value).max() / np.abs(value).max()
+                assert relative < 1e-5, (size, name, key, relative)
+        small = np.zeros((1, size // 2, size // 2, 3), np.float32)
+        with pytest.raises(Exception, match="INVALID_ARGUMENT.*images"):
+            session.run(None, {"images": small})
+        interpreter = litert.Interpreter(os.path.join(paths["litert"], "model.tflite"))
+        detail, = interpreter.get_input_details()
+        assert list(detail["shape_signature"]) == [-1, size, size, 3]
+        outputs = interpreter.get_signature_runner()(images=small)  # runs, silently
+        assert outputs["embedding"].shape == (1, 16)
+        with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
+            interpreter.resize_tensor_input(detail["index"], list(small.shape), strict=True)
+        assert "**Check the size yourself**" in _card(model_dir, "litert", 1)

@@ -3,8 +3,10 @@ colabs), and ONNX, LiteRT and keras-hub beside it (`FORMATS`, --export_format).
 
 `export_for_step(model, model_dir, step, image_size=..., fmt="saved_model")` writes
 `model_dir/<format>/<step>/` (`simclr_tf.weights.portable` writes the ONNX and LiteRT
-files, `simclr_tf.weights.hub_preset` the keras-hub preset; below, the SavedModel)
-and keeps the newest `keep_hub_module_max` exports of that format;
+files, `simclr_tf.weights.hub_preset` the keras-hub preset; below, the SavedModel),
+each with its card, `README.md` (`simclr_tf.weights.cards`: inputs, preprocessing,
+outputs, step, parity, the run's recipe and results of that step), and keeps the
+newest `keep_hub_module_max` exports of that format;
 it never deletes an export newer than the one written (an export of an earlier
 checkpoint, because the newest one is unreadable, leaves the newer export) nor one
 its caller names as the only copy of its step's weights (`only_copies`).
@@ -46,7 +48,8 @@ interface with `trainable=True` refuses an empty batch: batch norm has no statis
 of it.) Wrong dtypes are rejected by the signature itself (TF
 Serving and `ConcreteFunction` check the dtype before the graph runs).
 
-Writes are atomic on POSIX file systems: the SavedModel goes to a hidden temporary
+Writes are atomic on POSIX file systems: the SavedModel (or another format's files)
+and its card go to a hidden temporary
 sibling directory that is renamed into place only once complete, so a crash or kill
 mid-export never replaces the last good export. (On object stores such as GCS a
 directory rename is a copy, so there it is merely "never partially visible under the
@@ -69,9 +72,10 @@ import tensorflow as tf
 
 from simclr_tf.config import rules
 from simclr_tf.models.simclr import float32_twin
+from simclr_tf.weights import cards
 # Re-exported: `export` is the public face of the SavedModel export.
 from simclr_tf.weights.serving import (  # noqa: F401
-    SERVING_DEFAULT, SERVING_IMAGES, SERVING_OUTPUTS, ServingModule,
+    SERVING_DEFAULT, SERVING_IMAGES, SERVING_OUTPUTS, ServingModule, check_image_size,
     create_serving_module)
 from simclr_tf.weights.serving_input import (  # noqa: F401
     IMAGE_BYTES_INPUT, IMAGE_VALUE_TOLERANCE, IMAGES_INPUT, decode_batch)
@@ -111,10 +115,10 @@ def _scratch_path(path, kind):
     return os.path.join(parent, f".{name}.{kind}-{uuid.uuid4().hex[:12]}")
 
 
-def _write_atomically(export_dir, write):
-    """`write(tmp_dir)` into a hidden sibling, renamed to `export_dir` once complete;
-    an existing `export_dir` is replaced only then. If writing fails, the temporary
-    directory is removed and the error re-raised."""
+def _write_atomically(export_dir, write, card=""):
+    """`write(tmp_dir)` and the `card` (README.md) into a hidden sibling, renamed to
+    `export_dir` once complete; an existing `export_dir` is replaced only then. If
+    writing fails, the temporary directory is removed and the error re-raised."""
     export_dir = _checked_dir(export_dir)
     parent = os.path.dirname(export_dir)
     if parent:
@@ -122,6 +126,8 @@ def _write_atomically(export_dir, write):
     tmp_dir = _scratch_path(export_dir, "tmp")
     try:
         write(tmp_dir)
+        if card:
+            cards.write_card(tmp_dir, card)
     except BaseException:
         if tf.io.gfile.exists(tmp_dir):
             tf.io.gfile.rmtree(tmp_dir)
@@ -144,8 +150,9 @@ def _checked_dir(export_dir):
 
 
 def export_saved_model(model, export_dir, *, image_size, crop=None,
-                       max_pixels=rules.SERVING_MAX_PIXELS):
-    """Writes the serving SavedModel of `model` to `export_dir`, atomically.
+                       max_pixels=rules.SERVING_MAX_PIXELS, card=""):
+    """Writes the serving SavedModel of `model` (and `card`, its README.md) to
+    `export_dir`, atomically.
 
     The SavedModel is written to a hidden sibling directory and renamed to
     `export_dir` once complete; an existing `export_dir` is replaced only then. If
@@ -158,6 +165,7 @@ def export_saved_model(model, export_dir, *, image_size, crop=None,
         image_size: positive int, side of the model's square input images.
         crop: centre-crop in the serving signatures; None: the training recipe's rule.
         max_pixels: most pixels of one served image (see `create_serving_module`).
+        card: the folder's README.md (`cards.export_card`); "" writes none.
 
     Returns:
         `export_dir`.
@@ -168,19 +176,21 @@ def export_saved_model(model, export_dir, *, image_size, crop=None,
     export_dir = _checked_dir(export_dir)
     module, signatures = create_serving_module(model, image_size=image_size, crop=crop,
                                                max_pixels=max_pixels)
-    return _write_atomically(export_dir, lambda tmp: _save(module, tmp, signatures))
+    return _write_atomically(export_dir, lambda tmp: _save(module, tmp, signatures),
+                             card)
 
 
 def export_format(model, export_dir, fmt, *, image_size, card=""):
-    """Writes `model` in format `fmt` ('onnx', 'litert', 'keras_hub') to `export_dir`,
-    atomically (see `export_saved_model`); `card`, the keras-hub preset's README.md."""
+    """Writes `model` in format `fmt` ('onnx', 'litert', 'keras_hub') and `card` (the
+    folder's README.md; "" writes none) to `export_dir`, atomically (see
+    `export_saved_model`)."""
     # Imported here: the ONNX converter and keras-hub are optional extras.
     # pylint: disable=import-outside-toplevel
     if fmt == "keras_hub":
         from simclr_tf.weights import hub_preset
 
         def write(tmp):
-            hub_preset.write_preset(model, tmp, image_size, card)
+            hub_preset.write_preset(model, tmp, image_size)
     else:
         from simclr_tf.weights import portable
         writer = {"onnx": portable.write_onnx, "litert": portable.write_litert}[fmt]
@@ -188,7 +198,7 @@ def export_format(model, export_dir, fmt, *, image_size, card=""):
         def write(tmp):
             tf.io.gfile.makedirs(tmp)
             writer(model, tmp, image_size)
-    return _write_atomically(export_dir, write)
+    return _write_atomically(export_dir, write, card)
 
 
 def exported_steps(model_dir, fmt="saved_model"):
@@ -216,8 +226,9 @@ def latest_export(model_dir, fmt="saved_model"):
 
 def export_for_step(model, model_dir, step, *, image_size, fmt="saved_model",
                     keep_hub_module_max=1, crop=None, max_pixels=rules.SERVING_MAX_PIXELS,
-                    only_copies=(), card=""):
-    """Exports to `model_dir/<format>/<step>/`, keeping the newest exports.
+                    only_copies=(), run=None):
+    """Exports to `model_dir/<format>/<step>/` with its card (README.md,
+    `cards.export_card`), keeping the newest exports.
 
     After a successful export, exports of earlier steps beyond `keep_hub_module_max`
     are deleted (`rotation`), as are scratch directories that an export killed
@@ -236,7 +247,8 @@ def export_for_step(model, model_dir, step, *, image_size, fmt="saved_model",
         max_pixels: most pixels of one served image (see `create_serving_module`).
         only_copies: steps whose export is the only copy of their weights (no
             intact checkpoint holds them; `modes.export.export_model` knows): kept.
-        card: the keras-hub preset's model card (markdown).
+        run: the run's record for the card (`cards.RunRecord`: flags.json and
+            result.json); None: the card names no recipe and no results.
 
     Returns:
         The export's path.
@@ -254,13 +266,19 @@ def export_for_step(model, model_dir, step, *, image_size, fmt="saved_model",
                          f"Received: keep_hub_module_max={keep_hub_module_max!r}")
     if fmt not in FORMATS:
         raise ValueError(f"`fmt` must be one of {', '.join(FORMATS)}. Received: fmt={fmt!r}")
+    # Checked before the card is made of them (the writers check them again).
+    check_image_size(image_size)
+    rules.check_serving_max_pixels(max_pixels, "max_pixels")
     base = os.path.join(model_dir, FORMATS[fmt].dirname)
     target = os.path.join(base, str(step))
     if model is not None:  # a mixed-precision model is exported computing in float32
         model = float32_twin(model, image_size)
+    card = cards.export_card(fmt, step=step, image_size=image_size,
+                             widths=cards.output_widths(model, image_size), crop=crop,
+                             max_pixels=max_pixels, run=run or cards.RunRecord())
     if fmt == "saved_model":
         path = export_saved_model(model, target, image_size=image_size, crop=crop,
-                                  max_pixels=max_pixels)
+                                  max_pixels=max_pixels, card=card)
     else:
         path = export_format(model, target, fmt, image_size=image_size, card=card)
     for name in tf.io.gfile.listdir(base):

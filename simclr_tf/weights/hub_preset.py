@@ -16,10 +16,9 @@ or `simclr_tf.from_preset(folder)`, the same. The backbone is the encoder alone 
 projection or supervised head): images -> h, the representation downstream tasks use,
 in inference mode, on images preprocessed as evaluation does (`simclr_tf.weights.portable`
 says how). It fine-tunes like any Keras model (`backbone.trainable`, `training=True`).
-The folder also holds a model card, `README.md`: the run's recipe and results.
+The folder also holds a model card, `README.md` (`simclr_tf.weights.cards`): inputs,
+preprocessing, the run's recipe and its results at this step.
 """
-import os
-
 import keras
 import keras_hub
 
@@ -27,8 +26,6 @@ from simclr_tf.models import encoders
 from simclr_tf.models.layers import PACKAGE
 from simclr_tf.models.outputs import H
 from simclr_tf.weights.portable import INPUT
-
-CARD_FILE = "README.md"
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -84,69 +81,14 @@ def backbone_of(model, image_size):
     return backbone
 
 
-def write_preset(model, directory, image_size, card=""):
+def write_preset(model, directory, image_size):
     """The preset folder of `model`'s encoder at `directory` (keras-hub's
-    `save_to_preset`: config.json, model.weights.h5, metadata.json) and `card`
-    (markdown) as its README.md."""
+    `save_to_preset`: config.json, model.weights.h5, metadata.json); its card,
+    README.md, is the export's (`simclr_tf.weights.cards`)."""
     backbone_of(model, image_size).save_to_preset(directory)
-    with open(os.path.join(directory, CARD_FILE), "w", encoding="utf-8") as f:
-        f.write(card)
     return directory
 
 
 def from_preset(preset, **kwargs):
     """`keras_hub.models.Backbone.from_preset(preset)`: a `SimCLRBackbone`."""
     return keras_hub.models.Backbone.from_preset(preset, **kwargs)
-
-
-def model_card(*, flags, result, step, image_size, parameters):
-    """README.md of a preset: what it is, how to load it, the recipe and the numbers.
-
-    Args:
-        flags: the run's recorded flags (flags.json), a dict.
-        result: the run's result.json (a dict; {} when none).
-        step: the checkpoint's step.
-        image_size: S.
-        parameters: the backbone's parameter count.
-    """
-    recipe_keys = ("dataset", "train_split", "train_mode", "encoder", "resnet_depth",
-                   "width_multiplier", "sk_ratio", "se_ratio", "stem", "train_batch_size",
-                   "train_epochs", "train_steps", "learning_rate", "learning_rate_scaling",
-                   "optimizer", "weight_decay", "temperature", "color_jitter_strength",
-                   "use_blur", "proj_head_mode", "num_proj_layers", "seed")
-    recipe = "\n".join(f"| `--{key}` | `{flags[key]}` |" for key in recipe_keys
-                       if key in flags and flags[key] not in (None, ""))
-    numbers = {key: value for key, value in result.items()
-               if isinstance(value, (int, float)) and not isinstance(value, bool)}
-    preprocessing = (f"the centre 87.5% cropped, then resized to {image_size} px (bicubic)"
-                     if image_size > 32 else f"resized to {image_size} px (bicubic)")
-    results = "\n".join(f"| `{key}` | {value:.4g} |" for key, value in sorted(numbers.items()))
-    return f"""---
-library_name: keras-hub
-tags: [simclr, self-supervised, image-feature-extraction, simclr_tf]
----
-# SimCLR encoder ({flags.get('dataset', '?')}, step {step})
-
-A SimCLR encoder trained by simclr_tf (SimCLR v1/v2 in Keras 3), as a keras-hub
-backbone: images -> h [N, C], the representation before the projection head;
-{parameters:,} parameters. Input: float32 `[N, {image_size}, {image_size}, 3]`, RGB in
-[0, 1], preprocessed as evaluation does: {preprocessing}.
-
-```python
-import keras_hub, simclr_tf  # simclr_tf registers the backbone's class
-backbone = keras_hub.models.Backbone.from_preset("path/to/this/folder")
-h = backbone(images)
-```
-
-## Recipe
-
-| flag | value |
-|---|---|
-{recipe}
-
-## Results recorded by the run
-
-{("| metric | value |" + chr(10) + "|---|---|" + chr(10) + results) if results else "None recorded."}
-
-Every flag of the run: `flags.json` in its run directory.
-"""

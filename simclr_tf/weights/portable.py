@@ -17,7 +17,10 @@ What a runtime does with bad input (docs/serving.md, "ONNX and LiteRT"): ONNX Ru
 refuses another size, channel count or dtype (INVALID_ARGUMENT naming the input's
 dimension); LiteRT's interpreter refuses another channel count or dtype but runs other
 sizes (it resizes the input tensor, and the global average pooling gives outputs of
-the right shape): check the size before calling it.
+the right shape): check the size before calling it. The file cannot prevent this: its
+input's `shape_signature` is [-1, S, S, 3], but the signature runner resizes
+non-strictly (a strict `resize_tensor_input` refuses, measured with ai-edge-litert
+2.3). The folder's card says so (`simclr_tf.weights.cards`).
 
 Conversion needs TensorFlow alone for LiteRT (`tf.lite.TFLiteConverter`, builtin ops
 only: a conversion that would need TensorFlow's own ops fails here rather than

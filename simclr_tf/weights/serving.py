@@ -183,7 +183,7 @@ def _as_float32(value):
     return tf.cast(value, tf.float32) if value.dtype.is_floating else value
 
 
-def _check_image_size(image_size):
+def check_image_size(image_size):
     if (not isinstance(image_size, int) or isinstance(image_size, bool)
             or image_size <= 0):
         raise ValueError(
@@ -210,7 +210,7 @@ def create_serving_module(model, *, image_size, crop=None,
     Returns:
         `(module, signatures)`, the arguments of `tf.saved_model.save`.
     """
-    _check_image_size(image_size)
+    check_image_size(image_size)
     rules.check_serving_max_pixels(max_pixels, "max_pixels")
     if crop is None:
         crop = augment.eval_center_crop_enabled(image_size)

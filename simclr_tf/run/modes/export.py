@@ -8,7 +8,7 @@ from simclr_tf.config import rules
 from simclr_tf.models.simclr import float32_twin
 from simclr_tf.rundir import records
 from simclr_tf.run import preflight, quiet
-from simclr_tf.weights import checkpoints, export
+from simclr_tf.weights import cards, checkpoints, export
 from simclr_tf.run.modes import parts
 
 
@@ -38,6 +38,7 @@ def export_model(model, config, step, *, write_guard=None):
     formats = rules.export_formats(config.export_format)
     if formats and model is not None:  # once for every format (export_for_step's rule)
         model = float32_twin(model, config.image_size)
+    run = _run_record(config)
     for fmt in formats:
         try:
             with quiet.converters_quiet():
@@ -45,8 +46,7 @@ def export_model(model, config, step, *, write_guard=None):
                     model, config.model_dir, step, fmt=fmt, image_size=config.image_size,
                     keep_hub_module_max=config.keep_hub_module_max,
                     max_pixels=config.serving_max_pixels,
-                    only_copies=_exports_without_checkpoint(config, fmt),
-                    card=_model_card(model, config, step) if fmt == "keras_hub" else "")
+                    only_copies=_exports_without_checkpoint(config, fmt), run=run)
         except Exception as error:  # pylint: disable=broad-except
             # Any failure of a converter (the TFLite converter's ConverterError, say)
             # is this one line: the checkpoints and the run's record are kept.
@@ -64,9 +64,9 @@ def export_model(model, config, step, *, write_guard=None):
     return written
 
 
-def _model_card(model, config, step):
-    """The keras-hub preset's README.md: the run's recorded flags and result."""
-    from simclr_tf.weights import hub_preset  # pylint: disable=import-outside-toplevel
+def _run_record(config):
+    """The run's recorded flags and training result, for the exports' cards (a
+    record that cannot be read leaves its part out: the export is what matters)."""
     flags, result = {}, {}
     for kind, into in ((records.FLAGS, flags), (records.RESULT, result)):
         path = records.record_path(config.model_dir, kind, "train")
@@ -74,11 +74,8 @@ def _model_card(model, config, step):
             try:
                 into.update(records.read_json(path))
             except (ValueError, OSError):
-                pass  # the card then says less; the export is what matters
-    flags = flags or config.to_dict()
-    parameters = model.encoder.count_params()
-    return hub_preset.model_card(flags=flags, result=result, step=step,
-                                 image_size=config.image_size, parameters=parameters)
+                pass
+    return cards.RunRecord(flags=flags or config.to_dict(), result=result)
 
 
 def _exports_without_checkpoint(config, fmt):

@@ -1,16 +1,20 @@
 """What every mode builds from the Config: the model, the Trainer (its step options,
-blur and views), the teacher, the encoder to evaluate. The evaluators a mode runs:
+blur and views), the training views (`view_options`, `draw_views`), the teacher, the
+encoder to evaluate. The evaluators a mode runs:
 `simclr_tf.run.modes.evaluators`; the export of a model: `simclr_tf.run.modes.export`."""
+import dataclasses
 import functools
 import json
 
+import numpy as np
 from absl import logging
 
 from simclr_tf.method import optimizers, schedules
 from simclr_tf.run import preflight
 from simclr_tf.weights import checkpoints, teacher
-from simclr_tf.config import ConfigError
+from simclr_tf.config import ConfigError, rules
 from simclr_tf import augment
+from simclr_tf.data import pipeline
 from simclr_tf.augment import device as device_augment
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.config.tables import train_modes
@@ -97,7 +101,68 @@ def view_fn(config):
     if config.augment_on != "device":  # pretraining only (validation)
         return None
     return device_augment.make_view_fn(config.image_size,
-                                       color_jitter_strength=config.color_jitter_strength)
+                                       color_jitter_strength=config.color_jitter_strength,
+                                       impl=COLOR_JITTER_IMPL)
+
+
+# No flag chooses the colour jitter's brightness: SimCLR v2's (multiplicative), the
+# default of both augmentation paths; passed from here so that what a run used is
+# named in one place (`describe_views` says it).
+COLOR_JITTER_IMPL = "simclrv2"
+
+
+def view_options(config):
+    """`pipeline.build_input_fn`'s keyword arguments that choose the training views of
+    `config`: its train mode (one view or two), size, colour strength and brightness,
+    --augment_on and --augmentations. Training's stream, its view summary and
+    `draw_views` (scripts/plot_run.py) take them from here."""
+    return dict(train_mode=config.train_mode, image_size=config.image_size,
+                color_jitter_strength=config.color_jitter_strength,
+                impl=COLOR_JITTER_IMPL, augment_on=config.augment_on,
+                augmentations=config.augmentations)
+
+
+def draw_views(config, source, split, example_ids, seed):
+    """The training views of examples of `split` as the train step of `config` sees
+    them: the input pipeline with `view_options(config)`, then, when the step takes two
+    views, its `augment.StepViews` (the views drawn on the device with
+    --augment_on=device; --use_blur's blur) at step 0 with the run's seed replaced
+    by `seed`. A draw of the run's recipe, not the views training drew for these
+    examples (those follow from their position in the stream).
+
+    Args:
+        example_ids: ids of `split` (positions in its canonical order).
+        seed: the seed of the draw (the pipeline's and the blur's).
+
+    Returns:
+        float32 [n, views, S, S, 3] in [0, 1], in the order of the sorted ids.
+    """
+    ids = np.unique(np.asarray(example_ids, np.int64))
+    # The ids alone, unshuffled (a buffer of one): the batch is them in order.
+    images, _ = next(iter(pipeline.build_input_fn(
+        source, split, global_batch_size=len(ids), seed=seed, label_subset_ids=ids,
+        shuffle_buffer_size=1, **view_options(config))(None)))
+    if train_modes.get(config.train_mode).views == 1:
+        return images.numpy()[:, None]
+    step_views = dataclasses.replace(step_options(config).views, seed=seed)
+    return np.stack([view.numpy() for view in step_views(images, step=0, replica=0)],
+                    axis=1)
+
+
+def describe_views(config):
+    """The training views of `config` in words, e.g. "pretrain's two views: crop +
+    flip + colour 0.5 (simclrv2), blur", "finetune's view: crop + flip",
+    "pretrain's two views: resize only"."""
+    row = train_modes.get(config.train_mode)
+    words = dict(crop="crop", flip="flip",
+                 color=f"colour {config.color_jitter_strength:g} ({COLOR_JITTER_IMPL})")
+    recipe = " + ".join(words[name] for name in rules.augmentations(
+        config.augmentations, row.views)) or "resize only"
+    if blur_fn(config) is not None:
+        recipe += ", blur"
+    if row.views == 2 and config.augment_on == "device":
+        recipe += " (drawn on the device)"
+    return f"{config.train_mode}'s {'two views' if row.views == 2 else 'view'}: {recipe}"
 
 
 def load_trained_encoder(config, strategy, context):

@@ -5,6 +5,7 @@ loop."""
 import os
 import time
 
+import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
@@ -59,11 +60,8 @@ def train(config, strategy, context):
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
-        train_mode=config.train_mode, image_size=config.image_size,
-        color_jitter_strength=config.color_jitter_strength, cache=config.cache_dataset,
-        seed=config.seed, label_subset_ids=subset_ids, labelled_ids=labelled_ids,
-        start_step=step, augment_on=config.augment_on,
-        augmentations=config.augmentations)
+        cache=config.cache_dataset, seed=config.seed, label_subset_ids=subset_ids,
+        labelled_ids=labelled_ids, start_step=step, **parts.view_options(config))
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if chief:
         write_session_start(writer, step)
@@ -366,16 +364,12 @@ SUMMARY_NAMES = dict(loss="total_loss")
 
 
 def write_view_summary(config, source, split, writer, num_images=8):
-    """An image summary of pretraining views (or fine-tuning crops) as the model sees
-    them, from a separate small pipeline so the training stream is untouched."""
-    data = pipeline.build_input_fn(
-        source, split, global_batch_size=num_images,
-        train_mode=config.train_mode, image_size=config.image_size,
-        color_jitter_strength=config.color_jitter_strength,
-        augmentations=config.augmentations, shuffle_buffer_size=num_images)(None)
-    images, _ = next(iter(data))
-    if train_modes.get(config.train_mode).views == 2:
-        images = tf.concat(images, axis=2)  # view 1 | view 2, side by side
+    """An image summary of the split's first images' training views as the train step
+    sees them (`parts.draw_views`: pretraining's two side by side), drawn apart from
+    the training stream, which stays untouched."""
+    ids = range(min(num_images, source.num_examples(split)))
+    views = parts.draw_views(config, source, split, ids, config.seed)
+    images = np.concatenate(list(views.transpose(1, 0, 2, 3, 4)), axis=2)
     with writer.as_default(step=0):
         tf.summary.image("train/views", images, max_outputs=num_images)
     writer.flush()
