@@ -4,7 +4,7 @@ The files, in the order a reader of the paper wants them:
 
 | file | what |
 |---|---|
-| `recipe.py` | the recipe top to bottom: `random_crop_with_resize`, `random_flip`, one view (`preprocess_for_train`), where the two views are made (`StepViews`: the step takes the host's pair, or draws it on the device, then blurs it), the evaluation preprocessing (`preprocess_for_eval`) |
+| `recipe.py` | the recipe top to bottom: `random_crop_with_resize`, `random_flip`, one view (`preprocess_for_train`), the host's two views of an image (`two_views`), the step's views (`StepViews`: it takes the host's pair, or draws it on the device, then blurs it), the evaluation preprocessing (`preprocess_for_eval`) |
 | `color.py` | colour distortion: `color_jitter` (brightness, contrast, saturation, hue in a random order), `to_grayscale`, `random_color_jitter` (p 0.8 and 0.2) |
 | `blur.py` | Gaussian blur: `batch_random_blur`, in the train step on whole batches of views |
 | `device.py` | the same recipe batched inside the train step (`--augment_on=device`): `make_view_fn` |
@@ -16,9 +16,8 @@ with p 0.5; (3) colour jitter with p 0.8 (strength s: brightness 0.8s, contrast 
 saturation 0.8s, hue 0.2s, in a fresh random order, each clipped to [0, 1]) and,
 independently, grayscale with p 0.2; (4) Gaussian blur with p 0.5 (sigma in [0.1, 2],
 kernel 10% of the side). Steps 1-3 run per image in the input pipeline on the host
-(the data layer's pretraining stream calls `preprocess_for_train` twice per image with
-independent seeds), or batched on the device (`device.make_view_fn`); step 4 runs in the
-train step on whole batches either way (`StepViews`), as in the reference: cheap on an
+(`two_views`: `preprocess_for_train` twice per image, with independent seeds), or
+batched on the device (`device.make_view_fn`); step 4 runs in the train step on whole batches either way (`StepViews`), as in the reference: cheap on an
 accelerator, expensive on the input host.
 
 Every function takes and returns float32 RGB images with values in [0, 1] (uint8 input
@@ -65,7 +64,7 @@ from simclr_tf.augment.color import (  # noqa: F401
 from simclr_tf.augment.recipe import (  # noqa: F401
     StepViews, center_crop, crop_and_resize, distorted_bounding_box_crop,
     preprocess_for_eval, preprocess_for_train, preprocess_image, random_crop_with_resize,
-    random_flip, view_seed)
+    random_flip, two_views, view_seed)
 
 __all__ = [
     "BLUR_PROBABILITY", "BLUR_SIGMA_RANGE", "COLOR_JITTER_PROBABILITY",
@@ -75,7 +74,8 @@ __all__ = [
     "color_jitter", "color_jitter_nonrand", "color_jitter_rand", "crop_and_resize",
     "distorted_bounding_box_crop", "eval_center_crop_enabled", "gaussian_blur",
     "gaussian_kernel_1d", "new_seed", "preprocess_for_eval", "preprocess_for_train",
-    "preprocess_image", "random_apply", "random_blur", "random_brightness",
+    "preprocess_image", "random_apply", "two_views", "view_seed", "StepViews",
+    "random_blur", "random_brightness",
     "random_color_jitter", "random_crop_with_resize", "random_flip", "to_float_image",
     "to_grayscale",
 ]

@@ -266,6 +266,29 @@ def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
     return tf.clip_by_value(image, 0.0, 1.0)
 
 
+def two_views(image: tf.Tensor, size: int, *, seed, color_jitter_strength: float = 1.0,
+              crop: bool = True, flip: bool = True, color_distort: bool = True,
+              impl: str = "simclrv2"):
+    """The two views of one image, drawn on the input host (--augment_on=host, the
+    authors' way): `preprocess_for_train` twice, with the image's seed split in two, so
+    the views are independent by construction (the package docstring, "Randomness").
+    The step then blurs them (`StepViews`).
+
+    Returns:
+      (view1, view2), each float32 [size, size, 3] in [0, 1].
+    """
+    image = to_float_image(image)
+    seeds = tf.random.experimental.stateless_split(seed, 2)
+
+    def view(view_seed):
+        return preprocess_for_train(image, size, size, crop=crop, flip=flip,
+                                    color_distort=color_distort,
+                                    color_jitter_strength=color_jitter_strength, impl=impl,
+                                    seed=view_seed)
+
+    return view(seeds[0]), view(seeds[1])
+
+
 def preprocess_for_eval(image: tf.Tensor, height: int, width: int,
                         crop: bool = True) -> tf.Tensor:
     """Evaluation preprocessing: centre crop of 0.875 (if `crop`) and bicubic resize.

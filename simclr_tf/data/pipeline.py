@@ -139,17 +139,9 @@ def build_input_fn(
         seed = int(np.random.default_rng().integers(2**31 - 1))
 
     def preprocess_pretrain(image, label, image_seed):
-        image = augment.to_float_image(image)
-        # The image's seed split in two: the views are independent by construction
-        # (augment's module docstring).
-        seeds = tf.random.experimental.stateless_split(image_seed, 2)
-
-        def view(view_seed):
-            return augment.preprocess_for_train(
-                image, image_size, image_size, **switches,
-                color_jitter_strength=color_jitter_strength, impl=impl, seed=view_seed)
-
-        return (view(seeds[0]), view(seeds[1])), label
+        return augment.two_views(image, image_size, seed=image_seed, **switches,
+                                 color_jitter_strength=color_jitter_strength,
+                                 impl=impl), label
 
     def preprocess_finetune(image, label, image_seed):
         return augment.preprocess_for_train(
