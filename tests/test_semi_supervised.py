@@ -240,7 +240,7 @@ def test_a_failed_stage_is_reported_with_its_log_and_the_stages_needing_it_skipp
     record = json.loads((workdir / "seed_3" / "pretrain.json").read_text())
     assert record["returncode"] == 2 and not record["reused"]
     assert record["command"][:3] == [sys.executable, RUN_PY, f"--flagfile={flagfile}"]
-    error = "run.py: error: --train_batch_size: must be > 0"
+    error = "run.py: error: --train_batch_size: must be a finite number > 0"
     log = (workdir / "seed_3" / "pretrain.log").read_text()
     assert log.startswith("=== ") and error in log  # the process's stderr
     assert f"Seed 3, stage pretrain FAILED (exit 2): {' '.join(record['command'])}" \

@@ -2,14 +2,13 @@
 blur and views), the teacher, the encoder to evaluate. The evaluators a mode runs:
 `simclr_tf.run.modes.evaluators`; the export of a model: `simclr_tf.run.modes.export`."""
 import functools
-import json
 
 from absl import logging
 
 from simclr_tf.method import optimizers, schedules
 from simclr_tf.run import preflight
 from simclr_tf.weights import checkpoints, teacher
-from simclr_tf.config import ConfigError
+from simclr_tf.config import ConfigError, validation
 from simclr_tf import augment
 from simclr_tf.augment import device as device_augment
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
@@ -80,8 +79,8 @@ def step_options(config):
                        view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk,
                        seed=config.seed, distill_temperature=config.distill_temperature,
                        distill_alpha=config.distill_alpha,
-                       objective_options=tuple(json.loads(config.objective_options or
-                                                          "{}").items()))
+                       objective_options=tuple(
+                           validation.objective_option_values(config).items()))
 
 
 def blur_fn(config):
