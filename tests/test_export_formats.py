@@ -336,6 +336,48 @@ def test_a_full_disk_is_said_once_with_the_space_left(tmp_path, fake_writers):
                                     "with --mode=export --export_format=keras_hub.")
 
 
+def test_the_presets_weights_file_is_made_in_memory_and_written_whole(tmp_path,
+                                                                     monkeypatch):
+    """What keeps HDF5 away from a failed write (the next test's fault): h5py opens no
+    file on disk while the preset's weights are written; the file Python writes loads
+    back the same weights; a failed write leaves no file and is an OSError."""
+    pytest.importorskip("keras_hub", reason="needs keras-hub (pip install -e '.[hub]')")
+    import h5py  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import files  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import hub_preset  # pylint: disable=import-outside-toplevel
+    model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
+                        proj_out_dim=8, num_proj_layers=1)
+    model.build((None, 16, 16, 3))
+    backbone = hub_preset.backbone_of(model, 16)
+    opened, h5_file = [], h5py.File
+
+    def recorded(name, *args, **kwargs):
+        opened.append(name)
+        return h5_file(name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", recorded)
+    path = str(tmp_path / "model.weights.h5")
+    backbone.save_weights(path)
+    assert opened and not [name for name in opened if isinstance(name, (str, os.PathLike))]
+    monkeypatch.setattr(h5py, "File", h5_file)
+    again = hub_preset.backbone_of(model, 16)
+    for variable in again.weights:
+        variable.assign(np.zeros(variable.shape, variable.dtype))
+    again.load_weights(path)
+    for ours, theirs in zip(again.weights, backbone.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.tf.io.gfile, "GFile", full)
+    with pytest.raises(OSError, match="no space left on the device"):
+        backbone.save_weights(str(tmp_path / "second.weights.h5"))
+    assert sorted(os.listdir(tmp_path)) == ["model.weights.h5"]
+
+
+@pytest.mark.large  # 10-15 s: run.py's process (the test above guards the mechanism)
 def test_a_keras_hub_export_the_disk_cannot_hold_ends_with_its_error(tmp_path):
     """Round VI, 20: on a full disk the keras-hub export printed its error, then h5py's
     'Exception ignored' tracebacks, and the process died in a segmentation fault (exit

@@ -78,7 +78,8 @@ class SimCLRBackbone(keras_hub.models.Backbone):
         memory = io.BytesIO()
         store = saving_lib.H5IOStore(memory, mode="w")
         try:
-            saving_lib._save_state(self, weights_store=store, assets_store=None,  # pylint: disable=protected-access
+            # pylint: disable-next=protected-access
+            saving_lib._save_state(self, weights_store=store, assets_store=None,
                                    inner_path="", visited_saveables=set())
         finally:
             store.close()
