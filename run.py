@@ -109,18 +109,21 @@ def _define_flags():
 
 
 def objective_options(flag_values, values):
-    """--objective_options with the chosen train mode's own option flags (as JSON):
-    every option of its row, given or default, so that flags.json records them."""
-    row = train_modes.TRAIN_MODES.get(values["train_mode"])
-    if row is None or not row.options:
-        return values["objective_options"]
+    """--objective_options with the train modes' option flags, as JSON: each one given,
+    whatever its train mode (validation refuses one of another train mode than the
+    run's, naming its mode), and the chosen train mode's others at their defaults,
+    so that flags.json records every option of its row."""
     given = json.loads(values["objective_options"] or "{}")
-    for name, default in row.options:
+    if not isinstance(given, dict):
+        return values["objective_options"]  # validation's error
+    for name in train_modes.all_options():
         # A FlagValues made for the Config's flags alone has no option flags.
-        flag = flag_values[name] if name in flag_values else None
-        if (flag is not None and flag.present) or name not in given:
-            given[name] = flag.value if flag is not None else default
-    return json.dumps(given, sort_keys=True)
+        if name in flag_values and flag_values[name].present:
+            given[name] = flag_values[name].value
+    row = train_modes.TRAIN_MODES.get(values["train_mode"])
+    for name, default in row.options if row is not None else ():
+        given.setdefault(name, default)
+    return json.dumps(given, sort_keys=True) if given else values["objective_options"]
 
 
 # --help, by topic: each Config field names its topic (`fields.field`).

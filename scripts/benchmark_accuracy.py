@@ -50,7 +50,10 @@ Examples:
 A cell (row, seed) is recorded in --workdir as <row>_seed<S>.json once finished;
 --resume reuses a cell whose record names the same settings, any other is run again.
 A non-empty --workdir is refused without --resume. Exit status 0 when every cell
-ran; 1 when one failed (its command and the end of its log are printed).
+ran; 1 when one failed (its command and the end of its log are printed). SIGTERM or
+SIGINT (Ctrl-C) reaches the running training (run.py saves a checkpoint and exits);
+the script waits for it and exits 128 + the signal (143, 130): the same command with
+--resume continues (finished cells are reused, the stopped one resumes).
 """
 from __future__ import annotations
 
@@ -203,14 +206,16 @@ def thread_env(threads):
     return env
 
 
-def run_logged(command, log_path, env=None):
-    """Runs `command`, output to `log_path`; returns wall seconds. Raises CellFailed."""
+def run_logged(command, log_path, children, env=None):
+    """Runs `command`, one of `children` (script_io.Children: it stops with the
+    script), output to `log_path`; returns wall seconds. Raises CellFailed, or
+    script_io.Stopped when the script was stopped (the child too)."""
     started = time.perf_counter()
     with open(log_path, "w") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
-        status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                 env=env)
+        status = children.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                              env=env)
     if status:
         with open(log_path) as log:
             tail = "".join(log.readlines()[-15:])
@@ -338,9 +343,9 @@ def lightly_data(args, budget, feats):
     if not os.path.exists(path):
         _, bank_images = feats.labels_and_images(budget.train_split)
         _, test_images = feats.labels_and_images(budget.test_split)
-        np.savez(path + ".tmp.npz", train_images=feats.train_images_uint8(),
-                 bank_images=bank_images, test_images=test_images)
-        os.replace(path + ".tmp.npz", path)
+        script_io.write_whole(path, lambda scratch: np.savez(
+            scratch, train_images=feats.train_images_uint8(), bank_images=bank_images,
+            test_images=test_images))
     return path
 
 
@@ -356,7 +361,7 @@ def lightly_command(args, budget, seed, out, data_path):
             f"--threads={args.threads}"]
 
 
-def speed_only(args, budget, feats):
+def speed_only(args, budget, feats, children):
     """Our pretraining and the peer's, back to back, --speed_rounds times, each for
     --speed_epochs (same step, same threads); s/step after the first step."""
     budget = dataclasses.replace(budget, epochs=args.speed_epochs,
@@ -368,11 +373,12 @@ def speed_only(args, budget, feats):
         os.makedirs(directory, exist_ok=True)
         run_dir = os.path.join(directory, "simclr_tf")
         run_logged(run_py_command(budget, "simclr_tf", 0, run_dir, args.data_dir),
-                   os.path.join(directory, "simclr_tf.log"), env=thread_env(args.threads))
+                   os.path.join(directory, "simclr_tf.log"), children,
+                   env=thread_env(args.threads))
         ours = seconds_per_step_from_metrics(run_dir)
         out = os.path.join(directory, "lightly.npz")
         run_logged(lightly_command(args, budget, 0, out, data_path),
-                   os.path.join(directory, "lightly.log"))
+                   os.path.join(directory, "lightly.log"), children)
         peer = json.loads(str(np.load(out)["timing"]))["seconds_per_step"]
         rows.append((ours, peer, os.getloadavg()[0]))
         print(f"round {round_}: simclr_tf {ours:.3f} s/step, lightly {peer:.3f} s/step, "
@@ -383,8 +389,9 @@ def speed_only(args, budget, feats):
           f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")
 
 
-def run_cell(row, seed, args, budget, feats, cell_dir):
-    """Trains (unless 'random') and evaluates one cell; returns its record."""
+def run_cell(row, seed, args, budget, feats, cell_dir, children):
+    """Trains (unless 'random'; the training one of `children`) and evaluates one
+    cell; returns its record."""
     import keras  # pylint: disable=import-outside-toplevel
     os.makedirs(cell_dir, exist_ok=True)
     bank_y, _ = feats.labels_and_images(budget.train_split)
@@ -393,7 +400,8 @@ def run_cell(row, seed, args, budget, feats, cell_dir):
     if row == "lightly":
         out = os.path.join(cell_dir, "features.npz")
         command = lightly_command(args, budget, seed, out, lightly_data(args, budget, feats))
-        record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"))
+        record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"),
+                                            children)
         saved = np.load(out)
         timing = json.loads(str(saved["timing"]))
         record.update(seconds_per_step=timing["seconds_per_step"], steps=timing["steps"])
@@ -416,12 +424,13 @@ def run_cell(row, seed, args, budget, feats, cell_dir):
         if args.fast:  # no export: the cell opens the run's checkpoint (open_encoder)
             command.append("--export_format=none")
         record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"),
-                                            env=thread_env(args.threads))
+                                            children, env=thread_env(args.threads))
         record["seconds_per_step"] = seconds_per_step_from_metrics(model_dir)
         model, _, _ = checkpoints.open_encoder(model_dir)
         bank_h, test_h = feats.of_model(model)
     # Kept, so that the evaluation can be redone without training again.
-    np.savez(os.path.join(cell_dir, "h.npz"), bank_h=bank_h, test_h=test_h)
+    script_io.write_whole(os.path.join(cell_dir, "h.npz"), lambda scratch: np.savez(
+        scratch, bank_h=bank_h, test_h=test_h))
     started = time.perf_counter()
     record.update(evaluate(bank_h, test_h, bank_y, test_y, seed))
     record["evaluation_seconds"] = time.perf_counter() - started
@@ -657,6 +666,40 @@ def parse_args(argv):
     return args
 
 
+def run_cells(args, budget, feats, children):
+    """Runs (or with --resume reuses) every cell; returns (their records, the failed
+    (row, seed)). Raises script_io.Stopped when the script is stopped."""
+    cells, failed = [], []
+    for seed in args.seeds:
+        for row in [r for r in ROWS if r in args.rows]:
+            children.check()  # a stop that came while the last cell was evaluated
+            cell_dir = os.path.join(args.workdir, f"{row}_seed{seed}")
+            record_path = cell_dir + ".json"
+            key = settings_key(args, budget, row, seed)
+            if args.resume and os.path.exists(record_path):
+                with open(record_path) as f:
+                    saved = json.load(f)
+                if saved.get("settings") == key:
+                    print(f"{row} seed {seed}: reused {record_path}", flush=True)
+                    cells.append(saved)
+                    continue
+            print(f"{row} seed {seed}: running ...", flush=True)
+            try:
+                cell = run_cell(row, seed, args, budget, feats, cell_dir, children)
+            except CellFailed as error:
+                print(f"{row} seed {seed}: FAILED {error}", flush=True)
+                failed.append((row, seed))
+                continue
+            cell["settings"] = key
+            script_io.write_text(record_path, json.dumps(cell, indent=1))
+            print(f"{row} seed {seed}: kNN {cell['knn']:.4f} probe {cell['probe']:.4f} "
+                  f"RankMe {cell['rankme']:.1f}"
+                  + (f", {cell['seconds_per_step']:.3f} s/step, {cell['wall_seconds']:.0f} s"
+                     if "seconds_per_step" in cell else ""), flush=True)
+            cells.append(cell)
+    return cells, failed
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -670,38 +713,28 @@ def main(argv=None):
     quiet.import_tensorflow()  # run.py's way: TensorFlow's start-up lines filtered
     os.makedirs(args.workdir, exist_ok=True)
     feats = Features(budget, args.data_dir)
-    if args.speed_rounds:
-        speed_only(args, budget, feats)
-        return 0
-    cells, failed = [], []
-    for seed in args.seeds:
-        for row in [r for r in ROWS if r in args.rows]:
-            cell_dir = os.path.join(args.workdir, f"{row}_seed{seed}")
-            record_path = cell_dir + ".json"
-            key = settings_key(args, budget, row, seed)
-            if args.resume and os.path.exists(record_path):
-                with open(record_path) as f:
-                    saved = json.load(f)
-                if saved.get("settings") == key:
-                    print(f"{row} seed {seed}: reused {record_path}", flush=True)
-                    cells.append(saved)
-                    continue
-            print(f"{row} seed {seed}: running ...", flush=True)
-            try:
-                cell = run_cell(row, seed, args, budget, feats, cell_dir)
-            except CellFailed as error:
-                print(f"{row} seed {seed}: FAILED {error}", flush=True)
-                failed.append((row, seed))
-                continue
-            cell["settings"] = key
-            with open(record_path + ".tmp", "w") as f:
-                json.dump(cell, f, indent=1)
-            os.replace(record_path + ".tmp", record_path)
-            print(f"{row} seed {seed}: kNN {cell['knn']:.4f} probe {cell['probe']:.4f} "
-                  f"RankMe {cell['rankme']:.1f}"
-                  + (f", {cell['seconds_per_step']:.3f} s/step, {cell['wall_seconds']:.0f} s"
-                     if "seconds_per_step" in cell else ""), flush=True)
-            cells.append(cell)
+    try:
+        with script_io.Children() as children:
+            if args.speed_rounds:
+                speed_only(args, budget, feats, children)
+                return 0
+            cells, failed = run_cells(args, budget, feats, children)
+        report_cells(cells, failed, args, budget)
+    except script_io.Stopped as stop:
+        print(f"benchmark_accuracy.py: {stop}: the running training was stopped and has "
+              "exited (run.py saves a checkpoint); the same command with --resume "
+              "continues (finished cells are reused, the stopped one resumes).",
+              file=sys.stderr)
+        return 128 + stop.signum
+    except script_io.WriteFailed as error:  # a full disk, a folder gone
+        print(f"benchmark_accuracy.py: error: {error}", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
+
+
+def report_cells(cells, failed, args, budget):
+    """Prints the table of `cells` and writes --json (and, for a full run without
+    failures, the doc's section and its plot), each file whole."""
     for cell in cells:
         if cell["row"] in TRAINED_ROWS:
             cell_dir = os.path.join(args.workdir, f"{cell['row']}_seed{cell['seed']}")
@@ -710,16 +743,15 @@ def main(argv=None):
     results = summarise(cells)
     text = report(results, cells, args, budget)
     print(text)
-    with open(args.json, "w") as f:
-        json.dump(dict(cells=cells, results=results, machine=machine(),
-                       budget=dataclasses.asdict(budget)), f, indent=1)
+    script_io.write_text(args.json, json.dumps(dict(
+        cells=cells, results=results, machine=machine(), budget=dataclasses.asdict(budget)),
+        indent=1))
     if not args.fast and not failed:
         old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
         script_io.write_text(args.doc, replace_section(old, text))
         print(f"Wrote the table into {args.doc}")
         plot_results(results, args.plot,
                      f"Fashion-MNIST, budget {args.budget} (docs/benchmarks.md)")
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -64,7 +64,9 @@ class Children:
     `run` may be called from any thread."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        # Reentrant: the handler runs in the main thread, which may hold it (a child
+        # started from the main thread) when the signal comes.
+        self._lock = threading.RLock()
         self._running = set()
         self.stopped_by = None
         self._old = {}
@@ -86,22 +88,33 @@ class Children:
                 if child.poll() is None:
                     child.send_signal(signum)
 
-    def run(self, command, **kwargs):
-        """subprocess.run(command, **kwargs)'s return code; Stopped when the script was
-        asked to stop, before or while the child ran (the child was given the same
-        signal and has exited)."""
+    def run(self, command, timeout=None, **kwargs):
+        """subprocess.run(command, timeout=timeout, **kwargs)'s return code; Stopped
+        when the script was asked to stop, before or while the child ran (the child was
+        given the same signal and has exited). After `timeout` seconds the child is
+        killed, as subprocess.run does, and TimeoutExpired raised."""
         with self._lock:
-            if self.stopped_by:
-                raise Stopped(self.stopped_by)
+            self.check()
             # Its own process group: a terminal's Ctrl-C reaches the child only through
             # us, once, and a child is never left behind by a stop that skips it.
             child = subprocess.Popen(command, start_new_session=True, **kwargs)
             self._running.add(child)
+            if self.stopped_by:  # the signal came while it started (the main thread's)
+                child.send_signal(self.stopped_by)
         try:
-            code = child.wait()
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
         finally:
             with self._lock:
                 self._running.discard(child)
+        self.check()
+        return code
+
+    def check(self):
+        """Raises Stopped when the script was asked to stop: for work done in the
+        script's own process between children (a stop arriving then is only noted)."""
         if self.stopped_by:
             raise Stopped(self.stopped_by)
-        return code

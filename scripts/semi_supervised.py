@@ -89,7 +89,10 @@ Examples:
 
 Exit status 0 when every stage of every seed ran (whatever the verdicts), 1 when a
 stage failed (its command and the end of its log are printed; the stages that do not
-need it and the other seeds still run), 2 for a refused --workdir.
+need it and the other seeds still run), 2 for a refused --workdir. SIGTERM or SIGINT
+(Ctrl-C) reaches the running stage's run.py, which saves a checkpoint and exits; the
+script waits for it and exits 128 + the signal (143, 130): the same command with
+--resume continues (finished stages are reused, the stopped one resumes).
 """
 import argparse
 import json
@@ -103,6 +106,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A plain script: runs from a checkout without `pip install -e .` too (it imports
 # nothing of the package itself; run.py does).
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import script_io  # noqa: E402  (whole files; children that stop with the script)
 
 PRETRAIN_FLAGS = os.path.join(REPO, "flags", "quickstart.flags")
 FINETUNE_FLAGS = os.path.join(REPO, "flags", "quickstart_finetune.flags")
@@ -294,8 +299,10 @@ def finished_record(record_path, command, model_dir):
     return record
 
 
-def run_stage(stage, command, model_dir, workdir, args):
-    """Runs (or with --resume reuses) one stage; returns its record."""
+def run_stage(stage, command, model_dir, workdir, args, children):
+    """Runs (or with --resume reuses) one stage, its run.py one of `children`
+    (script_io.Children); returns its record. Raises script_io.Stopped, leaving no
+    record, when the script is stopped meanwhile (run.py saved a checkpoint)."""
     record_path = os.path.join(workdir, f"{stage}.json")
     log_path = os.path.join(workdir, f"{stage}.log")
     if args.resume:
@@ -312,9 +319,8 @@ def run_stage(stage, command, model_dir, workdir, args):
                   .encode())
         log.flush()
         try:
-            returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=REPO, env=env, check=False,
-                                        timeout=args.stage_timeout).returncode
+            returncode = children.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                      cwd=REPO, env=env, timeout=args.stage_timeout)
         except subprocess.TimeoutExpired:
             returncode = "timeout"
     wall = round(time.monotonic() - began, 1)
@@ -322,8 +328,7 @@ def run_stage(stage, command, model_dir, workdir, args):
     record = dict(stage=stage, description=DESCRIPTIONS[stage], command=command,
                   model_dir=model_dir, log=log_path, returncode=returncode,
                   wall_seconds=wall, global_step=result.get("global_step"), reused=False)
-    with open(record_path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    script_io.write_text(record_path, json.dumps(record, indent=2))
     print(f"[{stage}] exit {returncode} after {wall} s", flush=True)
     return record
 
@@ -483,7 +488,7 @@ def prepare_workdir(workdir, resume):
     os.makedirs(workdir, exist_ok=True)
 
 
-def run_seed(args, seed, workdir):
+def run_seed(args, seed, workdir, children):
     """Runs (or reuses) one seed's stages in order; returns ({stage: row} of the
     finished ones, {stage: record} of the failed ones, [skipped stages])."""
     os.makedirs(workdir, exist_ok=True)
@@ -493,7 +498,8 @@ def run_seed(args, seed, workdir):
             skipped.append(stage)  # a stage it needs failed: nothing to run on
             continue
         found, model_dir = commands(args, seed, workdir, counts)
-        record = run_stage(stage, found[stage], model_dir[stage], workdir, args)
+        record = run_stage(stage, found[stage], model_dir[stage], workdir, args,
+                           children)
         row = stage_row(record)
         if record["returncode"] != 0 or row["top_1"] is None or (
                 stage in ("pretrain", "b") and row["train_examples"] is None):
@@ -541,11 +547,9 @@ def write_report(report, path, workdir):
     gone), to `workdir` instead, saying so: hours of stages are never lost to it."""
     for target in (path, os.path.join(workdir, "semi_supervised.json")):
         try:
-            with open(target, "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=2)
-            return target
-        except OSError as error:
-            print(f"Could not write the report to {target}: {error}", file=sys.stderr)
+            return script_io.write_text(target, json.dumps(report, indent=2))
+        except script_io.WriteFailed as error:
+            print(f"Could not write the report: {error}", file=sys.stderr)
     return None
 
 
@@ -557,15 +561,22 @@ def main(argv=None):
     prepare_workdir(workdir, args.resume)
     began = time.monotonic()
     per_seed, failed, skipped = {}, {}, {}
-    for seed in args.seeds:
-        print(f"=== seed {seed} ===", flush=True)
-        rows, seed_failed, seed_skipped = run_seed(args, seed,
-                                                   os.path.join(workdir, f"seed_{seed}"))
-        per_seed[seed] = rows
-        if seed_failed:
-            failed[seed] = seed_failed
-        if seed_skipped:
-            skipped[seed] = seed_skipped
+    try:
+        with script_io.Children() as children:
+            for seed in args.seeds:
+                print(f"=== seed {seed} ===", flush=True)
+                rows, seed_failed, seed_skipped = run_seed(
+                    args, seed, os.path.join(workdir, f"seed_{seed}"), children)
+                per_seed[seed] = rows
+                if seed_failed:
+                    failed[seed] = seed_failed
+                if seed_skipped:
+                    skipped[seed] = seed_skipped
+    except script_io.Stopped as stop:
+        print(f"semi_supervised.py: {stop}: the running stage's run.py saved its checkpoint "
+              "and exited; the same command with --resume continues (finished stages are "
+              "reused, the stopped one resumes).", file=sys.stderr)
+        return 128 + stop.signum
     total = round(time.monotonic() - began, 1)
     summary = summarise(per_seed, args.seeds)
     checked = claims(summary, args.seeds, fast=args.fast)

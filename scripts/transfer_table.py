@@ -10,6 +10,10 @@ ENCODER is one of our run directories or checkpoint prefixes (architecture from 
 run's flags.json), one of our SavedModel exports (run/saved_model/<step>), or an
 authors' released SavedModel.
 
+Every argument and dataset is checked before the encoder is opened: an error is one
+line (exit 2) naming what to pass, and leaves nothing behind. --out's folder is
+created when the table is written; the features are cached beside it.
+
 Examples:
   python scripts/transfer_table.py /tmp/simclr_quickstart --datasets digits \
       --out /tmp/transfer.md
@@ -22,6 +26,14 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # a plain script: this checkout's simclr_tf, installed or not
+
+
+def fail(message):
+    """A bad argument: one line naming it and what to pass, exit 2."""
+    print(f"transfer_table.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _parse_splits(text):
@@ -31,7 +43,7 @@ def _parse_splits(text):
         name, _, pair = item.rpartition("=")
         train, test = _split_outside_brackets(pair)
         if not name or not train or not test:
-            raise SystemExit(f"--splits: expected DATASET=TRAIN:TEST, got {item!r}")
+            fail(f"--splits: expected DATASET=TRAIN:TEST, got {item!r}")
         splits[name] = (train, test)
     return splits
 
@@ -46,29 +58,25 @@ def _split_outside_brackets(pair):
     return pair, ""
 
 
-def check_arguments(parser, args):
+def check_arguments(args):
     """(datasets, {dataset: (train, test)}, the probe's C grid or None) of the
-    arguments, each checked before TensorFlow is imported: an error (exit 2) names
-    the argument and what to pass."""
+    arguments, each checked before TensorFlow is imported (`fail`)."""
     datasets = [name for name in args.datasets.split(",") if name]
     if not datasets:
-        parser.error(f"--datasets names no dataset. Received: --datasets={args.datasets!r}")
-    try:
-        overrides = _parse_splits(args.splits)
-    except SystemExit as error:
-        parser.error(str(error))
+        fail(f"--datasets names no dataset. Received: --datasets={args.datasets!r}")
+    overrides = _parse_splits(args.splits)
     unmatched = sorted(set(overrides) - set(datasets))
     if unmatched:
-        parser.error(f"--splits names {', '.join(map(repr, unmatched))}, which --datasets "
-                     f"does not ({', '.join(map(repr, datasets))}): each --splits entry is "
-                     "DATASET=TRAIN:TEST with DATASET written as in --datasets.")
+        fail(f"--splits names {', '.join(map(repr, unmatched))}, which --datasets "
+             f"does not ({', '.join(map(repr, datasets))}): each --splits entry is "
+             "DATASET=TRAIN:TEST with DATASET written as in --datasets.")
     for flag, value, least in (("--knn_k", args.knn_k, 1),
                                ("--batch_size", args.batch_size, 1)):
         if value < least:
-            parser.error(f"{flag} must be at least {least}. Received: {flag}={value}")
+            fail(f"{flag} must be at least {least}. Received: {flag}={value}")
     if not args.knn_temperature > 0:
-        parser.error("--knn_temperature must be > 0 (e.g. 0.07). Received: "
-                     f"--knn_temperature={args.knn_temperature}")
+        fail("--knn_temperature must be > 0 (e.g. 0.07). Received: "
+             f"--knn_temperature={args.knn_temperature}")
     c_grid = None
     if args.probe_c:
         try:
@@ -76,26 +84,52 @@ def check_arguments(parser, args):
         except ValueError:
             c_grid = ()
         if not c_grid or not all(c > 0 and c != float("inf") for c in c_grid):
-            parser.error("--probe_c takes comma-separated inverse L2 strengths, each > 0 "
-                         f"(e.g. 0.1,1,10). Received: --probe_c={args.probe_c!r}")
-    folder = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        parser.error(f"--out: cannot write in {folder} (no such folder, or not writable): "
-                     "create it first, or name a file in a folder that exists. Received: "
-                     f"--out={args.out}")
+            fail("--probe_c takes comma-separated inverse L2 strengths, each > 0 "
+                 f"(e.g. 0.1,1,10). Received: --probe_c={args.probe_c!r}")
+    check_out(args.out)
     return datasets, overrides, c_grid
 
 
-def check_disjoint_splits(parser, source, name, train, test):
+def check_out(out):
+    """--out names a file whose folder exists or can be created (it is, when the table
+    is written: nothing is made before the work succeeds)."""
+    folder = os.path.dirname(os.path.abspath(out))
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(out):
+        fail(f"--out: {out} is a folder; name the table's file, e.g. "
+             f"--out={os.path.join(out, 'transfer.md')}")
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
+        fail(f"--out: cannot write in {folder} ({existing} is not a folder you can write "
+             f"in): name a file in a folder you can write. Received: --out={out}")
+
+
+def check_disjoint_splits(source, name, train, test):
     """An error (exit 2) when `test` shares examples with `train`: the kNN bank and the
     probe would be measured on examples they hold."""
     from simclr_tf.evaluation import overlap  # pylint: disable=import-outside-toplevel
     shared, total, unit = overlap.shared_examples(source, train, test)
     if shared:
-        parser.error(f"--splits {name}: its test split {test!r} shares {shared} of its "
-                     f"{total} {unit} with its training split {train!r}, which the kNN "
-                     "bank and the probe are fitted on: pass two splits that share no "
-                     f"example, e.g. --splits {name}=train:test.")
+        fail(f"--splits {name}: its test split {test!r} shares {shared} of its "
+             f"{total} {unit} with its training split {train!r}, which the kNN "
+             "bank and the probe are fitted on: pass two splits that share no "
+             f"example, e.g. --splits {name}=train:test.")
+
+
+def open_dataset(name, data_dir):
+    """The dataset `name` of --datasets, its data there (`fail` otherwise: an unknown
+    name, a folder that does not exist, a TFDS dataset not prepared in --data_dir)."""
+    from simclr_tf.data import registry, tfds_source  # pylint: disable=import-outside-toplevel
+    try:
+        source = registry.get_dataset(name, data_dir=data_dir)
+        source.check_prepared()
+    except tfds_source.DatasetNotPreparedError as error:  # the fix this script has
+        fail(f"--datasets {name}: " + tfds_source.not_prepared_message(
+            error.name, error.data_dir, error.builder_data_dir, download_flag=None))
+    except (ValueError, FileNotFoundError) as error:
+        fail(f"--datasets {name}: {error}")
+    return source
 
 
 def default_splits(source):
@@ -107,7 +141,8 @@ def default_splits(source):
             if test in names:
                 return "train", test
         return "train[:80%]", "train[80%:]"
-    raise SystemExit(f"{source.name}: no 'train' split among {names}; pass --splits.")
+    fail(f"--datasets {source.name}: no 'train' split among {', '.join(names)}; pass "
+         f"--splits {source.name}=TRAIN:TEST.")
 
 
 def main(argv=None):
@@ -134,28 +169,31 @@ def main(argv=None):
                         help="comma-separated inverse L2 strengths the probe chooses "
                         "from (default: simclr_tf.evaluation.probe.DEFAULT_C_GRID)")
     args = parser.parse_args(argv)
-    datasets, overrides, c_grid = check_arguments(parser, args)
+    datasets, overrides, c_grid = check_arguments(args)
 
     # Imported after parsing so that --help never waits for TensorFlow, and quietly.
     from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     quiet.import_tensorflow()
     from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
-    from simclr_tf.data import registry  # pylint: disable=import-outside-toplevel
     from simclr_tf.evaluation import probe, transfer  # pylint: disable=import-outside-toplevel
 
-    model, image_size, description = checkpoints.open_encoder(args.encoder)
+    # Every dataset and its splits are checked before the encoder is opened and any
+    # feature computed.
+    planned = []
+    for name in datasets:
+        source = open_dataset(name, args.data_dir)
+        train, test = overrides.get(name) or default_splits(source)
+        check_disjoint_splits(source, name, train, test)
+        planned.append((name, source, train, test))
+    try:
+        model, image_size, description = checkpoints.open_encoder(args.encoder)
+    except (FileNotFoundError, ValueError) as error:  # no such path, not an encoder
+        fail(f"ENCODER {args.encoder}: {error}")
     image_size = args.image_size or image_size
     encoder_id = transfer.encoder_identity(
         checkpoints.resolve(args.encoder).prefix) + f"@{image_size}px"
     cache_dir = args.cache_dir or os.path.splitext(args.out)[0] + ".features"
     c_grid = c_grid or probe.DEFAULT_C_GRID
-    # Every dataset's splits are checked before any feature is computed.
-    planned = []
-    for name in datasets:
-        source = registry.get_dataset(name, data_dir=args.data_dir)
-        train, test = overrides.get(name) or default_splits(source)
-        check_disjoint_splits(parser, source, name, train, test)
-        planned.append((name, source, train, test))
     rows = []
     for name, source, train, test in planned:
         row = transfer.evaluate_protocols(

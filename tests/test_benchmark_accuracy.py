@@ -5,6 +5,9 @@ refusals; the extra-large tier runs its --fast path end to end on a small
 Fashion-MNIST the test writes (our rows only: the peer needs torch, which is never
 a dependency of the package or of its tests)."""
 import json
+import os
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -111,6 +114,42 @@ def test_bad_arguments_are_refused_before_any_work(bench, tmp_path):
     args = bench.parse_args(["--rows=random", f"--workdir={tmp_path}", "--resume",
                              "--seeds=3,4"])
     assert args.seeds == [3, 4] and args.rows == ["random"]
+
+
+def test_a_stop_ends_the_benchmark_between_cells_and_its_training_with_it(
+        bench, tmp_path, monkeypatch, capsys):
+    """SIGTERM / SIGINT: a training cell's run.py is one of the script's children
+    (scripts/script_io.Children: the signal forwarded, the child waited for; the
+    mechanism's process test is test_script_io's); a stop that comes while a cell is
+    evaluated in the script's process starts no further cell. The script exits 128 +
+    the signal; the finished cell's record is kept for --resume."""
+    log = tmp_path / "log.txt"
+    children = bench.script_io.Children()
+    assert bench.run_logged([sys.executable, "-c", "print('trained')"], str(log),
+                            children) > 0
+    assert "trained" in log.read_text().splitlines()
+    children.stopped_by = signal.SIGTERM
+    with pytest.raises(bench.script_io.Stopped):
+        bench.run_logged([sys.executable, "-c", "print('trained again')"], str(log), children)
+    assert "trained again" not in log.read_text().splitlines()  # only its command line
+
+    started = []
+
+    def cell(row, seed, args, budget, feats, cell_dir, children):
+        started.append(row)
+        children.stopped_by = signal.SIGINT  # Ctrl-C while this cell is evaluated
+        return dict(row=row, seed=seed, knn=0.5, probe=0.5, rankme=2.0)
+
+    monkeypatch.setattr(bench, "run_cell", cell)
+    monkeypatch.setattr(bench, "Features", lambda *args: None)
+    workdir = tmp_path / "work"
+    assert bench.main(["--fast", "--rows=random,simclr_tf", "--seeds=0",
+                       f"--workdir={workdir}", f"--doc={tmp_path / 'doc.md'}"]) == 130
+    assert started == ["random"]
+    assert "benchmark_accuracy.py: stopped by SIGINT: the running training was stopped" \
+        in capsys.readouterr().err
+    assert sorted(os.listdir(workdir)) == ["random_seed0.json"]
+    assert json.loads((workdir / "random_seed0.json").read_text())["knn"] == 0.5
 
 
 @pytest.mark.extra_large

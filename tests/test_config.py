@@ -8,7 +8,7 @@ from typing import Optional
 
 import pytest
 
-from simclr_tf.config import AUTHORS_FLAGS, Config, ConfigError
+from simclr_tf.config import AUTHORS_FLAGS, Config, ConfigError, validation
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -339,7 +339,7 @@ def test_every_declared_bound_is_checked_by_the_one_loop(name):
     with pytest.raises(ConfigError) as info:
         Config.from_dict(_bad(**{name: -1})).validate()
     assert info.value.flag == name
-    assert (" must be > 0 (e.g. " if name in _declared("_Positive")
+    assert (" must be a finite number > 0 (e.g. " if name in _declared("_Positive")
             else " must be >= 0; got -1.") in str(info.value), str(info.value)
 
 
@@ -359,8 +359,8 @@ def test_a_new_field_is_checked_by_its_declaration_alone():
                                                             "e.g. 0.2")),))
 
     Extended(model_dir="/tmp/x").validate()  # Optional and unset: not checked
-    for values, message in ((dict(queue_size=0), "--queue_size: must be > 0 (e.g. 4096); "
-                             "got 0."),
+    for values, message in ((dict(queue_size=0), "--queue_size: must be a finite number "
+                             "> 0 (e.g. 4096); got 0."),
                             (dict(queue_temperature=0.0), "--queue_temperature: must be > 0"),
                             (dict(queue_temperature=1e45), "--queue_temperature: must be a "
                              "finite number within float32")):
@@ -404,3 +404,118 @@ def test_the_variant_is_checked_and_applied_once_where_the_config_is_built(given
         return
     config = Config.from_dict(values, given=given).validate()
     assert (config.resnet_depth, config.width_multiplier, config.sk_ratio) == (101, 2, 0.0625)
+
+
+# ------------------------------------ a train mode's own options; flags that do nothing
+def _from_flags(argv):
+    """The Config run.py builds from `argv` (and the record it reads)."""
+    import run  # pylint: disable=import-outside-toplevel
+    from helpers import cli_flags  # pylint: disable=import-outside-toplevel
+    return run.config_from_flags(cli_flags.flag_values(argv))
+
+
+@pytest.mark.parametrize("margin", ["-1", "0", "nan", "inf"])
+def test_a_triplet_margin_that_is_no_finite_positive_number_is_refused(margin):
+    """Round VI, 26: -1 and nan were tracebacks from inside the traced step, inf a NaN
+    loss blamed on --temperature; the rule is the option's declaration
+    (`train_modes.option`), run by validation before anything is built."""
+    with pytest.raises(ConfigError) as info:
+        _from_flags(["--train_mode=margin_triplet", f"--triplet_margin={margin}",
+                     "--model_dir=/tmp/x"])
+    assert info.value.flag == "triplet_margin"
+    assert str(info.value).startswith("--triplet_margin: must be a finite number > 0")
+    taken = _from_flags(["--train_mode=margin_triplet", "--triplet_margin=0.3",
+                         "--model_dir=/tmp/x"])
+    assert validation.objective_option_values(taken) == {"triplet_margin": 0.3}
+
+
+def test_a_bad_triplet_margin_fails_fast_on_the_command_line():
+    result = _run("--train_mode=margin_triplet", "--triplet_margin=inf", "--model_dir=/tmp/x")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("run.py: error: --triplet_margin: must be a finite "
+                                     "number > 0 (e.g. 0.5); got inf."), result.stderr
+
+
+def test_an_options_rules_are_its_declaration():
+    """A registered train mode declares its option's rule where it declares the option;
+    validation runs it with nothing added to validation.py."""
+    from simclr_tf.config import bounds  # pylint: disable=import-outside-toplevel
+    from simclr_tf.config.tables import train_modes  # pylint: disable=import-outside-toplevel
+    before = dict(train_modes.TRAIN_MODES)
+    train_modes.register(train_modes.TrainMode(
+        "toy_checked", "x:Y", "toy_checked: a test row", views=2, contrastive_batch=True,
+        options=dict(toy_rate=train_modes.option(0.1, bounds.within(0, 1, "0.1")))))
+    try:
+        base = dict(model_dir="/tmp/x", train_mode="toy_checked", train_batch_size=32)
+        Config(**base, objective_options='{"toy_rate": 0.5}').validate()
+        with pytest.raises(ConfigError, match=r"^--toy_rate: must be in \(0, 1\)"):
+            Config(**base, objective_options='{"toy_rate": 1.5}').validate()
+    finally:
+        train_modes.TRAIN_MODES.clear()
+        train_modes.TRAIN_MODES.update(before)
+
+
+@pytest.mark.parametrize("argv, flag, where", [
+    # Round VI, 27: trained NT-Xent, and flags.json kept no trace of the margin.
+    (["--triplet_margin=0.9"], "triplet_margin",
+     "applies only with --train_mode=margin_triplet, so with --train_mode=pretrain it "
+     "would do nothing: drop it, or pass --train_mode=margin_triplet."),
+    (["--train_mode=nt_logistic", '--objective_options={"triplet_margin": 0.3}'],
+     "triplet_margin", "so with --train_mode=nt_logistic it would do nothing"),
+    # Round VI, 27: accepted with no effect (nothing is frozen).
+    (["--frozen_batch_norm=batch"], "frozen_batch_norm",
+     "applies only where a block is frozen (--train_mode=finetune or distill with "
+     "--fine_tune_after_block >= 0), so with --train_mode=pretrain, "
+     "--fine_tune_after_block=-1 it would do nothing: drop it, or freeze blocks"),
+    (["--train_mode=finetune", "--fine_tune_after_block=-1", "--frozen_batch_norm=batch"],
+     "frozen_batch_norm", "--fine_tune_after_block=-1 it would do nothing"),
+    (["--frozen_batch_norm=moving"], "frozen_batch_norm", "drop it"),  # given: its default too
+    (["--label_fraction=0.1"], "label_fraction",
+     "applies only to a train mode that learns from labels (--train_mode=finetune or "
+     "distill), so with --train_mode=pretrain it would do nothing"),
+    (["--train_mode=finetune", "--head_learning_rate=0.1"], "head_learning_rate",
+     "(--train_mode=pretrain, nt_logistic or margin_triplet with "
+     "--lineareval_while_pretraining), so with --train_mode=finetune, "
+     "--lineareval_while_pretraining=true it would do nothing"),
+    (["--nolineareval_while_pretraining", "--head_learning_rate=0.1"], "head_learning_rate",
+     "--lineareval_while_pretraining=false it would do nothing"),
+])
+def test_a_flag_given_where_it_would_do_nothing_is_refused(argv, flag, where, tmp_path):
+    """One rule (`validation.check_inert_flags`): each field declares where it applies,
+    a train mode's option applies to its train mode; given on the command line or in
+    a flagfile where it would do nothing, the flag is refused naming where it applies."""
+    for given in (argv, [f"--flagfile={tmp_path / 'f.flags'}"]):
+        (tmp_path / "f.flags").write_text("\n".join(argv) + "\n")
+        with pytest.raises(ConfigError) as info:
+            _from_flags(given + ["--model_dir=/tmp/x"])
+        assert info.value.flag == flag and where in str(info.value), str(info.value)
+
+
+def test_where_those_flags_apply_they_are_taken():
+    finetune = ["--train_mode=finetune", "--model_dir=/tmp/x"]
+    assert _from_flags(finetune + ["--fine_tune_after_block=4",
+                                   "--frozen_batch_norm=batch"]).frozen_batch_norm == "batch"
+    assert _from_flags(finetune + ["--label_fraction=0.1"]).label_fraction == 0.1
+    assert _from_flags(["--head_learning_rate=0.1", "--model_dir=/tmp/x"]
+                       ).head_learning_rate == 0.1
+
+
+def test_those_flags_read_from_a_record_are_left_as_recorded(tmp_path):
+    """A run trained before the rule with --frozen_batch_norm=batch and nothing frozen
+    (round VI, 27) is read back, not refused: the command did not give the flag. A
+    margin given to a margin_triplet run, whose train mode is read from its record,
+    reaches the step (it was dropped: run.py gathered the options of the train mode
+    given, the default pretrain)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    recorded = Config(model_dir=str(run_dir), frozen_batch_norm="batch",
+                      train_mode="margin_triplet", objective_options='{"triplet_margin": 0.3}')
+    (run_dir / "flags.json").write_text(recorded.to_json())
+    evaluated = _from_flags(["--mode=eval", f"--model_dir={run_dir}"])
+    assert evaluated.frozen_batch_norm == "batch"
+    assert validation.objective_option_values(evaluated) == {"triplet_margin": 0.3}
+    resumed = _from_flags([f"--model_dir={run_dir}", "--triplet_margin=0.7"])
+    assert resumed.train_mode == "margin_triplet"
+    assert validation.objective_option_values(resumed) == {"triplet_margin": 0.7}
+    with pytest.raises(ConfigError, match="--frozen_batch_norm: applies only where"):
+        _from_flags(["--mode=eval", f"--model_dir={run_dir}", "--frozen_batch_norm=batch"])

@@ -5,6 +5,7 @@ interpreter, keras-hub in a new process) on images the model never saw and compa
 it with the SavedModel; the rest are the flag, the retention rules and the errors,
 without converting a model.
 """
+import errno
 import io
 import json
 import math
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import export_parity  # noqa: E402  pylint: disable=wrong-import-position
 
 ALL = "saved_model,onnx,litert,keras_hub"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = "the export extra (pip install -e '.[export]')"
 SERVING_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "docs", "serving.md")
@@ -325,6 +327,86 @@ def test_a_failing_format_names_what_was_written_and_keeps_it(tmp_path, fake_wri
     with pytest.raises(experiment.ExportError, match="Exporting the onnx of step 1"):
         experiment.run(config)
     assert export.exported_steps(cfg.model_dir, "onnx") == [1]
+
+
+def test_a_full_disk_is_said_once_with_the_space_left(tmp_path, fake_writers):
+    """The scratch file a full disk stopped (a hidden folder's, removed since) and a
+    second advice crowded out the rest of the line; now: the space left, once."""
+    cfg = run_fixtures.write_run(tmp_path / "run", mode="export", export_format="keras_hub")
+    fake_writers.update(fail="keras_hub",
+                        error=lambda message: OSError(errno.ENOSPC, "No space left"))
+    with pytest.raises(export_mode.ExportError) as info:
+        export_mode.export_model(None, cfg, 1)
+    assert str(info.value).startswith(
+        f"Exporting the keras_hub of step 1 to {cfg.model_dir}/keras_hub failed: no space "
+        "left on the device ("), str(info.value)
+    assert str(info.value).endswith("free space (or fix the path) and run the same flags "
+                                    "with --mode=export --export_format=keras_hub.")
+
+
+def test_the_presets_weights_file_is_made_in_memory_and_written_whole(tmp_path,
+                                                                     monkeypatch):
+    """What keeps HDF5 away from a failed write (the next test's fault): h5py opens no
+    file on disk while the preset's weights are written; the file Python writes loads
+    back the same weights; a failed write leaves no file and is an OSError."""
+    pytest.importorskip("keras_hub", reason="needs keras-hub (pip install -e '.[hub]')")
+    import h5py  # pylint: disable=import-outside-toplevel
+    from simclr_tf.models import SimCLRModel  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import files  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import hub_preset  # pylint: disable=import-outside-toplevel
+    model = SimCLRModel(encoder="tiny", encoder_options=dict(width_multiplier=0.125),
+                        proj_out_dim=8, num_proj_layers=1)
+    model.build((None, 16, 16, 3))
+    backbone = hub_preset.backbone_of(model, 16)
+    opened, h5_file = [], h5py.File
+
+    def recorded(name, *args, **kwargs):
+        opened.append(name)
+        return h5_file(name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", recorded)
+    path = str(tmp_path / "model.weights.h5")
+    backbone.save_weights(path)
+    assert opened and not [name for name in opened if isinstance(name, (str, os.PathLike))]
+    monkeypatch.setattr(h5py, "File", h5_file)
+    again = hub_preset.backbone_of(model, 16)
+    for variable in again.weights:
+        variable.assign(np.zeros(variable.shape, variable.dtype))
+    again.load_weights(path)
+    for ours, theirs in zip(again.weights, backbone.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.tf.io.gfile, "GFile", full)
+    with pytest.raises(OSError, match="no space left on the device"):
+        backbone.save_weights(str(tmp_path / "second.weights.h5"))
+    assert sorted(os.listdir(tmp_path)) == ["model.weights.h5"]
+
+
+@pytest.mark.large  # 10-15 s: run.py's process (the test above guards the mechanism)
+def test_a_keras_hub_export_the_disk_cannot_hold_ends_with_its_error(tmp_path):
+    """Round VI, 20: on a full disk the keras-hub export printed its error, then h5py's
+    'Exception ignored' tracebacks, and the process died in a segmentation fault (exit
+    139): HDF5 writing model.weights.h5 failed inside its library. The file is made in
+    memory and written by Python (`SimCLRBackbone.save_weights`). A file-size limit
+    (`ulimit -f`; Python ignores SIGXFSZ, so the write fails with EFBIG) stands in for
+    the full disk: the same failure in HDF5 (exit 139 before), with no mount needed.
+    The process's exit status is the subject: run.py in its own process."""
+    pytest.importorskip("keras_hub", reason="needs keras-hub (pip install -e '.[hub]')")
+    cfg = run_fixtures.write_run(tmp_path / "run")  # its model.weights.h5: 35 kB
+    result = subprocess.run(
+        ["bash", "-c", 'ulimit -f 16 && exec "$0" run.py --mode=export --model_dir="$1" '
+         "--export_format=keras_hub", sys.executable, cfg.model_dir],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
+    for sign in ("Segmentation fault", "Exception ignored", "Traceback"):
+        assert sign not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"run.py: error: Exporting the keras_hub of step 1 to {cfg.model_dir}/keras_hub "
+        "failed: "), result.stderr[-3000:]
+    assert os.listdir(os.path.join(cfg.model_dir, "keras_hub")) == []  # nothing partial
 
 
 def test_preflight_refuses_a_keras_hub_export_without_keras_hub(monkeypatch):

@@ -138,8 +138,12 @@ def test_a_fine_tune_onto_a_pretraining_run_is_told_to_use_a_directory_of_its_ow
     """Issue 33, 6: fine-tune flags with --model_dir=<a pretraining run> are refused
     as such (model_dir, naming the run), not as a flag of the pretraining record the
     user never typed (its --head_learning_rate); with --allow_changed_flags (continue
-    that run as a fine-tune) an error about such a flag says where it was read."""
-    run_dir = _recorded_run(tmp_path / "pretrain", head_learning_rate=0.1)
+    that run as a fine-tune) an error about such a flag (its --grad_cache_chunk, which
+    fine-tuning refuses) says where it was read. Its --head_learning_rate, which a
+    fine-tune would ignore, is left as the record has it: only a flag given where it
+    would do nothing is refused (`validation.check_inert_flags`)."""
+    run_dir = _recorded_run(tmp_path / "pretrain", head_learning_rate=0.1,
+                            grad_cache_chunk=8)
     argv = ["--train_mode=finetune", f"--model_dir={run_dir}", f"--checkpoint={run_dir}"]
     with pytest.raises(ConfigError) as refused:
         _config(argv)
@@ -149,8 +153,10 @@ def test_a_fine_tune_onto_a_pretraining_run_is_told_to_use_a_directory_of_its_ow
              f"--checkpoint={run_dir}"])  # the way it says
     with pytest.raises(ConfigError) as inherited:
         _config(argv + ["--allow_changed_flags"])
-    assert inherited.value.flag == "head_learning_rate"
+    assert inherited.value.flag == "grad_cache_chunk"
     assert os.path.join(run_dir, "flags.json") in str(inherited.value)
+    continued, _ = _config(argv + ["--allow_changed_flags", "--grad_cache_chunk=0"])
+    assert continued.head_learning_rate == 0.1 and continued.train_mode == "finetune"
 
 
 def test_an_error_about_a_given_flag_is_left_as_it_is(tmp_path):

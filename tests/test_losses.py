@@ -262,6 +262,7 @@ def test_the_papers_table_2_losses_equal_numpy(hidden_norm):
                           temperature=t, hidden_norm=hidden_norm)
     np.testing.assert_allclose(logistic.logits_ab, xent.logits_ab, rtol=1e-6)
     assert float(losses.contrast_acc(triplet)) == float(losses.contrast_acc(xent))
-    with pytest.raises(ValueError, match="margin must be > 0"):
-        losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
-                              margin=0)
+    for margin in (0, float("inf"), float("nan")):  # inf made the loss NaN
+        with pytest.raises(ValueError, match="margin must be a finite number > 0"):
+            losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+                                  margin=margin)

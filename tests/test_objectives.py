@@ -203,6 +203,18 @@ def test_an_objective_option_named_like_a_run_py_flag_is_refused(option, tmp_pat
     assert "ema" not in train_modes.TRAIN_MODES
 
 
+def test_the_step_options_run_an_options_declared_checks():
+    """A margin that reaches the step without run.py (a library user's StepOptions) is
+    refused by the same declaration, before anything is traced."""
+    from simclr_tf.method import train  # pylint: disable=import-outside-toplevel
+    for margin in (-1.0, float("inf")):
+        with pytest.raises(ValueError, match="--triplet_margin: must be a finite number > 0"):
+            train.StepOptions(train_mode="margin_triplet",
+                              objective_options={"triplet_margin": margin})
+    assert train.StepOptions(train_mode="margin_triplet").objective_options == (
+        ("triplet_margin", 0.5),)
+
+
 @pytest.mark.large  # 2 x ~8 s: two tiny pretrainings in process
 @pytest.mark.parametrize("train_mode, options, loss_at_start", [
     ("nt_logistic", "{}", (3.0, 9.0)),

@@ -69,8 +69,19 @@ def test_a_stop_signal_reaches_the_child_which_saves_before_the_parent_exits(
     assert saved.read_text() == str(int(signum))  # the child saved before the parent left
 
 
+def test_a_child_past_its_timeout_is_killed_as_subprocess_run_does(tmp_path):
+    children = script_io.Children()
+    started = time.time()
+    with pytest.raises(subprocess.TimeoutExpired):
+        children.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert time.time() - started < 10
+    assert children.run([sys.executable, "-c", "raise SystemExit(3)"], timeout=30) == 3
+
+
 def test_nothing_starts_once_stopped():
     children = script_io.Children()
     children.stopped_by = signal.SIGTERM
     with pytest.raises(script_io.Stopped, match="SIGTERM"):
         children.run([sys.executable, "-c", "raise SystemExit('must not run')"])
+    with pytest.raises(script_io.Stopped):  # work in the script's own process
+        children.check()

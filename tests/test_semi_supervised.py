@@ -7,9 +7,10 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
-import types
+import time
 
 import pytest
 
@@ -104,32 +105,32 @@ def test_seeds_are_a_comma_separated_list(semi):
 
 
 def _stages_in_process(semi, monkeypatch, processes):
-    """The script's one launch of a stage (`run_stage`'s subprocess.run) runs the
+    """The script's one launch of a stage (`run_stage`'s `children.run`) runs the
     command the script built in this process instead: run.py's main on its own
     FlagValues (`cli_flags.run_main`), what it prints (stdout and stderr, in order)
     written into the stage's log, as the process's would be, and its exit status
     returned. The stages in `processes` still start run.py. Returns the [(stage,
     command)] launched, in order."""
     launched, stage_of = [], {name: stage for stage, name in semi.DIRECTORIES.items()}
+    start_process = semi.script_io.Children.run
 
-    def run(command, *, stdout, stderr, cwd, env, check, timeout):
+    def run(children, command, *, stdout, stderr, cwd, env, timeout):
         model_dir = next(arg.split("=", 1)[1] for arg in command
                          if arg.startswith("--model_dir="))
         stage = stage_of[os.path.basename(model_dir)]
         launched.append((stage, command))
         if stage in processes:
-            return subprocess.run(command, stdout=stdout, stderr=stderr, cwd=cwd, env=env,
-                                  check=check, timeout=timeout)
+            return start_process(children, command, stdout=stdout, stderr=stderr,
+                                 cwd=cwd, env=env, timeout=timeout)
         assert command[:2] == [sys.executable, RUN_PY], command
-        assert stderr == subprocess.STDOUT and cwd == REPO and not check
+        assert stderr == subprocess.STDOUT and cwd == REPO
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             status = cli_flags.run_main(monkeypatch, command[2:])
         stdout.write(printed.getvalue().encode())
-        return subprocess.CompletedProcess(command, status)
+        return status
 
-    monkeypatch.setattr(semi, "subprocess", types.SimpleNamespace(
-        run=run, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired))
+    monkeypatch.setattr(semi.script_io.Children, "run", run)
     return launched
 
 
@@ -240,7 +241,7 @@ def test_a_failed_stage_is_reported_with_its_log_and_the_stages_needing_it_skipp
     record = json.loads((workdir / "seed_3" / "pretrain.json").read_text())
     assert record["returncode"] == 2 and not record["reused"]
     assert record["command"][:3] == [sys.executable, RUN_PY, f"--flagfile={flagfile}"]
-    error = "run.py: error: --train_batch_size: must be > 0"
+    error = "run.py: error: --train_batch_size: must be a finite number > 0"
     log = (workdir / "seed_3" / "pretrain.log").read_text()
     assert log.startswith("=== ") and error in log  # the process's stderr
     assert f"Seed 3, stage pretrain FAILED (exit 2): {' '.join(record['command'])}" \
@@ -249,6 +250,50 @@ def test_a_failed_stage_is_reported_with_its_log_and_the_stages_needing_it_skipp
     assert "Seed 3, skipped (a stage they need failed): b, a, c, d, e" in printed.err
     assert "| pretrain |" in printed.out and "FAILED in seed 3 (exit 2)" in printed.out
     assert sorted(os.listdir(workdir / "seed_3")) == ["pretrain.json", "pretrain.log"]
+
+
+def _processes_naming(text):
+    """The pids of the processes whose command line holds `text` (this machine's)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
+@pytest.mark.large  # 21-27 s: the script and its pretraining's run.py to its first step
+def test_a_stop_reaches_the_running_stage_which_saves_and_the_script_exits_143(tmp_path):
+    """SIGTERM to the script is forwarded to the running stage's run.py (started in its
+    own process group: scripts/script_io.Children), which saves a checkpoint and
+    exits; the script waits for it and exits 143 with one line. The stage has no
+    record, so --resume runs it again and run.py resumes from that checkpoint. No
+    process of the run is left (a stop used to orphan the stage's run.py, which kept
+    training)."""
+    workdir = tmp_path / "work"
+    script = subprocess.Popen([sys.executable, SCRIPT, "--fast", "--seeds=0",
+                               f"--workdir={workdir}", f"--json={tmp_path / 'report.json'}"],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    log = workdir / "seed_0" / "pretrain.log"
+    deadline = time.time() + 300
+    while "\nstep 1/" not in (log.read_text() if log.exists() else ""):
+        assert script.poll() is None and time.time() < deadline, script.communicate()
+        time.sleep(0.2)
+    script.send_signal(signal.SIGTERM)
+    out, err = script.communicate(timeout=300)
+    assert script.returncode == 143, out[-2000:] + err[-2000:]
+    assert err.strip().splitlines()[-1].startswith(
+        "semi_supervised.py: stopped by SIGTERM: the running stage's run.py saved its "
+        "checkpoint and exited; the same command with --resume continues"), err[-2000:]
+    assert "SIGTERM received: saved a checkpoint at step" in log.read_text()
+    assert [name for name in os.listdir(workdir / "seed_0" / "pretrain")
+            if name.startswith("ckpt-") and name.endswith(".index")]
+    assert sorted(os.listdir(workdir / "seed_0")) == ["pretrain", "pretrain.log"]
+    assert _processes_naming(str(workdir)) == []
 
 
 def test_a_non_empty_workdir_is_refused_without_resume(tmp_path):
@@ -275,11 +320,16 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_any_stage(semi, 
     assert "nothing has run" in error and not (tmp_path / "work").exists()
 
 
-def test_a_report_that_fails_to_write_at_the_end_goes_to_the_workdir(semi, tmp_path):
+def test_a_report_that_fails_to_write_at_the_end_goes_to_the_workdir(semi, tmp_path,
+                                                                     capsys):
     report = dict(stages={}, seeds=[0])
     workdir = tmp_path / "work"
     workdir.mkdir()
-    gone = tmp_path / "gone" / "x.json"  # its folder vanished during the stages
-    assert semi.write_report(report, str(gone), str(workdir)) == str(
+    taken = tmp_path / "x.json"  # a folder took its name during the stages
+    taken.mkdir()
+    assert semi.write_report(report, str(taken), str(workdir)) == str(
         workdir / "semi_supervised.json")
     assert json.loads((workdir / "semi_supervised.json").read_text()) == report
+    assert f"Could not write the report: {taken} could not be written" \
+        in capsys.readouterr().err
+    assert os.listdir(taken) == [] and os.listdir(workdir) == ["semi_supervised.json"]

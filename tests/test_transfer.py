@@ -4,6 +4,7 @@ scripts/transfer_table.py), and the feature cache of --mode=linear_probe."""
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 
 import keras
@@ -72,8 +73,8 @@ def test_pretrained_beats_random_under_knn_and_linear_probe(tmp_path):
 def test_transfer_table_of_a_run_and_of_its_export_agree(tiny_run, tmp_path):
     """scripts/transfer_table.py on a run directory (our checkpoint, its architecture
     from flags.json) and on the run's SavedModel export: the same encoder, the same
-    kNN; the table's Markdown row and its CSV."""
-    out = str(tmp_path / "table.md")
+    kNN; the table's Markdown row and its CSV, in a folder that did not exist."""
+    out = str(tmp_path / "new" / "table.md")
     common = ["--datasets", "digits", "--splits", "digits=train[:600]:test",
               "--probe_c", "0.1,1"]
     table_rows = _transfer_table().main([tiny_run.directory, "--out", out] + common)
@@ -83,7 +84,7 @@ def test_transfer_table_of_a_run_and_of_its_export_agree(tiny_run, tmp_path):
     assert table_rows[0]["knn_top_1"] == pytest.approx(export_rows[0]["knn_top_1"], abs=0.01)
     text = open(out).read()
     assert f"| digits | train[:600] | test | 600 | 360 | {H_DIM} |" in text
-    assert open(str(tmp_path / "table.csv")).read().startswith("dataset,train_split")
+    assert open(str(tmp_path / "new" / "table.csv")).read().startswith("dataset,train_split")
 
 
 def test_linear_probe_mode_caches_features(tmp_path):
@@ -180,23 +181,75 @@ def _transfer_table():
     (["--probe_c=-1"], "--probe_c takes comma-separated inverse L2 strengths, each > 0"),
     (["--probe_c=1,x"], "--probe_c takes"),
     (["--knn_temperature=0"], "--knn_temperature must be > 0"),
-    (["--out=/no/such/folder/t.md"], "--out: cannot write in /no/such/folder"),
+    (["--out={tmp}/a_file/t.md"], "--out: cannot write in {tmp}/a_file ({tmp}/a_file is "
+     "not a folder you can write in)"),
+    (["--out={tmp}"], "--out: {tmp} is a folder; name the table's file"),
+    (["--datasets", "digitz"], "--datasets digitz: Unknown dataset 'digitz' (not a TFDS "
+     "dataset): use a TFDS name such as 'cifar10', 'digits' or 'folder:/path'. Did you "
+     "mean 'digits'?"),
+    (["--datasets", "folder:{tmp}/no_such"], "--datasets folder:{tmp}/no_such: Image "
+     "folder not found"),
 ])
 def test_transfer_table_arguments_are_checked_before_any_work(extra, expected, tmp_path,
                                                               capsys, monkeypatch):
-    """scripts/transfer_table.py: a bad argument is an error (exit 2) naming it, before
-    the encoder is opened or a feature computed."""
+    """scripts/transfer_table.py: a bad argument or dataset is one line (exit 2) naming
+    it, before the encoder is opened or a feature computed."""
     from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
 
     def never(*args, **kwargs):
         raise AssertionError("the encoder was opened before the arguments were checked")
 
     monkeypatch.setattr(checkpoints, "open_encoder", never)
+    (tmp_path / "a_file").write_text("")
     argv = [str(tmp_path / "run"), "--datasets", "digits", "--out", str(tmp_path / "t.md")]
     with pytest.raises(SystemExit) as info:
-        _transfer_table().main(argv + extra)
+        _transfer_table().main(argv + [arg.format(tmp=tmp_path) for arg in extra])
     assert info.value.code == 2
-    assert expected in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert error.startswith("transfer_table.py: error: " + expected.format(tmp=tmp_path)) \
+        and error.count("\n") == 1, error
+
+
+def test_transfer_table_names_the_fix_for_a_tfds_dataset_not_prepared(tmp_path, capsys,
+                                                                       monkeypatch):
+    """The newcomer's report, 15: `--datasets mnist` (not prepared) was a 43-line
+    traceback after the encoder was opened, whose hint was run.py's --tfds_download
+    (`unrecognized arguments` here), and left an empty tmp*tfds folder (TFDS's
+    metadata scratch, never removed). Now: one line naming what this script can do,
+    nothing left behind (neither that folder nor --out's)."""
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+
+    def never(*args, **kwargs):
+        raise AssertionError("the encoder was opened before the datasets were checked")
+
+    monkeypatch.setattr(checkpoints, "open_encoder", never)
+    scratch, empty = tmp_path / "scratch", tmp_path / "tfds"
+    scratch.mkdir()
+    empty.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where TFDS's leaked
+    with pytest.raises(SystemExit) as info:
+        _transfer_table().main([str(tmp_path / "run"), "--datasets", "mnist", "--data_dir",
+                                str(empty), "--out", str(tmp_path / "new" / "t.md")])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert error == (
+        f"transfer_table.py: error: --datasets mnist: TFDS dataset 'mnist' is not prepared "
+        f"in --data_dir={str(empty)!r}: nothing in '{empty}/mnist/3.0.1'. Prepare it with "
+        "`tfds build mnist --data_dir=DIR` (on a machine with internet access; copy DIR "
+        "here if that is another one) and pass --data_dir=DIR.\n"), error
+    assert os.listdir(scratch) == [] and os.listdir(empty) == []
+    assert sorted(os.listdir(tmp_path)) == ["scratch", "tfds"]
+
+
+def test_transfer_table_names_an_encoder_that_is_not_there(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        _transfer_table().main([str(tmp_path / "no_run"), "--datasets", "digits", "--out",
+                                str(tmp_path / "t.md")])
+    assert info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"transfer_table.py: error: ENCODER {tmp_path / 'no_run'}: No "
+                            f"encoder at '{tmp_path / 'no_run'}'") and error.count("\n") == 1
+    assert os.listdir(tmp_path) == []
 
 
 def test_transfer_table_refuses_overlapping_splits_before_any_feature(tiny_run, tmp_path,

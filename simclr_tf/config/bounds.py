@@ -4,7 +4,12 @@
 ConfigError naming the flag; `simclr_tf.config.validation.check_fields` runs every field's
 checks in one loop, the implicit ones first (`one_of` for a field with choices,
 `float32` for a float field). A field whose type is Optional skips its checks when
-unset (None)."""
+unset (None). A train mode's own option declares its checks the same way
+(`train_modes.option`).
+
+And where a field does something: `applies` (`fields.field(..., applies=...)`), the
+one rule by which a flag given where it would do nothing is refused
+(`validation.check_inert_flags`)."""
 import dataclasses
 import math
 from typing import Callable, Tuple, Union
@@ -36,7 +41,8 @@ class _Positive(Check):
         value = getattr(config, name)
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             unset = f", or left unset to {self.unset}" if self.unset else ""
-            raise ConfigError(name, f"must be > 0 ({self.example}){unset}; got {value!r}.")
+            raise ConfigError(name, f"must be a finite number > 0 ({self.example}){unset}; "
+                              f"got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +97,49 @@ class _Float32(Check):
             rules.check_float32(name, getattr(config, name))
         except ValueError as error:
             raise ConfigError.from_rule(name, error) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Applies:
+    """Where a flag does something: `test(*the values of reads)` is true. `where` says
+    where, after 'applies only' (a phrase, or a function returning one, for the names
+    of a live table); `fix` is the other way out than dropping the flag."""
+    reads: Tuple[str, ...]
+    test: Callable
+    where: Union[str, Callable]
+    fix: str
+
+    def __call__(self, config, name):
+        """Raises ConfigError naming `name`, where it applies, the settings that keep
+        it from doing anything and the fix, when `test` fails for `config`."""
+        values = [getattr(config, read) for read in self.reads]
+        if self.test(*values):
+            return
+        where = self.where() if callable(self.where) else self.where
+        settings = ", ".join(f"--{read}={_shown(value)}"
+                             for read, value in zip(self.reads, values))
+        raise ConfigError(name, f"applies only {where}, so with {settings} it would do "
+                          f"nothing: drop it, or {self.fix}.")
+
+
+def either(names):
+    """'a', 'a or b', 'a, b or c'."""
+    names = list(names)
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+
+
+def _shown(value):
+    return str(value).lower() if isinstance(value, bool) else value
+
+
+def applies(reads, test, where, fix):
+    """Where a field does something (`fields.field(..., applies=...)`): `test(*values)`
+    of the settings `reads` names (a tuple, or one name) is true. Given where it is false
+    (on the command line or in a flagfile) the flag is refused, naming `where` and
+    `fix`; read from a record it is left as the record has it
+    (`validation.check_inert_flags`)."""
+    return Applies(reads=(reads,) if isinstance(reads, str) else tuple(reads), test=test,
+                   where=where, fix=fix)
 
 
 def positive(example, unset=None):

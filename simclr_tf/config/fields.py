@@ -24,14 +24,18 @@ HELP_GROUPS = (
 )
 
 
-def field(group, default, help, choices=None, *, checks=(), overrides=(), sets=()):  # pylint: disable=redefined-builtin
+def field(group, default, help, choices=None, *, checks=(), applies=None,  # pylint: disable=redefined-builtin
+          overrides=(), sets=()):
     """A Config field: its --help topic (one of HELP_GROUPS), default, help, choices
     (a tuple, or a function returning a live table's names), what its value must be
     (`checks`: `simclr_tf.config.bounds`' positive, at_least, within, rule; run by
-    `validation.check_fields`), and the flags it decides, as its help says
-    (`Config.flag_pairs`): `overrides`, flags it makes inert when set (its default
-    is 'unset'); `sets`, flags it gives their values."""
+    `validation.check_fields`), where it does something (`applies`: `bounds.applies`;
+    given elsewhere it is refused, `validation.check_inert_flags`), and the flags it
+    decides, as its help says (`Config.flag_pairs`): `overrides`, flags it makes inert
+    when set (its default is 'unset'); `sets`, flags it gives their values."""
     metadata = {"help": help, "group": group, "checks": tuple(checks)}
+    if applies is not None:
+        metadata["applies"] = applies
     if choices is not None:
         metadata["choices"] = choices if callable(choices) else tuple(choices)
     if overrides or sets:
@@ -82,6 +86,12 @@ class FlagTable:
                 yield field.name, bounds.float32()
             for check in field.metadata["checks"]:
                 yield field.name, check
+
+    @classmethod
+    def field_applies(cls):
+        """(flag, `bounds.Applies`) of each field that declares where it does something."""
+        return tuple((f.name, f.metadata["applies"]) for f in cls.flag_fields()
+                     if "applies" in f.metadata)
 
     @classmethod
     def is_optional(cls, name):

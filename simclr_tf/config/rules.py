@@ -10,8 +10,6 @@ import math
 import numbers
 import struct
 
-from simclr_tf.config.tables import train_modes
-
 # The built-in train modes (`simclr_tf.config.tables.train_modes.TRAIN_MODES` is the table, with
 # any registered since; the code asks its rows).
 TRAIN_MODES = ("pretrain", "finetune", "distill")
@@ -128,6 +126,9 @@ def check_grad_cache_mode(chunk, train_mode):
     """Gradient caching applies to pretraining only (the train modes whose row has
     `grad_cache`): it exists for the contrastive loss, which couples the whole batch;
     the supervised loss does not."""
+    # Imported here: the train-mode table declares its options' checks with
+    # `bounds`, which reads these rules.
+    from simclr_tf.config.tables import train_modes  # pylint: disable=import-outside-toplevel
     if chunk and not train_modes.get(train_mode).grad_cache:
         raise ValueError("grad_cache_chunk applies to pretraining only (the supervised "
                          "loss needs no whole-batch coupling): drop it or pretrain. "

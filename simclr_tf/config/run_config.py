@@ -122,7 +122,7 @@ class Config(fields.FlagTable):
         "(a frozen block is frozen); 'batch' is the authors' code: batch statistics, "
         "and the moving averages keep updating (their Keras 2 freezing does not reach "
         "the batch norm inside a block; docs/fidelity.md). Weights never train either way.",
-        rules.FROZEN_BATCH_NORMS)
+        rules.FROZEN_BATCH_NORMS, applies=train_modes.FROZEN_BLOCKS)
     master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.")
     model_dir: Optional[str] = _run(None, "The run's directory: checkpoints, "
                                     "summaries, exports and its records.")
@@ -262,7 +262,8 @@ class Config(fields.FlagTable):
         "stop_gradient(h): the encoder trains exactly as without it. None = "
         "--learning_rate, as the authors' code (e.g. 0.1, the paper's linear-eval "
         "rate, keeps the quick start's online head from diverging; docs/fidelity.md).",
-        checks=(bounds.positive("e.g. 0.1", unset="use --learning_rate"),))
+        checks=(bounds.positive("e.g. 0.1", unset="use --learning_rate"),),
+        applies=train_modes.ONLINE_HEAD)
     grad_cache_chunk: int = _optim(
         0, "Gradient caching: 0 = off, else process each replica's batch in chunks of "
         "this many images (embeddings first without gradients, then each chunk again "
@@ -292,7 +293,7 @@ class Config(fields.FlagTable):
         1.0, "Use a deterministic stratified subset of this fraction of the labelled "
         "training split (e.g. 0.01 or 0.1) for fine-tuning, or as the labelled "
         "examples of distillation with --distill_alpha < 1; ids written to model_dir.",
-        checks=(bounds.rule(rules.check_label_fraction),))
+        checks=(bounds.rule(rules.check_label_fraction),), applies=train_modes.LABELLED)
     teacher: Optional[str] = _distill(
         None, "--train_mode=distill: the fixed teacher, a model with a supervised head: "
         "a fine-tuning run directory or checkpoint of ours, one of our SavedModel "

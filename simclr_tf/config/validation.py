@@ -28,6 +28,47 @@ def validate(config):
     return config
 
 
+def check_inert_flags(config):
+    """The one rule for flags that would do nothing: a flag given (on the command line
+    or in a flagfile: `Config.is_given`) where it does not apply is refused, naming
+    where it applies and the fix, instead of being ignored. Where a Config field
+    applies, its declaration says (`fields.field(..., applies=...)`); a train mode's
+    own option (`--triplet_margin`) applies to the train modes whose rows have it. A
+    flag read from a record (`simclr_tf.config.inherit`) is left as the record has it:
+    the run it describes is not this command's mistake."""
+    for name, applies in config.field_applies():
+        if config.is_given(name):
+            applies(config, name)
+    if not config.is_given("objective_options"):
+        return
+    for name in objective_options(config):
+        owners = train_modes.modes_with_option(name)
+        if owners:  # an option of no train mode is `_check_objective_options`' error
+            train_modes.applies(lambda row, name=name: name in dict(row.options),
+                                "with --train_mode={modes}",
+                                f"pass --train_mode={owners[0]}")(config, name)
+
+
+def objective_option_values(config):
+    """{option: value} of the train mode's own options, defaults filled in; another
+    mode's, which a record may hold, left out (one given is refused:
+    `check_inert_flags`)."""
+    return train_modes.get(config.train_mode).option_values(objective_options(config))
+
+
+def objective_options(config):
+    """{option: value} that --objective_options gives (JSON; run.py writes it from the
+    train modes' option flags); ConfigError unless a JSON object."""
+    try:
+        given = json.loads(config.objective_options or "{}")
+    except ValueError as error:
+        raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
+    if not isinstance(given, dict):
+        raise ConfigError("objective_options", "must be a JSON object of the train "
+                          f"mode's options; got {config.objective_options!r}.")
+    return given
+
+
 def check_fields(config):
     """Each field's checks, declared where the field is (`Config.field_checks`,
     `simclr_tf.config.bounds`), in one loop: an unset Optional field is not checked, and a
@@ -43,6 +84,7 @@ def _check_combinations(config):
     mode = modes.get(config.mode)
     objective = train_modes.get(config.train_mode)
     _check_objective_options(config, objective)
+    check_inert_flags(config)
     if mode.trains:
         _check_training(config, objective)
     if config.train_steps == 0 and config.train_epochs == 0 and mode.trains:
@@ -56,13 +98,8 @@ def _check_combinations(config):
                           "freezing layers while pretraining is not supported (the "
                           "authors' code raises too); drop it (-1) or use "
                           "--train_mode=finetune.")
-    if config.head_learning_rate is not None:
-        _check_head_learning_rate(config, objective)
     _check_encoder(config)
     evaluator_table.check(config)
-    if config.label_fraction < 1.0 and objective.labels == "none":
-        raise ConfigError("label_fraction", "only applies to --train_mode=finetune "
-                          "(pretraining uses no labels); drop it or fine-tune.")
     if mode.trains or config.teacher:
         _check_distillation(config, mode, objective)
     if mode.needs_model_dir and config.model_dir in (None, ""):
@@ -96,18 +133,17 @@ def _check_combinations(config):
 
 
 def _check_objective_options(config, objective):
-    """--objective_options is a JSON object of the train mode's own options."""
-    if not config.objective_options:
-        return
-    try:
-        given = json.loads(config.objective_options)
-    except ValueError as error:
-        raise ConfigError("objective_options", f"is not valid JSON ({error}).") from None
-    known = [name for name, _ in objective.options]
-    if not isinstance(given, dict) or set(given) - set(known):
+    """--objective_options is a JSON object of train modes' options, and the train
+    mode's own pass their declared checks (`TrainMode.check_options`). An option of
+    another train mode is `check_inert_flags`' (refused when given)."""
+    given = objective_options(config)
+    unknown = sorted(name for name in given if not train_modes.modes_with_option(name))
+    if unknown:
+        known = [name for name, _ in objective.options]
         raise ConfigError("objective_options", f"must be a JSON object of the options of "
                           f"--train_mode={config.train_mode} ({', '.join(known) or 'none'}); "
                           f"got {config.objective_options!r}.")
+    objective.check_options(given)
 
 
 def _check_distillation(config, mode, objective):
@@ -158,14 +194,6 @@ def _check_encoder(config):
             and config.fine_tune_after_block not in spec.fine_tune_after_block:
         raise ConfigError("fine_tune_after_block", f"{config.fine_tune_after_block}: "
                           f"{spec.fine_tune_reason}.")
-
-
-def _check_head_learning_rate(config, objective):
-    if not objective.online_head or not config.lineareval_while_pretraining:
-        raise ConfigError("head_learning_rate", "is the rate of the online linear "
-                          "head of pretraining: it needs --train_mode=pretrain and "
-                          "--lineareval_while_pretraining; drop it (fine-tuning "
-                          "trains everything at --learning_rate).")
 
 
 def _check_training(config, objective):

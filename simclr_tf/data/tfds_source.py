@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import tempfile
 import threading
 from typing import Mapping
 
@@ -80,20 +81,49 @@ class UnknownDatasetError(ValueError):
 
 
 class DatasetNotPreparedError(ValueError):
-    """A TFDS dataset whose data is not in data_dir (and was not downloaded)."""
+    """A TFDS dataset whose data is not in data_dir (and was not downloaded). Its
+    message is run.py's (`not_prepared_message`); `name`, `data_dir` (as given) and
+    `builder_data_dir` (where TFDS looked) let a tool without --tfds_download say
+    the fix in its own words (`not_prepared_message(..., download_flag=None)`)."""
+
+    def __init__(self, name: str, data_dir: str | None, builder_data_dir: str,
+                 more: str = ""):
+        super().__init__(not_prepared_message(name, data_dir, builder_data_dir) + more)
+        self.name, self.data_dir = name, data_dir
+        self.builder_data_dir = str(builder_data_dir)
 
 
-def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str) -> str:
-    """What to do when `name` has no data in `data_dir` (the one wording, offline)."""
+def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str,
+                         download_flag: str | None = "--tfds_download") -> str:
+    """What to do when `name` has no data in `data_dir` (the one wording, offline):
+    download it here with `download_flag` (run.py's; None: a tool that cannot), or
+    prepare it with TFDS's own command and pass --data_dir."""
     where = (f"--data_dir={data_dir!r}" if data_dir else
              "TFDS's default data_dir (no --data_dir given)")
     manual = (" (ImageNet also needs its manual download in DIR/downloads/manual)"
               if name.startswith("imagenet") else "")
-    return (f"TFDS dataset {name!r} is not prepared in {where}: nothing in "
-            f"{builder_data_dir!r}. Download it here with --tfds_download (the "
-            "default), or prepare it on a machine with internet access: `tfds build "
-            f"{table_name(name)} --data_dir=DIR`{manual}, copy DIR here and pass "
-            "--data_dir=DIR.")
+    build = f"`tfds build {table_name(name)} --data_dir=DIR`{manual}"
+    fix = (f"Download it here with {download_flag} (the default), or prepare it on a "
+           f"machine with internet access: {build}, copy DIR here and pass --data_dir=DIR."
+           if download_flag else
+           f"Prepare it with {build} (on a machine with internet access; copy DIR here "
+           "if that is another one) and pass --data_dir=DIR.")
+    return f"TFDS dataset {name!r} is not prepared in {where}: nothing in " \
+        f"{str(builder_data_dir)!r}. {fix}"
+
+
+def _builder(name: str, data_dir: str | None):
+    """`tfds.builder(name, data_dir=data_dir)`, leaving nothing in the temporary
+    folder: for a dataset not prepared, TFDS reads its metadata through a
+    `tempfile.mkdtemp()` folder that it never removes (tensorflow-datasets 4.9.10,
+    `DatasetInfo.initialize_from_bucket`), an empty /tmp/tmp*tfds per call. Python's
+    temporary folder is one of ours meanwhile, removed after."""
+    with tempfile.TemporaryDirectory(prefix="simclr_tf_tfds_") as scratch:
+        default, tempfile.tempdir = tempfile.tempdir, scratch
+        try:
+            return tfds.builder(name, data_dir=data_dir)
+        finally:
+            tempfile.tempdir = default
 
 
 # Where TFDS downloads from first (its metadata and prepared datasets); reaching it
@@ -144,7 +174,7 @@ class TFDSSource(DatasetSource):
 
     def __init__(self, name: str, data_dir: str | None = None, download: bool = False):
         try:
-            self._builder = tfds.builder(name, data_dir=data_dir)
+            self._builder = _builder(name, data_dir)
         except (ValueError, AssertionError) as e:  # unknown, unparsable, bad config
             reason = str(e).strip().splitlines()[0][:200]
             if isinstance(e, tfds.core.registered.DatasetNotFoundError) or \
@@ -170,8 +200,8 @@ class TFDSSource(DatasetSource):
             self._split_sizes = dict(known.split_sizes)
         else:
             raise DatasetNotPreparedError(
-                not_prepared_message(name, data_dir, self._builder.data_dir) + " (Its "
-                "split sizes are not in simclr_tf's table either: register them in "
+                name, data_dir, self._builder.data_dir, " (Its split sizes are not in "
+                "simclr_tf's table either: register them in "
                 "simclr_tf.data.tfds_source.KNOWN_TFDS_DATASETS to know them offline.)")
         keys = info.supervised_keys
         if not (isinstance(keys, tuple) and len(keys) == 2
@@ -200,8 +230,8 @@ class TFDSSource(DatasetSource):
         problem = network_problem()
         if problem is not None:
             raise DatasetNotPreparedError(
-                not_prepared_message(self.name, self.data_dir, self._builder.data_dir)
-                + f" This machine cannot download it: {problem}.")
+                self.name, self.data_dir, self._builder.data_dir,
+                f" This machine cannot download it: {problem}.")
         print(f"TFDS dataset {self.name!r} is not in {self._builder.data_dir}: "
               "downloading and preparing it there (once; --notfds_download turns this "
               "off; Ctrl-C stops it) ...", flush=True)
@@ -223,9 +253,9 @@ class TFDSSource(DatasetSource):
             error = failure[0]
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             raise DatasetNotPreparedError(
-                not_prepared_message(self.name, self.data_dir, self._builder.data_dir)
-                + f" Downloading it here failed: {reason}") from error
-        self._builder = tfds.builder(self.name, data_dir=self.data_dir)
+                self.name, self.data_dir, self._builder.data_dir,
+                f" Downloading it here failed: {reason}") from error
+        self._builder = _builder(self.name, self.data_dir)
 
     @property
     def split_sizes(self) -> Mapping[str, int]:
@@ -263,8 +293,8 @@ class TFDSSource(DatasetSource):
                 split=split, shuffle_files=shuffle_files, decoders=decoders,
                 read_config=read_config or tfds.ReadConfig())
         except AssertionError as e:  # TFDS's way of saying "no data here".
-            raise DatasetNotPreparedError(not_prepared_message(
-                self.name, self.data_dir, self._builder.data_dir)) from e
+            raise DatasetNotPreparedError(self.name, self.data_dir,
+                                          self._builder.data_dir) from e
 
     def load_labels(self, split: str) -> np.ndarray:
         dataset = self._as_dataset(split, skip_image_decoding=True)

@@ -19,12 +19,14 @@ randomly initialised one).
 """
 import csv
 import hashlib
+import io
 import os
 import time
 
 import tensorflow as tf
 
 from simclr_tf.evaluation import base, features, knn, overlap, probe
+from simclr_tf.rundir import files
 
 COLUMNS = ("dataset", "train_split", "test_split", "num_train", "num_test", "feature_dim",
            "knn_top_1", "linear_probe_top_1", "linear_probe_c", "seconds")
@@ -308,17 +310,18 @@ def write_table(rows, path, *, title=None):
     Returns:
         (markdown path, csv path).
     """
-    if os.path.dirname(path):
+    if os.path.dirname(path):  # a folder that does not exist yet is made
         tf.io.gfile.makedirs(os.path.dirname(path))
     lines = [f"# {title}", ""] if title else []
     lines.append("| " + " | ".join(COLUMNS) + " |")
     lines.append("|" + "---|" * len(COLUMNS))
     lines += ["| " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |" for row in rows]
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
     csv_path = os.path.splitext(path)[0] + ".csv"
-    with open(csv_path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    # Each whole or not at all (a full disk keeps the old table).
+    files.atomic_write(path, "\n".join(lines) + "\n")
+    files.atomic_write(csv_path, table.getvalue())
     return path, csv_path

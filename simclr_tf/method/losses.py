@@ -5,6 +5,7 @@ Every loss here returns the value one replica contributes *before* the division 
 `num_replicas_in_sync` that the train step does inside the tape: summing the
 divided per-replica values over replicas gives the global-batch loss.
 """
+import math
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -159,8 +160,8 @@ def margin_triplet(z1, z2, *, margin, hidden_norm=True,
     Returns:
         A `ContrastiveOutput` (`logits_ab`: the similarities).
     """
-    if not margin > 0:
-        raise ValueError(f"margin must be > 0. Received: margin={margin!r}")
+    if not (math.isfinite(margin) and margin > 0):  # inf: the first loss is NaN
+        raise ValueError(f"margin must be a finite number > 0. Received: margin={margin!r}")
 
     def per_anchor(positive, candidates, negative_mask):
         return _masked_mean(tf.nn.relu(candidates - positive[:, None] + margin),

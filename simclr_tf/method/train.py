@@ -113,8 +113,8 @@ class StepOptions:
         if unknown:
             raise ValueError(f"objective_options of train_mode={self.train_mode!r} are "
                              f"{[name for name, _ in row.options]}. Received: {unknown}")
-        object.__setattr__(self, "objective_options", tuple(
-            (name, given.get(name, default)) for name, default in row.options))
+        row.check_options(given)  # the rules each option declares
+        object.__setattr__(self, "objective_options", tuple(row.option_values(given).items()))
         rules.check_temperature(self.temperature)
         rules.check_distill_temperature(self.distill_temperature)
         rules.check_distill_alpha(self.distill_alpha)

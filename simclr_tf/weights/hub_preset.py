@@ -19,10 +19,15 @@ says how). It fine-tunes like any Keras model (`backbone.trainable`, `training=T
 The folder also holds a model card, `README.md` (`simclr_tf.weights.cards`): inputs,
 preprocessing, the run's recipe and its results at this step.
 """
+import io
+import os
+
 import keras
 import keras_hub
+from keras.src.saving import saving_lib
 
 from simclr_tf.models import encoders
+from simclr_tf.rundir import files
 from simclr_tf.models.layers import PACKAGE
 from simclr_tf.models.outputs import H
 from simclr_tf.weights.portable import INPUT
@@ -57,6 +62,28 @@ class SimCLRBackbone(keras_hub.models.Backbone):
         self.encoder_options = dict(encoder_options or {})
         self.image_size = int(image_size)
         self.batch_norm_decay = batch_norm_decay
+
+    def save_weights(self, filepath, overwrite=True, max_shard_size=None):
+        """Keras' `save_weights` (which keras-hub's `save_to_preset` calls for
+        model.weights.h5), with the HDF5 file made in memory and then written by Python
+        whole (`files.atomic_write`). HDF5 writing a file that the disk cannot hold
+        fails inside its library and leaves it broken: after the error, the process
+        ended in a segmentation fault (exit 139; keras 3.15.1, h5py 3.14, a full tmpfs
+        or a file-size limit). A failed Python write is an OSError like any other."""
+        if max_shard_size is not None:  # keras-hub shards presets over 10 GB only
+            return super().save_weights(filepath, overwrite, max_shard_size)
+        # Keras' own `save_weights_only` on a file in memory (keras-hub reads LoRA
+        # weights through the same H5IOStore).
+        memory = io.BytesIO()
+        store = saving_lib.H5IOStore(memory, mode="w")
+        try:
+            # pylint: disable-next=protected-access
+            saving_lib._save_state(self, weights_store=store, assets_store=None,
+                                   inner_path="", visited_saveables=set())
+        finally:
+            store.close()
+        files.atomic_write(str(filepath), memory.getvalue())
+        return None
 
     def get_config(self):
         config = super().get_config()

@@ -7,8 +7,11 @@ from absl import flags
 
 import run
 from simclr_tf.config import Config
+from simclr_tf.config.tables import train_modes
 
-CONFIG_FLAGS = [f.name for f in Config.flag_fields()]
+# The Config's flags and the train modes' own options' (--triplet_margin).
+CONFIG_FLAGS = [f.name for f in Config.flag_fields()] + [
+    name for name in train_modes.all_options() if name in run.FLAGS]
 
 
 def flag_values(argv):

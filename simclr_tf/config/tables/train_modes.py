@@ -16,8 +16,23 @@ import importlib
 import importlib.util
 import os
 import sys
+import types
 
-from simclr_tf.config import tables
+from simclr_tf.config import bounds, tables
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A train mode's own option with rules for its value (`option`)."""
+    default: object
+    checks: tuple = ()
+
+
+def option(default, *checks):
+    """An option of a `TrainMode` (in its `options`) whose value must pass `checks`:
+    `simclr_tf.config.bounds`' positive, at_least, within or rule, as a Config
+    field declares them (each reads the option's own value)."""
+    return Option(default, tuple(checks))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +68,13 @@ class TrainMode:
             training, on --eval_split (distillation: the student against its teacher).
         metrics: the step's log names it may write (`train/<name>` in TensorBoard,
             'loss' as `train/total_loss`), besides the Trainer's own.
-        options: its own options that are no Config field: {name: default}; run.py
+        options: its own options that are no Config field: {name: default, or
+            `option(default, *checks)` for one whose value has rules}; run.py
             defines each as a flag, and the values reach its step in
-            `StepOptions.objective_options`.
+            `StepOptions.objective_options`. Stored as (name, default) pairs.
+        option_checks: (name, checks) of the options declared with checks (filled
+            from `options`' `option(...)` declarations): `validation` runs them on
+            the flags before anything is built, `StepOptions` on the step's values.
     """
     name: str
     objective: str
@@ -72,6 +91,7 @@ class TrainMode:
     monitors: tuple = ()
     metrics: tuple = ()
     options: tuple = ()
+    option_checks: tuple = ()
 
     def __post_init__(self):
         if self.views not in (1, 2):
@@ -79,12 +99,34 @@ class TrainMode:
         if self.labels not in ("none", "required", "optional"):
             raise ValueError("labels must be 'none', 'required' or 'optional'. "
                              f"Received: labels={self.labels!r}")
-        object.__setattr__(self, "options", tuple(dict(self.options).items()))
+        defaults, checks = {}, dict(self.option_checks)
+        for name, declared in dict(self.options).items():
+            if isinstance(declared, Option):
+                defaults[name], checks[name] = declared.default, declared.checks
+            else:
+                defaults[name] = declared
+        object.__setattr__(self, "options", tuple(defaults.items()))
+        object.__setattr__(self, "option_checks", tuple(checks.items()))
 
     @property
     def needs_labels(self):
         """Its train split must be labelled."""
         return self.labels == "required"
+
+    def check_options(self, values):
+        """Runs each option's declared checks on its value in `values` ({option:
+        value}; its default where absent); ConfigError (a ValueError) naming the
+        option's flag."""
+        defaults = dict(self.options)
+        for name, checks in self.option_checks:
+            value = types.SimpleNamespace(**{name: values.get(name, defaults[name])})
+            for check in checks:
+                check(value, name)
+
+    def option_values(self, given):
+        """{option: value} of this row's options: `given`'s ({option: value}; keys of
+        no option of this row are left out), the defaults for the others."""
+        return {name: given.get(name, default) for name, default in self.options}
 
     def objective_class(self):
         """The `Objective` subclass of `objective`, imported now."""
@@ -123,7 +165,7 @@ TRAIN_MODES = {row.name: row for row in (
            "NT-Logistic loss instead of NT-Xent (its Table 2)", ()),
           ("margin_triplet", "MarginTriplet", "margin_triplet: pretraining with the "
            "paper's margin triplet loss (its Table 2; --triplet_margin)",
-           dict(triplet_margin=0.5)))),
+           dict(triplet_margin=option(0.5, bounds.positive("e.g. 0.5")))))),
 )}
 
 
@@ -202,3 +244,38 @@ def _line_in(error, path):
 def all_options():
     """{option: default} of every registered row's own options."""
     return {name: default for row in TRAIN_MODES.values() for name, default in row.options}
+
+
+def modes_where(test):
+    """The names of the train modes whose rows pass `test(row)`, in the table's order
+    (the rows registered since import included)."""
+    return [row.name for row in TRAIN_MODES.values() if test(row)]
+
+
+def modes_with_option(name):
+    """The train modes whose rows have the option `name`."""
+    return modes_where(lambda row: name in dict(row.options))
+
+
+def applies(rows, what, fix, others=(), holds=lambda *values: True):
+    """Where a Config field applies (`fields.field(..., applies=...)`: `bounds.applies`)
+    when that is in some train modes: those whose rows pass `rows(row)`, and there
+    when `holds(*the values of the settings others names)`. `what` says where, its
+    '{modes}' the train modes' names (from the table as it is then)."""
+    return bounds.applies(("train_mode",) + tuple(others),
+                          lambda mode, *values: rows(get(mode)) and holds(*values),
+                          lambda: what.format(modes=bounds.either(modes_where(rows))), fix)
+
+
+# Flags that apply in the train modes of a kind (the Config fields name them).
+FROZEN_BLOCKS = applies(lambda row: row.freezes, "where a block is frozen (--train_mode="
+                        "{modes} with --fine_tune_after_block >= 0)",
+                        "freeze blocks with --fine_tune_after_block (e.g. 4)",
+                        ("fine_tune_after_block",), lambda block: block >= 0)
+LABELLED = applies(lambda row: row.labels != "none", "to a train mode that learns from "
+                   "labels (--train_mode={modes})", "fine-tune (--train_mode=finetune)")
+ONLINE_HEAD = applies(lambda row: row.online_head, "to the online linear head of "
+                      "pretraining (--train_mode={modes} with "
+                      "--lineareval_while_pretraining)", "pretrain with that head "
+                      "(fine-tuning trains everything at --learning_rate)",
+                      ("lineareval_while_pretraining",), lambda head: head)

@@ -4,7 +4,7 @@ every mode which exports calls (model_dir's rotation, the lock's check, an I/O f
 named)."""
 import tensorflow as tf
 
-from simclr_tf.config import rules
+from simclr_tf.config import errors, rules
 from simclr_tf.models.simclr import float32_twin
 from simclr_tf.rundir import records
 from simclr_tf.run import preflight, quiet
@@ -57,10 +57,14 @@ def export_model(model, config, step, *, write_guard=None):
                      f"--mode=export --export_format={fmt}"
                      if isinstance(error, (OSError, tf.errors.OpError)) else
                      f"--export_format without {fmt} exports the other formats")
+            # A full disk said once, with the space left (not a scratch file's name
+            # and a second advice, which would crowd out the rest).
+            reason = (f"no space left on the device ({errors.free_space(where)} free "
+                      "there now)" if errors.disk_full(error) is not None
+                      else str(error).strip().splitlines()[0][:300])
             raise ExportError(
-                f"Exporting the {fmt} of step {step} to {where} failed: "
-                f"{str(error).strip().splitlines()[0][:300]}. The checkpoints are saved "
-                f"and intact.{done} To export it, {retry}.") from None
+                f"Exporting the {fmt} of step {step} to {where} failed: {reason}. The "
+                f"checkpoints are saved and intact.{done} To export it, {retry}.") from None
     return written
 
 

@@ -4,7 +4,6 @@ encoder to evaluate. The evaluators a mode runs:
 `simclr_tf.run.modes.evaluators`; the export of a model: `simclr_tf.run.modes.export`."""
 import dataclasses
 import functools
-import json
 
 import numpy as np
 from absl import logging
@@ -12,7 +11,7 @@ from absl import logging
 from simclr_tf.method import optimizers, schedules
 from simclr_tf.run import preflight
 from simclr_tf.weights import checkpoints, teacher
-from simclr_tf.config import ConfigError, rules
+from simclr_tf.config import ConfigError, rules, validation
 from simclr_tf import augment
 from simclr_tf.data import pipeline
 from simclr_tf.augment import device as device_augment
@@ -84,8 +83,8 @@ def step_options(config):
                        view_fn=view_fn(config), grad_cache_chunk=config.grad_cache_chunk,
                        seed=config.seed, distill_temperature=config.distill_temperature,
                        distill_alpha=config.distill_alpha,
-                       objective_options=tuple(json.loads(config.objective_options or
-                                                          "{}").items()))
+                       objective_options=tuple(
+                           validation.objective_option_values(config).items()))
 
 
 def blur_fn(config):
