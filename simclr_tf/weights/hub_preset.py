@@ -20,7 +20,6 @@ The folder also holds a model card, `README.md` (`simclr_tf.weights.cards`): inp
 preprocessing, the run's recipe and its results at this step.
 """
 import io
-import os
 
 import keras
 import keras_hub
