@@ -31,7 +31,7 @@ Examples:
   python scripts/benchmark.py ntxent --batch_sizes=256,1024,4096
   python scripts/benchmark.py all --preset=smoke      # seconds; what the test runs
   python scripts/benchmark.py memory --preset=r50_224_4096   # ~25 min on 2 CPU cores
-  python scripts/benchmark.py train --preset=gpu_r50  # scripts/gpu_check.sh
+  python scripts/benchmark.py train --preset=gpu_r50  # dev/gpu_check.sh
   python scripts/benchmark.py train --preset=vit_s16_224   # ViT-S/16 beside r50_224
   python scripts/benchmark.py train --resnet_depth=18 --width_multiplier=0.25 \\
       --image_size=16 --stem=cifar --train_batch_size=64 --use_blur=false \\
@@ -92,7 +92,7 @@ PRESETS = {
     # ViT-S/16 at 224 px (issue "any encoder"): views/s beside r50_224 on the same CPU.
     "vit_s16_224": dict(train=dict(encoder="vit_s16", image_size=224, train_batch_size=32,
                                    use_blur=True, num_proj_layers=3)),
-    # The GPU check (scripts/gpu_check.sh): R50 at 224 px, bf16, one GPU.
+    # The GPU check (dev/gpu_check.sh): R50 at 224 px, bf16, one GPU.
     "gpu_r50": dict(train=dict(resnet_depth=50, image_size=224, train_batch_size=128,
                                use_blur=True, num_proj_layers=3,
                                mixed_precision="bfloat16"),

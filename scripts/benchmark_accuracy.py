@@ -10,7 +10,7 @@ number per seed into --json. Rows, each trained and evaluated once per seed:
               (run.py --train_mode=finetune without --checkpoint: crop and flip,
               the same optimiser, schedule, batch and epochs).
   simclr_tf   our SimCLR pretraining (run.py --train_mode=pretrain).
-  lightly     lightly 1.6's SimCLR in PyTorch (scripts/lightly_simclr.py, in its own
+  lightly     lightly 1.6's SimCLR in PyTorch (dev/lightly_simclr.py, in its own
               virtual environment: --lightly_python), the same encoder written in
               PyTorch, the same images, batch, steps, schedule, temperature, weight
               decay and augmentation strengths.
@@ -350,7 +350,7 @@ def lightly_data(args, budget, feats):
 
 
 def lightly_command(args, budget, seed, out, data_path):
-    return [args.lightly_python, os.path.join(ROOT, "scripts", "lightly_simclr.py"),
+    return [args.lightly_python, os.path.join(ROOT, "dev", "lightly_simclr.py"),
             f"--data={data_path}", f"--out={out}", f"--seed={seed}",
             f"--epochs={budget.epochs}", f"--batch_size={budget.batch_size}",
             f"--learning_rate={budget.peak_learning_rate}",

@@ -142,8 +142,8 @@ def test_every_entry_point_imports_tensorflow_through_one_quiet_helper(tmp_path)
                            capture_output=True, text=True, timeout=60)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr.splitlines() == ["a line of its own"]
-    for name in ("transfer_table", "compare_runs", "convert_official_checkpoint",
-                 "benchmark", "plot_run"):
-        with open(os.path.join(REPO, "scripts", f"{name}.py")) as f:
+    for name in ("scripts/transfer_table", "dev/compare_runs",
+                 "scripts/convert_official_checkpoint", "scripts/benchmark", "scripts/plot_run"):
+        with open(os.path.join(REPO, f"{name}.py")) as f:
             text = f.read()
         assert "quiet.import_tensorflow()" in text and "import tensorflow" not in text, name

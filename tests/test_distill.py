@@ -440,7 +440,7 @@ def test_run_py_distils_evaluates_and_exports_a_student(tmp_path, capsys):
     assert teacher_weights["path"].startswith(os.path.join("..", "teacher", "ckpt-"))
     assert os.path.exists(os.path.join(student, teacher_weights["path"] + ".index"))
     # Relative paths only: the same runs elsewhere record the same protocols
-    # (scripts/compare_runs.py compares the entries of two output folders).
+    # (dev/compare_runs.py compares the entries of two output folders).
     assert str(tmp_path) not in json.dumps(protocols)
     assert os.path.exists(student / "saved_model" / "4" / "saved_model.pb")
     flags = json.load(open(student / "flags.json"))

@@ -16,7 +16,8 @@ MACHINE_PATH = re.compile(r"(/work/|/root/|/home/\w+|\.pyenv/|site-packages/)")
 
 def _pages():
     docs = os.path.join(REPO, "docs")
-    return [os.path.join(REPO, "README.md")] + sorted(
+    return [os.path.join(REPO, name) for name in (
+        "README.md", "scripts/README.md", "dev/README.md")] + sorted(
         os.path.join(docs, name) for name in os.listdir(docs) if name.endswith(".md"))
 
 

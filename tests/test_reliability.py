@@ -29,7 +29,7 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS_DIR)
 sys.path.insert(0, REPO)
 import run  # noqa: E402  pylint: disable=wrong-import-position
-from scripts import soak_preemption  # noqa: E402  pylint: disable=wrong-import-position
+from dev import soak_preemption  # noqa: E402  pylint: disable=wrong-import-position
 
 from helpers import cli_flags
 from helpers.process_fixtures import free_ports, stop_all, wait_all
@@ -45,7 +45,7 @@ def _env():
 
 @pytest.mark.extra_large  # 87 s in the full suite at bffb33f (216 s with the fault cases)
 def test_soak_with_sigkills_ends_with_the_uninterrupted_weights(tmp_path, capsys):
-    """scripts/soak_preemption.py (its main, in process; every run of run.py in a
+    """dev/soak_preemption.py (its main, in process; every run of run.py in a
     process of its own) with 2 kills on the tiny encoder: bit-exact final weights
     (--deterministic), a sound state file after every kill (both damages of the state
     file, garbage and deletion, each recovered from by the next start; a second run.py

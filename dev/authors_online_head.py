@@ -4,14 +4,14 @@
 In the quick start our online head's loss climbs to hundreds before it settles
 (docs/fidelity.md, "The online head's own rate"). This trains the authors' own model, NT-Xent, LARS,
 learning-rate schedule and train step (their tf2/ folder, run as described in
-scripts/authors_baseline.py: a venv with tf_keras) on the quick start's data as our
+dev/authors_baseline.py: a venv with tf_keras) on the quick start's data as our
 pipeline feeds it (digits at 16 px; the paper's crop, flip and colour jitter 0.5; no
 blur; batch 256) with the quick start's hyper-parameters, and prints what our
 `--progress=lines` prints every --log_every_steps (interval means of the contrastive
 loss and accuracy and of the head's loss and accuracy), then the online head's top-1
 on the test split (what `--mode=train_then_eval` reports as label_top_1_accuracy).
 
-  /tmp/authors-venv/bin/python scripts/authors_online_head.py --authors_dir=simclr/tf2
+  /tmp/authors-venv/bin/python dev/authors_online_head.py --authors_dir=simclr/tf2
 
 What is theirs: `model.Model` (ResNet-18, CIFAR stem as their image_size <= 32 rule,
 width 0.25, 2-layer projection head, supervised head on stop_gradient(h)),

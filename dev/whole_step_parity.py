@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Whole-step parity with the authors' code: every case of docs/fidelity.md's table.
 
-    python scripts/whole_step_parity.py --authors_python=/tmp/authors-venv/bin/python \\
+    python dev/whole_step_parity.py --authors_python=/tmp/authors-venv/bin/python \\
         --authors_dir=simclr/tf2 --workdir=/tmp/parity \\
         [--reference=../shared/reference/official_r50_1x_sk0] [--cases=name,...]
 
 Not a test, and not run by CI: it needs the authors' tf2/ folder and their
-environment (scripts/authors_one_step.py says how to make it). Per case it makes the
+environment (dev/authors_one_step.py says how to make it). Per case it makes the
 model with the authors' code (`authors_one_step.py --make_checkpoint`, once; the R50
 1x without selective kernels is --reference where given), draws seeded views, and
 runs one step on both sides: `scripts/one_step.py` (ours) and `authors_one_step.py`
@@ -25,7 +25,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "scripts"))
 import one_step  # noqa: E402  (scripts/one_step.py: the comparison)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -9,9 +9,9 @@ and their results. `compare` says whether two such outputs are identical, bit fo
 bit. A change that only moves code must give identical outputs.
 
     git worktree add /tmp/before <commit before the change>
-    python scripts/compare_runs.py run /tmp/runs_before --repo=/tmp/before
-    python scripts/compare_runs.py run /tmp/runs_after
-    python scripts/compare_runs.py compare /tmp/runs_before /tmp/runs_after
+    python dev/compare_runs.py run /tmp/runs_before --repo=/tmp/before
+    python dev/compare_runs.py run /tmp/runs_after
+    python dev/compare_runs.py compare /tmp/runs_before /tmp/runs_after
 
 About 3 minutes per `run` on 2 CPU cores.
 """

@@ -2,11 +2,11 @@
 """Records the authors' whole training step on the released-format R50 for
 tests/test_one_step.py (tests/data/one_step_r50_authors.npz). Not run by CI.
 
-    python scripts/record_one_step_reference.py --authors_python=/tmp/authors-venv/bin/python \\
+    python dev/record_one_step_reference.py --authors_python=/tmp/authors-venv/bin/python \\
         --authors_dir=simclr/tf2 --reference=../shared/reference/official_r50_1x_sk0
 
 For each case of `tests/test_one_step.py`'s `REFERENCE_CASES`, it runs
-`scripts/authors_one_step.py --float64` (their model, loss and LARS, in float64) on the
+`dev/authors_one_step.py --float64` (their model, loss and LARS, in float64) on the
 test's seeded views and keeps a fingerprint of the step (`one_step.fingerprint`): per
 variable, the update's norm and its projection on a fixed random direction, and the
 losses. The full outputs (the R50's 26M values) would not fit in the repository.
@@ -21,7 +21,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))  # one_step.py, the comparison
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import one_step  # noqa: E402
 import test_one_step  # noqa: E402  (the cases and their views)

@@ -7,7 +7,7 @@
 # gpu_check*.json and gpu_memory_4096.json; paste the printed tables into
 # docs/performance.md and its headline figure into README.md.
 #
-#   bash scripts/gpu_check.sh            # needs a CUDA build of TensorFlow 2.21
+#   bash dev/gpu_check.sh            # needs a CUDA build of TensorFlow 2.21
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-.}

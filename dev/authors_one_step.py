@@ -13,12 +13,12 @@ Two uses:
 
   # a model in the format of the authors' released SavedModels, made by their code
   # (their Model and their build_saved_model; weights seeded random values):
-  /tmp/authors-venv/bin/python scripts/authors_one_step.py --authors_dir=simclr/tf2 \\
+  /tmp/authors-venv/bin/python dev/authors_one_step.py --authors_dir=simclr/tf2 \\
       --make_checkpoint=/tmp/r18_se --resnet_depth=18 --se_ratio=0.25 --image_size=32 \\
       --num_proj_layers=2 --num_classes=10
 
   # their step on views.npz, as scripts/one_step.py takes them, from that model:
-  /tmp/authors-venv/bin/python scripts/authors_one_step.py --authors_dir=simclr/tf2 \\
+  /tmp/authors-venv/bin/python dev/authors_one_step.py --authors_dir=simclr/tf2 \\
       --checkpoint=/tmp/r18_se --views=views.npz --out=authors.npz \\
       --train_batch_size=8 --warmup_epochs=0 --train_steps=10 [their run.py flags]
 
@@ -76,7 +76,7 @@ sys.path.insert(0, AUTHORS_DIR)
 import numpy as np  # noqa: E402
 import tensorflow.compat.v2 as tf  # noqa: E402
 
-import authors_shims  # noqa: E402  (scripts/: the shim for their Dense placeholder)
+import authors_shims  # noqa: E402  (dev/: the shim for their Dense placeholder)
 from absl import app, flags  # noqa: E402
 from tensorflow.core.protobuf import trackable_object_graph_pb2  # noqa: E402
 

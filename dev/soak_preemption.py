@@ -34,7 +34,7 @@ compared with an uninterrupted run's: with --deterministic (the default; passes
 model_dir must load into the model, and no partial files may remain.
 
 Example (about 6 minutes on 2 CPU cores):
-  python scripts/soak_preemption.py --kills=20 --workdir=/tmp/soak \\
+  python dev/soak_preemption.py --kills=20 --workdir=/tmp/soak \\
       --json=/tmp/soak/report.json
 
 Exit status 0 when every check passes, 1 otherwise. The report is printed and

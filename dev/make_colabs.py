@@ -1,5 +1,5 @@
 """Writes colabs/*.ipynb and runs them, saving their outputs (what a reader sees
-before running anything). Run from the repository root: python scripts/make_colabs.py
+before running anything). Run from the repository root: python dev/make_colabs.py
 (about three minutes on a CPU; --no-execute writes them without outputs; names, e.g.
 `pretrain_with_fit`, write only those)."""
 import sys
@@ -252,7 +252,7 @@ for book, path in ((load, "colabs/load_and_inference.ipynb"),
                    (fit, "colabs/pretrain_with_fit.ipynb")):
     chosen = [a for a in sys.argv[1:] if not a.startswith("--")]
     if chosen and not any(name in path for name in chosen):
-        continue  # e.g. python scripts/make_colabs.py pretrain_with_fit: only that one
+        continue  # e.g. python dev/make_colabs.py pretrain_with_fit: only that one
     if "--no-execute" not in sys.argv:
         NotebookClient(book, timeout=900, kernel_name="python3",
                        resources={"metadata": {"path": "colabs"}}).execute()

@@ -9,7 +9,7 @@ separate virtual environment:
 
   python -m venv --system-site-packages /tmp/authors-venv
   /tmp/authors-venv/bin/pip install tf_keras==2.21.0
-  /tmp/authors-venv/bin/python scripts/authors_baseline.py --authors_dir=simclr/tf2 \\
+  /tmp/authors-venv/bin/python dev/authors_baseline.py --authors_dir=simclr/tf2 \\
       --resnet_depth=18 --image_size=32 --train_batch_size=256 --use_blur=false
   python scripts/benchmark.py train --preset=r18_cifar --compare=none,bfloat16
 
@@ -37,7 +37,7 @@ from absl import app, flags  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow.compat.v2 as tf  # noqa: E402
 
-import authors_shims  # noqa: E402  (scripts/: the shim for their Dense placeholder)
+import authors_shims  # noqa: E402  (dev/: the shim for their Dense placeholder)
 
 flags.DEFINE_string("authors_dir", None, "the tf2/ folder of a google-research/simclr checkout")
 # The flags the authors' modules read, with their run.py defaults where it has them.

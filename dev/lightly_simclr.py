@@ -8,7 +8,7 @@ simclr_tf, nor of its tests):
 
 benchmark_accuracy.py calls it as
 
-    .venv-lightly/bin/python scripts/lightly_simclr.py --data=DATA.npz --out=OUT.npz \\
+    .venv-lightly/bin/python dev/lightly_simclr.py --data=DATA.npz --out=OUT.npz \\
         --seed=0 --epochs=10 --batch_size=256 ...
 
 DATA.npz holds uint8 `train_images` [N, S, S, 3] (the pretraining images, in the
