@@ -10,7 +10,7 @@ The whole step is the subject (docs/fidelity.md, "Whole-step parity"): the super
 head trained beside pretraining on stop_gradient(h), weight decay inside LARS and in
 the loss, LARS' exclusions, the BN moving statistics, the rate at the step, the
 gathered negatives, fine-tuning's frozen blocks and projection-head selector. The
-authors' own step on the same input is recorded by `scripts/authors_one_step.py`.
+authors' own step on the same input is recorded by `dev/authors_one_step.py`.
 
 --checkpoint: a SavedModel folder in the format of the authors' released models (only
   its `variables/` is read), or its `variables/` folder or checkpoint prefix. The
@@ -148,7 +148,7 @@ flags.DEFINE_bool("fused_batch_norm", False, "BN by TF's fused kernel, as run.py
                   "default: Keras' own ops, in the authors' summation order",
     flag_values=FLAGS)
 flags.DEFINE_bool("float64", False, "the model, loss and update in float64 (the structural "
-                  "check against scripts/authors_one_step.py --float64); out.npz in float64",
+                  "check against dev/authors_one_step.py --float64); out.npz in float64",
     flag_values=FLAGS)
 # The authors' run.py flags that change nothing in one step on given views, accepted
 # so that their command lines run: data, evaluation, checkpoints, the cluster.
@@ -294,7 +294,10 @@ def step_config(n):
     values.update(train_batch_size=n, mode="train",
                   model_dir=os.path.dirname(os.path.abspath(FLAGS.out)))
     try:
-        config = Config.from_dict(values).validate()
+        # Given: the flags typed (this tool's defaults are the authors', not run.py's:
+        # a default that differs is no choice of the user's to question).
+        config = Config.from_dict(values, given={
+            name for name in CONFIG_FLAGS if FLAGS[name].present}).validate()
     except ConfigError as error:
         if error.flag == "train_batch_size" and FLAGS.train_batch_size is None:
             raise InputError(f"{error} (--views holds N={n} examples: the global "

@@ -4,7 +4,7 @@ format, against the authors' own step (docs/fidelity.md, "Whole-step parity").
 The proof on a real model: the released-format R50 (../shared/reference), pretraining
 and fine-tuning with the head alone trained, in float64 on both sides (no
 summation-order noise), every variable's update against a fingerprint of the authors'
-step recorded by scripts/record_one_step_reference.py. The rest (bad input, the frozen
+step recorded by dev/record_one_step_reference.py. The rest (bad input, the frozen
 blocks' batch norm, the output's names) on a small ResNet-18 in the authors' layout
 (the tool's subject there is its checks and its output, not the depth: an R50's
 build and trace cost 2-3 times an R18's)."""
@@ -26,7 +26,7 @@ import one_step  # noqa: E402  pylint: disable=wrong-import-position
 import script_io  # noqa: E402  pylint: disable=wrong-import-position
 
 REFERENCE_VALUES = os.path.join(ROOT, "tests", "data", "one_step_r50_authors.npz")
-# case: (train_mode, flags), as scripts/record_one_step_reference.py ran the authors' step.
+# case: (train_mode, flags), as dev/record_one_step_reference.py ran the authors' step.
 REFERENCE_CASES = {
     "pretrain": ("pretrain", ["--train_batch_size=4", "--warmup_epochs=0",
                               "--train_steps=10", "--weight_decay=1e-4"]),
@@ -61,7 +61,7 @@ def test_one_step_on_the_released_r50_equals_the_authors_step(case, released_r50
     assert run_tool(f"--checkpoint={released_r50}", f"--views={views}", f"--out={out}",
                     f"--train_mode={mode}", "--float64", *flags) == 0
     after = dict(np.load(out))
-    with np.load(REFERENCE_VALUES) as data:  # scripts/record_one_step_reference.py
+    with np.load(REFERENCE_VALUES) as data:  # dev/record_one_step_reference.py
         recorded = dict(zip(data["keys"].tolist(), data["values"].tolist()))
     theirs = {key[len(case) + 1:]: value for key, value in recorded.items()
               if key.startswith(case + "/")}
@@ -199,15 +199,15 @@ def _never(*args, **kwargs):
 
 
 @pytest.mark.parametrize("flags, n, expected", [
-    (["--head_learning_rate=0.1", "--learning_rate=0"], 4, "--learning_rate: must be > 0"),
+    (["--head_learning_rate=0.1", "--learning_rate=0"], 4, "--learning_rate: must be a finite number > 0"),
     (["--temperature=0"], 4, "--temperature: must be > 0"),
     (["--learning_rate=nan", "--warmup_epochs=0"], 4,
      "--learning_rate: must be a finite number"),
     (["--train_steps=-3"], 4, "--train_steps: must be >= 0"),
-    (["--num_examples=-5", "--warmup_epochs=0"], 4, "--num_examples: must be > 0"),
+    (["--num_examples=-5", "--warmup_epochs=0"], 4, "--num_examples: must be a finite number > 0"),
     (["--momentum=-3"], 4, "--momentum: must be in [0, 1)"),
     (["--train_mode=finetune", "--head_learning_rate=0.1"], 4,
-     "--head_learning_rate: is the rate of the online linear head of pretraining"),
+     "--head_learning_rate: applies only to the online linear head of pretraining"),
     (["--train_epochs=0"], 4, "--train_epochs: and --train_steps are both 0"),
     ([], 1, "--train_batch_size: must be >= 2 for pretraining"),
 ], ids=["head_rate_at_rate_0", "temperature_0", "rate_nan", "steps_negative",
