@@ -66,6 +66,81 @@ def test_no_module_imports_a_floor_above_its_own():
     assert not upward, upward
 
 
+def _import_graph(root):
+    """{module: the modules of the package it imports (at the top or in a function;
+    `from package import module` is an edge to the module)} of the package at `root`."""
+    modules = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                dotted = os.path.relpath(path[:-3], os.path.dirname(root)).replace(
+                    os.sep, ".").removesuffix(".__init__")
+                modules[dotted] = path
+    graph = {}
+    for dotted, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    named = f"{node.module}.{alias.name}"
+                    edges.add(named if named in modules else node.module)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+        graph[dotted] = {target for target in edges if target in modules} - {dotted}
+    return graph
+
+
+def import_circles(graph):
+    """The strongly connected parts of more than one module (each a circle of imports)."""
+    order, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(node):
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in order:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], order[target])
+        if low[node] == order[node]:
+            part = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return circles
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    """config/ had one through 10 of its files (issue 64); lazy imports count too."""
+    graph = _import_graph(PACKAGE)
+    assert len(graph) > 100 and import_circles(graph) == []
+
+
+def test_the_control_an_import_circle_is_found(tmp_path):
+    package = tmp_path / "simclr_tf"
+    (package / "config").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "config" / "__init__.py").write_text("")
+    (package / "config" / "rules.py").write_text(
+        "def f():\n    from simclr_tf.config import table  # lazy, still a circle\n")
+    (package / "config" / "table.py").write_text("from simclr_tf.config import rules\n")
+    assert import_circles(_import_graph(str(package))) == [
+        ["simclr_tf.config.rules", "simclr_tf.config.table"]]
+
+
 def test_the_control_an_upward_import_is_found(tmp_path):
     path = tmp_path / "losses.py"
     path.write_text("def f():\n    from simclr_tf.run import experiment\n")

@@ -23,6 +23,22 @@ HELP_GROUPS = (
     "Hardware and distribution",
 )
 
+# The authors' TF2 run.py flags: Config declares each with its name, meaning and default
+# there (except use_tpu's).
+AUTHORS_FLAGS = (
+    "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
+    "batch_norm_decay", "train_batch_size", "train_split", "train_epochs", "train_steps",
+    "eval_steps", "eval_batch_size", "checkpoint_epochs", "checkpoint_steps",
+    "eval_split", "dataset", "cache_dataset", "mode", "train_mode",
+    "lineareval_while_pretraining", "checkpoint", "zero_init_logits_layer",
+    "fine_tune_after_block", "master", "model_dir", "data_dir", "use_tpu", "tpu_name",
+    "tpu_zone", "gcp_project", "optimizer", "momentum", "eval_name",
+    "keep_checkpoint_max", "keep_hub_module_max", "temperature", "hidden_norm",
+    "proj_head_mode", "proj_out_dim", "num_proj_layers", "ft_proj_selector", "global_bn",
+    "width_multiplier", "resnet_depth", "sk_ratio", "se_ratio", "image_size",
+    "color_jitter_strength", "use_blur",
+)
+
 
 def field(group, default, help, choices=None, *, checks=(), applies=None,  # pylint: disable=redefined-builtin
           overrides=(), sets=()):

@@ -122,19 +122,6 @@ def check_grad_cache_chunk(chunk, batch_size=None):
                          f"Received: grad_cache_chunk={chunk!r}")
 
 
-def check_grad_cache_mode(chunk, train_mode):
-    """Gradient caching applies to pretraining only (the train modes whose row has
-    `grad_cache`): it exists for the contrastive loss, which couples the whole batch;
-    the supervised loss does not."""
-    # Imported here: the train-mode table declares its options' checks with
-    # `bounds`, which reads these rules.
-    from simclr_tf.config.tables import train_modes  # pylint: disable=import-outside-toplevel
-    if chunk and not train_modes.get(train_mode).grad_cache:
-        raise ValueError("grad_cache_chunk applies to pretraining only (the supervised "
-                         "loss needs no whole-batch coupling): drop it or pretrain. "
-                         f"Received: grad_cache_chunk={chunk!r}, train_mode={train_mode!r}")
-
-
 def check_momentum(momentum):
     """A momentum coefficient in [0, 1)."""
     if not (_is_number(momentum) and 0.0 <= momentum < 1.0):

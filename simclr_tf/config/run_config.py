@@ -19,21 +19,8 @@ from simclr_tf.config.tables import train_modes
 from simclr_tf.config.architecture import (  # noqa: F401
     VARIANT_FLAGS, architecture_mismatches, check_variant_flags)
 from simclr_tf.config.errors import ConfigError  # noqa: F401
+from simclr_tf.config.fields import AUTHORS_FLAGS  # noqa: F401
 from simclr_tf.config.record_types import RecordError  # noqa: F401
-
-AUTHORS_FLAGS = (
-    "learning_rate", "learning_rate_scaling", "warmup_epochs", "weight_decay",
-    "batch_norm_decay", "train_batch_size", "train_split", "train_epochs", "train_steps",
-    "eval_steps", "eval_batch_size", "checkpoint_epochs", "checkpoint_steps",
-    "eval_split", "dataset", "cache_dataset", "mode", "train_mode",
-    "lineareval_while_pretraining", "checkpoint", "zero_init_logits_layer",
-    "fine_tune_after_block", "master", "model_dir", "data_dir", "use_tpu", "tpu_name",
-    "tpu_zone", "gcp_project", "optimizer", "momentum", "eval_name",
-    "keep_checkpoint_max", "keep_hub_module_max", "temperature", "hidden_norm",
-    "proj_head_mode", "proj_out_dim", "num_proj_layers", "ft_proj_selector", "global_bn",
-    "width_multiplier", "resnet_depth", "sk_ratio", "se_ratio", "image_size",
-    "color_jitter_strength", "use_blur",
-)
 
 # A field is declared by its --help topic's function (`fields.HELP_GROUPS`, in
 # order): a new flag is one field, its help group included.
@@ -270,7 +257,7 @@ class Config(fields.FlagTable):
         "with them): memory of one chunk, loss over the whole batch, BN statistics "
         "per chunk, ~1.33x compute. Must divide the per-replica batch.",
         checks=(bounds.rule(rules.check_grad_cache_chunk),
-                bounds.rule(rules.check_grad_cache_mode, "grad_cache_chunk",
+                bounds.rule(train_modes.check_grad_cache_mode, "grad_cache_chunk",
                             "train_mode")))
     log_every_steps: Optional[int] = _run(
         None, "Steps between TensorBoard scalars (the authors' train/* names, as means "
@@ -498,3 +485,7 @@ class Config(fields.FlagTable):
         values = json.loads(text)
         values.pop("resolved_stem", None)
         return cls.from_dict(values)
+
+
+# A train mode's option may not take a flag's name (its table cannot import this).
+train_modes.reserve_flag_names(field.name for field in Config.flag_fields())

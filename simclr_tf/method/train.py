@@ -124,7 +124,7 @@ class StepOptions:
                 raise ValueError(f"{name} must be callable or None. Received: "
                                  f"{name}={value!r}")
         rules.check_grad_cache_chunk(self.grad_cache_chunk)
-        rules.check_grad_cache_mode(self.grad_cache_chunk, self.train_mode)
+        train_modes.check_grad_cache_mode(self.grad_cache_chunk, self.train_mode)
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "hidden_norm", bool(self.hidden_norm))
         object.__setattr__(self, "seed", int(self.seed))

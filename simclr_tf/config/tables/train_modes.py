@@ -174,22 +174,46 @@ def register(row):
     returns it. An option named like one of run.py's flags is refused: it would take
     that flag's value, and the flag would change both."""
     if isinstance(row, TrainMode):
-        # Imported here: the Config's module imports this table.
-        from simclr_tf.config.run_config import Config  # pylint: disable=import-outside-toplevel
-        flag_names = {field.name for field in Config.flag_fields()}
-        clashes = [name for name, _ in row.options if name in flag_names]
-        if clashes:
-            raise ValueError(
-                f"train mode {row.name!r}: its option {clashes[0]!r} has the name of "
-                f"run.py's flag --{clashes[0]}, whose value it would take (and "
-                f"--{clashes[0]} would then set both). Rename the option, e.g. "
-                f"'{row.name}_{clashes[0]}'.")
+        _check_option_names(row)
     return tables.add_row(TRAIN_MODES, row, TrainMode, "row")
+
+
+# run.py's flag names, which an option may not take: the Config, a floor above this
+# table, declares them when its module is imported (`reserve_flag_names`).
+_FLAG_NAMES = set()
+
+
+def reserve_flag_names(names):
+    """Declares run.py's flag names; a row registered before with an option of one of
+    them is refused now (ValueError), one registered after by `register`."""
+    _FLAG_NAMES.update(names)
+    for row in TRAIN_MODES.values():
+        _check_option_names(row)
+
+
+def _check_option_names(row):
+    clashes = [name for name, _ in row.options if name in _FLAG_NAMES]
+    if clashes:
+        raise ValueError(
+            f"train mode {row.name!r}: its option {clashes[0]!r} has the name of "
+            f"run.py's flag --{clashes[0]}, whose value it would take (and "
+            f"--{clashes[0]} would then set both). Rename the option, e.g. "
+            f"'{row.name}_{clashes[0]}'.")
 
 
 def get(name):
     """The `TrainMode` called `name`; ValueError naming the train modes otherwise."""
     return tables.get_row(TRAIN_MODES, name, "train_mode")
+
+
+def check_grad_cache_mode(chunk, train_mode):
+    """Gradient caching applies to pretraining only (the train modes whose row has
+    `grad_cache`): it exists for the contrastive loss, which couples the whole batch;
+    the supervised loss does not."""
+    if chunk and not get(train_mode).grad_cache:
+        raise ValueError("grad_cache_chunk applies to pretraining only (the supervised "
+                         "loss needs no whole-batch coupling): drop it or pretrain. "
+                         f"Received: grad_cache_chunk={chunk!r}, train_mode={train_mode!r}")
 
 
 def help_text():
