@@ -52,6 +52,11 @@ def test_goals_compare_means_against_the_peer_and_the_random_floor(bench):
     without_peer = dict(bench.goals(_results(simclr_tf=([0.8], [0.8]))))
     assert without_peer["kNN: simclr_tf >= lightly - 0.5 point"] is None
     assert without_peer["kNN: simclr_tf >= random init + 10 points"] is None
+    lines = bench.goal_lines(results, fast=False)
+    assert "- linear probe: simclr_tf >= lightly - 0.5 point: **not met**" in lines
+    # The fast budget's numbers are no evidence: no goal is met or missed there.
+    assert all(line.endswith(": no verdict at the fast budget")
+               for line in bench.goal_lines(results, fast=True))
 
 
 def test_the_doc_section_is_replaced_and_the_prose_around_it_kept(bench):
