@@ -3,17 +3,27 @@
 - `--use_tpu` where no TPU answers is one error line naming the flags, before anything
   is built or written; a TPU attached to the machine (a Cloud TPU VM) is found from
   the filesystem, without network traffic, as the resolver's 'local'.
+- `--cpu_replicas` splits the CPU into the replicas of `--strategy=mirrored`, before
+  TensorFlow makes its devices.
 """
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
+import run
 from simclr_tf.config import ConfigError
 from simclr_tf.run import distribute, experiment
+from simclr_tf.rundir import records
 
 from helpers import cli_flags
 from helpers.run_fixtures import config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TPU_REPLICAS = 8  # a TPU v3-8's cores: the paper's 4096 is 8 x 512
 
 
 # ------------------------------------------------------------- finding a TPU
@@ -132,3 +142,46 @@ def test_a_tpu_that_does_not_answer_is_one_error_naming_the_flags(
     assert message.startswith("--tpu_name: the TPU") and "\n" not in message, message
     for word in words:
         assert word in message, (word, message)
+
+
+# ---------------------------------------------------------- --cpu_replicas
+
+
+def test_cpu_replicas_are_the_mirrored_strategys_replicas(monkeypatch):
+    """In this session TensorFlow made 8 CPU devices already (conftest): 8 or fewer are
+    used as they are (the first ones), more is an error naming the flag; a GPU is one
+    too (the replicas are then the GPUs)."""
+    distribute.split_cpu(TPU_REPLICAS)
+    distribute.split_cpu(0)
+    for replicas in (2, TPU_REPLICAS):
+        strategy = experiment.create_strategy(config(strategy="mirrored",
+                                                     cpu_replicas=replicas, model_dir="x"))
+        assert strategy.num_replicas_in_sync == replicas
+    with pytest.raises(ConfigError, match=r"^--cpu_replicas: is 9, .* 8 CPU device\(s\)"):
+        distribute.split_cpu(9)
+    gpu = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
+    listed = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: [gpu] if kind == "GPU" else listed(kind))
+    with pytest.raises(ConfigError, match="^--cpu_replicas: is 8, but this machine has a GPU"):
+        distribute.split_cpu(TPU_REPLICAS)
+
+
+@pytest.mark.large  # 19 s (39 s at load 5): a run.py process, whose devices are the subject
+def test_run_py_splits_the_cpu_before_tensorflow_makes_its_devices(tmp_path):
+    """In a process of its own, run.py's --cpu_replicas=2 makes two replicas: nothing
+    made TensorFlow's devices before the split. flags.json records it; a later run
+    without it continues the same checkpoints (a hardware flag: records.FREE_FLAGS)."""
+    model_dir = tmp_path / "run"
+    command = [sys.executable, "run.py", "--encoder=tiny", "--dataset=digits",
+               "--image_size=16", "--width_multiplier=0.125", "--train_batch_size=32",
+               "--train_steps=1", "--use_blur=false", "--export_format=none",
+               "--strategy=mirrored", "--cpu_replicas=2", f"--model_dir={model_dir}"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "batch 32, 2 replica(s)." in done.stdout, done.stdout
+    recorded = json.loads((model_dir / "flags.json").read_text())
+    assert recorded["cpu_replicas"] == 2 and recorded["strategy"] == "mirrored"
+    later = run.config_from_flags(cli_flags.flag_values(
+        command[2:-3] + [f"--model_dir={model_dir}"]))
+    assert later.cpu_replicas == 0 and records.flag_changes(str(model_dir), later) == []

@@ -244,6 +244,13 @@ class Config(fields.FlagTable):
         "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
         "waits without bound.",
         checks=(bounds.at_least(0),))
+    cpu_replicas: int = _hw(
+        0, "With --strategy=mirrored and no GPU: split the host CPU into this many "
+        "logical devices before TensorFlow starts, one replica each, to rehearse a "
+        "multi-replica run on one machine (8: a TPU v3-8's replicas; docs/tpu.md). "
+        "Same batch, loss and update as one device, slower. 0 = TensorFlow's one CPU "
+        "device.",
+        checks=(bounds.at_least(0),))
     mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",
         ("none", "bfloat16", "float16"))

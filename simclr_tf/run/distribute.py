@@ -1,6 +1,6 @@
 """Distribution strategies: `create_strategy` (default, mirrored, multi-worker, TPU),
-`is_chief`. The cross-replica collectives the loss needs are the method's:
-`simclr_tf.method.collectives`.
+`is_chief`, and `split_cpu` (--cpu_replicas). The cross-replica collectives the loss
+needs are the method's: `simclr_tf.method.collectives`.
 
 A TPU is found without network traffic (`tpu_to_resolve`): a --tpu_name given, else
 the TPU attached to this machine (a Cloud TPU VM: TensorFlow's resolver's 'local'),
@@ -132,6 +132,37 @@ def _local_devices(num_devices):
             f"Asked for {num_devices} devices but only {len(names)} exist "
             f"({names}). Received: num_devices={num_devices}")
     return names[:num_devices]
+
+
+def split_cpu(replicas):
+    """--cpu_replicas: the host CPU as `replicas` logical devices, the replicas of a
+    MirroredStrategy (`create_strategy('mirrored', num_devices=replicas)`). Call it
+    before any op runs: TensorFlow fixes its devices when it first initialises them.
+    Initialised already (a notebook, a test session), it has to hold at least that
+    many. 0: nothing to do.
+
+    Raises:
+        ConfigError: (--cpu_replicas) this machine has a GPU (the replicas are then
+            the GPUs), or TensorFlow's devices exist already, fewer.
+    """
+    if not replicas:
+        return
+    if tf.config.list_physical_devices("GPU"):  # lists, initialises nothing
+        raise ConfigError("cpu_replicas", f"is {replicas}, but this machine has a GPU: "
+                          "--strategy=mirrored makes one replica per GPU; drop "
+                          "--cpu_replicas.")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError:  # "Virtual devices cannot be modified after being initialized"
+        existing = len(tf.config.list_logical_devices("CPU"))
+        if existing < replicas:
+            raise ConfigError(
+                "cpu_replicas", f"is {replicas}, but TensorFlow made its devices "
+                f"already, {existing} CPU device(s), and cannot split them once made: "
+                f"use at most {existing}, or split in a new process before anything "
+                "runs.") from None
 
 
 def local_tpu_devices(root="/"):
