@@ -1,8 +1,8 @@
 """Test session set-up shared by every test module.
 
-The CPU is split into four logical devices before TensorFlow runs any op, so that
-MirroredStrategy tests can run 1, 2 and 4 replicas in one process. Code that uses the
-default strategy only ever touches /CPU:0.
+The CPU is split into eight logical devices before TensorFlow runs any op, so that
+MirroredStrategy tests can run 1, 2, 4 and 8 replicas in one process (8: a TPU v3-8's
+replicas, test_tpu). Code that uses the default strategy only ever touches /CPU:0.
 """
 import collections
 import gc
@@ -13,11 +13,11 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-NUM_LOGICAL_CPUS = 4
+NUM_LOGICAL_CPUS = 8
 
 
 def _split_the_cpu():
-    """Four logical CPUs, before TensorFlow runs any op (pytest_configure calls this
+    """Eight logical CPUs, before TensorFlow runs any op (pytest_configure calls this
     before any test module is imported)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     cpus = tf.config.list_physical_devices("CPU")

@@ -118,6 +118,9 @@ BAD = [
     (dict(use_tpu=True, strategy="mirrored"), "strategy"),
     (dict(use_tpu=True, mixed_precision="float16"), "mixed_precision"),
     (dict(jit_compile=True, strategy="mirrored"), "jit_compile"),
+    (dict(cpu_replicas=8), "cpu_replicas"),  # splits the CPU for --strategy=mirrored only
+    (dict(cpu_replicas=8, use_tpu=True), "cpu_replicas"),
+    (dict(cpu_replicas=-1, strategy="mirrored"), "cpu_replicas"),
     (dict(variant="r50_9x"), "variant"),
     (dict(variant="r50_2x_sk1", resnet_depth=101), "variant"),
     (dict(train_batch_size=1), "train_batch_size"),  # pretraining: no negatives
@@ -335,7 +338,7 @@ def _declared(kind):
 
 @pytest.mark.parametrize("name", _declared("_Positive") + _declared("_AtLeast"))
 def test_every_declared_bound_is_checked_by_the_one_loop(name):
-    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 13
+    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 14
     with pytest.raises(ConfigError) as info:
         Config.from_dict(_bad(**{name: -1})).validate()
     assert info.value.flag == name

@@ -143,7 +143,7 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     new `experiment.run` on that copy, and the two final checkpoints are compared
     tensor by tensor (the model's, BN statistics included, and the optimizer's)."""
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    if variant.get("strategy") == "mirrored":  # two of conftest's four CPU devices
+    if variant.get("strategy") == "mirrored":  # two of conftest's eight CPU devices
         from simclr_tf.run import distribute  # pylint: disable=import-outside-toplevel
         create = distribute.create_strategy
         monkeypatch.setattr(distribute, "create_strategy",

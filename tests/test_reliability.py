@@ -639,7 +639,9 @@ CATALOGUE = [
     (["--knn_temperature=0"], "knn_temperature"),
     (["--serving_max_pixels=-1"], "serving_max_pixels"),
     (["--peer_wait_secs=-1"], "peer_wait_secs"),
-    # 4 replicas (the test CPUs) of 8 images: 32 divides the global batch, not a replica's.
+    # More replicas than the CPU devices TensorFlow made already (the test session's 8).
+    (["--strategy=mirrored", "--cpu_replicas=16"], "cpu_replicas"),
+    # 8 replicas (the test CPUs) of 4 images: 32 divides the global batch, not a replica's.
     (["--strategy=mirrored", "--grad_cache_chunk=32"], "grad_cache_chunk"),
     # Splits with no examples (once a traceback in the step arithmetic).
     (["--train_split=train[:0]"], "train_split"),

@@ -48,8 +48,8 @@ from simclr_tf.config.errors import ConfigError
 # the run it reads).
 NEVER_READ = ("mode", "model_dir", "checkpoint", "break_lock", "allow_changed_flags",
               "reevaluate", "allow_eval_overlap", "master", "use_tpu", "tpu_name", "tpu_zone",
-              "gcp_project", "strategy", "peer_wait_secs", "eval_wait_secs", "evaluators",
-              "export_format")
+              "gcp_project", "strategy", "cpu_replicas", "peer_wait_secs", "eval_wait_secs",
+              "evaluators", "export_format")
 # What another run's weights need: the model, the data it was trained on.
 DATA_FLAGS = ("dataset", "data_dir", "image_size", "train_split", "eval_split")
 # What a reader of another run's weights needs besides: the heads the run trained.

@@ -137,9 +137,15 @@ class Config(fields.FlagTable):
         "read-only data_dirs; multi-worker runs need the data prepared beforehand.")
     use_tpu: bool = _hw(False, "Whether to run on TPU (the authors' default is True; "
                         "ours is False so GPU and CPU users need no flag).")
-    tpu_name: Optional[str] = _hw(None, "The Cloud TPU to use for training.")
-    tpu_zone: Optional[str] = _hw(None, "GCE zone where the Cloud TPU is located.")
-    gcp_project: Optional[str] = _hw(None, "Project name for the Cloud TPU.")
+    tpu_name: Optional[str] = _hw(
+        None, "The Cloud TPU to use for training: its name, its grpc://address, or "
+        "'local' (the TPU of a Cloud TPU VM, which --use_tpu alone finds; docs/tpu.md).")
+    tpu_zone: Optional[str] = _hw(
+        None, "GCE zone where the Cloud TPU is located (with a --tpu_name that is a name; "
+        "unset: asked of the GCE metadata server).")
+    gcp_project: Optional[str] = _hw(
+        None, "Project name for the Cloud TPU (with a --tpu_name that is a name; unset: "
+        "asked of the GCE metadata server).")
     optimizer: str = _optim(
         "lars", "Optimizer to use. adamw (ours, for ViT recipes): Adam with decoupled "
         "weight decay of all but norms, biases and the encoder's declared variables "
@@ -224,6 +230,13 @@ class Config(fields.FlagTable):
         "the wait) before TensorFlow connects them; then the run stops naming each "
         "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
         "waits without bound.",
+        checks=(bounds.at_least(0),))
+    cpu_replicas: int = _hw(
+        0, "With --strategy=mirrored and no GPU: split the host CPU into this many "
+        "logical devices before TensorFlow starts, one replica each, to rehearse a "
+        "multi-replica run on one machine (8: a TPU v3-8's replicas; docs/tpu.md). "
+        "Same batch, loss and update as one device, slower. 0 = TensorFlow's one CPU "
+        "device.",
         checks=(bounds.at_least(0),))
     mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",

@@ -126,6 +126,11 @@ def _check_combinations(config):
     if mode.trains and config.augment_on == "device" and config.augmentations.strip():
         raise ConfigError("augmentations", "chooses the host's transformations; "
                           "--augment_on=device draws all three: drop one of them.")
+    if config.cpu_replicas and config.strategy != "mirrored":
+        raise ConfigError("cpu_replicas", f"is {config.cpu_replicas}: it splits the CPU "
+                          "into the replicas of --strategy=mirrored; add "
+                          "--strategy=mirrored, or drop --cpu_replicas (--strategy="
+                          f"{config.strategy}).")
     if config.jit_compile and config.strategy == "mirrored":
         raise ConfigError("jit_compile", "is not supported under MirroredStrategy on "
                           "TensorFlow 2.21 (XLA cannot reach the other replicas' "

@@ -1,16 +1,24 @@
 """Distribution strategies: `create_strategy` (default, mirrored, multi-worker, TPU),
-`is_chief`. The cross-replica collectives the loss needs are the method's:
-`simclr_tf.method.collectives`.
+`is_chief`, and `split_cpu` (--cpu_replicas). The cross-replica collectives the loss
+needs are the method's: `simclr_tf.method.collectives`.
+
+A TPU is found without network traffic (`tpu_to_resolve`): a --tpu_name given, else
+the TPU attached to this machine (a Cloud TPU VM: TensorFlow's resolver's 'local'),
+else one the environment names (TPU_NAME, read by the resolver); otherwise a
+ConfigError says what to give, before anything is built or written.
 
 A multi-worker strategy is created after a bounded wait for the peers of TF_CONFIG
 (`simclr_tf.run.cluster`; TensorFlow's own rendezvous waits without bound), and
 `peer_failures_named` turns the error of a peer lost mid-run into `PeerLostError`.
 """
 import contextlib
+import glob
+import os
 
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf.config import ConfigError
 from simclr_tf.run import cluster
 
 STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
@@ -18,6 +26,22 @@ STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
 # stopped, a connection reset), DEADLINE_EXCEEDED (a collective timeout), ABORTED.
 PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                  tf.errors.AbortedError)
+
+# A TPU attached to this machine, seen in the filesystem only (TPUClusterResolver with
+# tpu=None would ask the GCE metadata server, over the network): Cloud TPU VMs of v2-v4
+# have /dev/accel<N>; every Cloud TPU chip is a PCI device of Google's vendor id with
+# one of these device ids (JAX's rule: jax/_src/hardware_utils.py).
+ACCEL_DEVICES = "dev/accel[0-9]*"
+PCI_DEVICES = "sys/bus/pci/devices/*"
+GOOGLE_PCI_VENDOR = "0x1ae0"
+TPU_PCI_DEVICE_IDS = ("0x0027", "0x0056", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076")
+# What TensorFlow 2.21's TPU client reads when tpu=None (tensorflow/python/tpu/client/
+# client.py: `_get_tpu_name`, `_get_tpu_node_config`).
+TPU_ENVIRONMENT = ("TPU_NAME", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "TPU_CONFIG")
+# What the errors say to give, in the flags' words.
+_NAME_A_TPU = ("name the Cloud TPU (--tpu_name=<its name> with --tpu_zone and "
+               "--gcp_project, or --tpu_name=grpc://<address>:8470), or run on the "
+               "Cloud TPU VM itself, where --use_tpu alone finds its TPU (docs/tpu.md)")
 
 
 def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
@@ -45,7 +69,8 @@ def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
 
     Raises:
         ValueError: on an unknown name or an impossible `num_devices`.
-        ConfigError: for 'multiworker', on a malformed TF_CONFIG.
+        ConfigError: for 'multiworker', on a malformed TF_CONFIG; for 'tpu', when no
+            TPU is named nor attached (`tpu_to_resolve`), or the TPU does not answer.
         simclr_tf.run.cluster.PeerUnavailableError: a peer did not answer in
             `peer_wait_secs`.
         simclr_tf.run.cluster.WaitInterrupted: a SIGTERM came while waiting.
@@ -63,7 +88,7 @@ def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
         return tf.distribute.MirroredStrategy(devices=_local_devices(num_devices))
     if name == "multiworker":
         return _create_multiworker_strategy(peer_wait_secs)
-    return _create_tpu_strategy(tpu_name or master, tpu_zone, gcp_project)
+    return _create_tpu_strategy(tpu_to_resolve(tpu_name or master), tpu_zone, gcp_project)
 
 
 def _create_multiworker_strategy(peer_wait_secs):
@@ -109,14 +134,114 @@ def _local_devices(num_devices):
     return names[:num_devices]
 
 
+def split_cpu(replicas):
+    """--cpu_replicas: the host CPU as `replicas` logical devices, the replicas of a
+    MirroredStrategy (`create_strategy('mirrored', num_devices=replicas)`). Call it
+    before any op runs: TensorFlow fixes its devices when it first initialises them.
+    Initialised already (a notebook, a test session), it has to hold at least that
+    many. 0: nothing to do.
+
+    Raises:
+        ConfigError: (--cpu_replicas) this machine has a GPU (the replicas are then
+            the GPUs), or TensorFlow's devices exist already, fewer.
+    """
+    if not replicas:
+        return
+    if tf.config.list_physical_devices("GPU"):  # lists, initialises nothing
+        raise ConfigError("cpu_replicas", f"is {replicas}, but this machine has a GPU: "
+                          "--strategy=mirrored makes one replica per GPU; drop "
+                          "--cpu_replicas.")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError:  # "Virtual devices cannot be modified after being initialized"
+        existing = len(tf.config.list_logical_devices("CPU"))
+        if existing < replicas:
+            raise ConfigError(
+                "cpu_replicas", f"is {replicas}, but TensorFlow made its devices "
+                f"already, {existing} CPU device(s), and cannot split them once made: "
+                f"use at most {existing}, or split in a new process before anything "
+                "runs.") from None
+
+
+def local_tpu_devices(root="/"):
+    """The files that show a TPU attached to this machine (a Cloud TPU VM): its
+    /dev/accel* devices and the PCI devices of Google TPUs; [] without one. Reads the
+    filesystem only, under `root` (tests plant a machine elsewhere)."""
+    found = sorted(glob.glob(os.path.join(root, ACCEL_DEVICES)))
+    for device in sorted(glob.glob(os.path.join(root, PCI_DEVICES))):
+        try:
+            with open(os.path.join(device, "vendor")) as f:
+                vendor = f.read().strip()
+            with open(os.path.join(device, "device")) as f:
+                device_id = f.read().strip()
+        except OSError:
+            continue
+        if vendor == GOOGLE_PCI_VENDOR and device_id in TPU_PCI_DEVICE_IDS:
+            found.append(device)
+    return found
+
+
+def tpu_to_resolve(tpu_name, *, root="/", environ=None):
+    """The `tpu` of TensorFlow's TPUClusterResolver for --tpu_name (or --master), found
+    without network traffic: the name given; else 'local' when a TPU is attached to
+    this machine (`local_tpu_devices`: a Cloud TPU VM); else None when the
+    environment names one (`TPU_ENVIRONMENT`: the resolver reads it).
+
+    Raises:
+        ConfigError: (--tpu_name) none of these: no TPU answers here; or 'local'
+            where none is attached.
+    """
+    environ = os.environ if environ is None else environ
+    attached = local_tpu_devices(root)
+    if tpu_name == "local" and not attached:
+        raise ConfigError("tpu_name", "is 'local', but no TPU is attached to this "
+                          "machine (no /dev/accel*, no Google TPU on its PCI bus): "
+                          f"{_NAME_A_TPU}.")
+    if tpu_name:
+        return tpu_name
+    if attached:
+        return "local"
+    named = [variable for variable in TPU_ENVIRONMENT if environ.get(variable)]
+    if named:
+        return None
+    raise ConfigError("tpu_name", "is not given and no TPU answers here: none is "
+                      "attached to this machine (no /dev/accel*, no Google TPU on its "
+                      f"PCI bus) and {' / '.join(TPU_ENVIRONMENT)} are unset. To train "
+                      f"on a TPU, {_NAME_A_TPU}; to train here, drop --use_tpu.")
+
+
 def _create_tpu_strategy(tpu, zone, project):
-    # The resolver also accepts tpu=None on Cloud TPU VMs, where the local TPU is
-    # discovered automatically.
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu=tpu, zone=zone, project=project)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
+    """TPUStrategy over `tpu` (`tpu_to_resolve`'s). TensorFlow's errors (a name the
+    Cloud TPU API does not know, a metadata server that does not answer, a TPU that
+    does not initialise) become one ConfigError naming the flags."""
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=tpu, zone=zone, project=project)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as error:
+        raise ConfigError("tpu_name", _tpu_failure(tpu, zone, project, error)) from None
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _tpu_failure(tpu, zone, project, error):
+    """What to do when the TPU `tpu` (None: the environment's) did not answer."""
+    said = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    shown = f"{tpu!r}" if tpu else f"of {' / '.join(TPU_ENVIRONMENT)}"
+    message = f"the TPU {shown} did not answer ({type(error).__name__}: {said})"
+    if tpu == "local":
+        return (f"{message}. A TPU is attached: is TensorFlow the TPU build "
+                "(tensorflow-tpu, docs/tpu.md), and is no other process holding it?")
+    if tpu and tpu.startswith("grpc://"):
+        return f"{message}: check the address and that the TPU is up."
+    if not (zone and project):
+        return (f"{message}. A TPU name is looked up in the Cloud TPU API of "
+                "--gcp_project in --tpu_zone; unset, they are asked of the GCE metadata "
+                "server, which only a GCE VM has: give both, or "
+                "--tpu_name=grpc://<address>:8470.")
+    return f"{message}: check --tpu_name, --tpu_zone and --gcp_project (docs/tpu.md)."
 
 
 def is_chief(strategy):

@@ -35,6 +35,8 @@ def run(config):
     early with `results["interrupted"] = True` (nothing is evaluated or exported).
     """
     mode = modes.get(config.mode)
+    # Before any op runs: TensorFlow fixes its devices when it first makes them.
+    distribute.split_cpu(config.cpu_replicas)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         # Process-wide and irreversible; seeds and the data position are already
@@ -189,6 +191,7 @@ def create_strategy(config):
     return distribute.create_strategy(name, tpu_name=config.tpu_name,
                                       tpu_zone=config.tpu_zone,
                                       gcp_project=config.gcp_project, master=config.master,
+                                      num_devices=config.cpu_replicas or None,
                                       peer_wait_secs=config.peer_wait_secs)
 
 

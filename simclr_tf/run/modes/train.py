@@ -60,8 +60,8 @@ def train(config, strategy, context):
     step = trainer.step
     dataset = pipeline.build_distributed_dataset(
         strategy, source, split, global_batch_size=config.train_batch_size,
-        cache=config.cache_dataset, seed=config.seed, label_subset_ids=subset_ids,
-        labelled_ids=labelled_ids, start_step=step, **parts.view_options(config))
+        label_subset_ids=subset_ids, labelled_ids=labelled_ids, start_step=step,
+        **input_options(config))
     writer = tf.summary.create_file_writer(scratch_dir or config.model_dir)
     if chief:
         write_session_start(writer, step)
@@ -185,6 +185,14 @@ def write_session_start(writer, step):
     tf.raw_ops.ImportEvent(writer=writer._resource,  # pylint: disable=protected-access
                            event=event.SerializeToString())
     writer.flush()
+
+
+def input_options(config):
+    """The training input pipeline's options of `config` (`pipeline.build_input_fn`'s
+    keywords but the split's subsets and the start): the same under every strategy.
+    Its batches have static shapes (fixed image size, the last partial batch
+    dropped), as TPUStrategy's compiled step needs (docs/tpu.md)."""
+    return dict(parts.view_options(config), cache=config.cache_dataset, seed=config.seed)
 
 
 def step_plan(config, num_examples):
