@@ -10,6 +10,7 @@ import json
 from simclr_tf.config import variants
 from simclr_tf.config.errors import ConfigError
 from simclr_tf.config.tables import encoders as encoder_table
+from simclr_tf.config.tables import train_modes
 
 
 # Keys of `SimCLRModel` arguments that belong to ResNet: records written before
@@ -112,3 +113,39 @@ def check_variant_flags(variant, given):
             raise ConfigError("variant", f"{variant} means --{flag}="
                               f"{parsed[VARIANT_FLAGS[flag]]}, but --{flag}={value} was "
                               "also given; drop one.")
+
+
+def model_kwargs(config, num_classes=None):
+    """Keyword arguments of `simclr_tf.models.SimCLRModel` for the run of `config`: the
+    encoder's options are the flags its row of `tables.encoders.ENCODERS` names.
+
+    Args:
+        num_classes: classes of the supervised head, or None for none.
+    """
+    row = train_modes.get(config.train_mode)
+    has_head = num_classes is not None and (
+        not row.online_head or config.lineareval_while_pretraining)
+    spec = encoder_table.encoder_spec(config.encoder)
+    options = {option: encoder_option(config, flag)
+               for flag, option in (spec.flags.items() if spec else ())}
+    return dict(
+        encoder=config.encoder, encoder_options=options,
+        proj_head_mode=config.proj_head_mode, num_proj_layers=config.num_proj_layers,
+        proj_out_dim=config.proj_out_dim, ft_proj_selector=config.ft_proj_selector,
+        num_classes=num_classes if has_head else None,
+        supervised_head_stop_gradient=row.online_head,
+        zero_init_logits_layer=config.zero_init_logits_layer,
+        batch_norm_decay=config.batch_norm_decay, global_bn=config.global_bn)
+
+
+def encoder_option(config, flag):
+    """The value an encoder receives for `flag`: --stem resolved, a whole
+    --width_multiplier as an int (the reference's type), --encoder_config parsed."""
+    if flag == "stem":
+        return config.resolved_stem
+    if flag == "width_multiplier":
+        width = config.width_multiplier
+        return int(width) if float(width).is_integer() else width
+    if flag == "encoder_config":
+        return json.loads(config.encoder_config or "{}")
+    return getattr(config, flag)

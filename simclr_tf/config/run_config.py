@@ -11,8 +11,7 @@ import functools
 import json
 from typing import Optional
 
-from simclr_tf.config import bounds, fields, rules, validation, variants
-from simclr_tf.config.tables import encoders as encoder_table
+from simclr_tf.config import architecture, bounds, fields, rules, validation, variants
 from simclr_tf.config.tables import modes
 from simclr_tf.config.tables import train_modes
 # Re-exported: callers import these from here.
@@ -407,38 +406,13 @@ class Config(fields.FlagTable):
         return rules.resolve_stem(self.stem, self.image_size)
 
     def model_kwargs(self, num_classes=None):
-        """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run: the
-        encoder's options are the flags its row of `tables.encoders.ENCODERS` names.
-
-        Args:
-            num_classes: classes of the supervised head, or None for none.
-        """
-        row = train_modes.get(self.train_mode)
-        has_head = num_classes is not None and (
-            not row.online_head or self.lineareval_while_pretraining)
-        spec = encoder_table.encoder_spec(self.encoder)
-        options = {option: self.encoder_option(flag)
-                   for flag, option in (spec.flags.items() if spec else ())}
-        return dict(
-            encoder=self.encoder, encoder_options=options,
-            proj_head_mode=self.proj_head_mode, num_proj_layers=self.num_proj_layers,
-            proj_out_dim=self.proj_out_dim, ft_proj_selector=self.ft_proj_selector,
-            num_classes=num_classes if has_head else None,
-            supervised_head_stop_gradient=row.online_head,
-            zero_init_logits_layer=self.zero_init_logits_layer,
-            batch_norm_decay=self.batch_norm_decay, global_bn=self.global_bn)
+        """Keyword arguments of `simclr_tf.models.SimCLRModel` for this run
+        (`architecture.model_kwargs`); `num_classes`: the supervised head's, or None."""
+        return architecture.model_kwargs(self, num_classes)
 
     def encoder_option(self, flag):
-        """The value an encoder receives for `flag`: --stem resolved, a whole
-        --width_multiplier as an int (the reference's type), --encoder_config parsed."""
-        if flag == "stem":
-            return self.resolved_stem
-        if flag == "width_multiplier":
-            width = self.width_multiplier
-            return int(width) if float(width).is_integer() else width
-        if flag == "encoder_config":
-            return json.loads(self.encoder_config or "{}")
-        return getattr(self, flag)
+        """The value an encoder receives for `flag` (`architecture.encoder_option`)."""
+        return architecture.encoder_option(self, flag)
 
     # ----------------------------------------------------------- validation
     def validate(self):
