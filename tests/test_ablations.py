@@ -473,3 +473,45 @@ def test_each_verdict_follows_the_stated_rule_on_planted_records():
                 assert (side[0] if isinstance(side, tuple) else side) in settings, each
     page = ablations.claims_table([], "head", CPU)
     assert "| a nonlinear head beats a linear one | - | not measured |" in page
+
+
+def test_a_full_disk_keeps_the_page_and_its_plot_as_they_were(tmp_path, monkeypatch,
+                                                               capsys):
+    """Fault 17: --report_only on a full disk replaced a good plot with a truncated
+    one. Every file is written whole: a failed write is one line (exit 2), the old
+    page and plot untouched, no scratch file left."""
+    import script_io  # pylint: disable=import-outside-toplevel
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(_row("head", s, seed, 0.7)) + "\n"
+                               for s in ("none", "linear") for seed in (0, 1)))
+    doc, images = tmp_path / "page.md", tmp_path / "images"
+    images.mkdir()
+    doc.write_text("# old page\n")
+    (images / "ablations_head.png").write_bytes(b"old plot")
+
+    def full(source, target):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(script_io.os, "replace", full)
+    assert ablations.main(["--study=head", "--report_only", f"--results={results}",
+                           f"--doc={doc}", f"--images={images}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not be written (No space left on device)" in err[0]
+    assert doc.read_text() == "# old page\n"
+    assert (images / "ablations_head.png").read_bytes() == b"old plot"
+    assert sorted(os.listdir(images)) == ["ablations_head.png"]
+    assert sorted(os.listdir(tmp_path)) == ["images", "page.md", "r.jsonl"]
+
+
+def test_head_scale_lists_a_point_still_training(tmp_path, capsys):
+    """Fault 25: a point in progress (flags.json, no checkpoint yet) was a
+    FileNotFoundError traceback; it is listed as such."""
+    point = ablations.STUDIES["temperature"][0]
+    run_dir = ablations.pretraining_dir(str(tmp_path), point, 0, CPU)
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "flags.json"), "w") as f:
+        json.dump(dict(hidden_norm=True, temperature=0.05), f)
+    assert ablations.main(["--study=temperature", "--head_scale", "--seeds=0",
+                           f"--workdir={tmp_path}"]) == 1
+    out = capsys.readouterr()
+    assert "No checkpoint yet (still training?): tau 0.05, l2 / seed 0" in out.out
+    assert "no finished run of --study=temperature" in out.err
