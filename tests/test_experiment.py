@@ -147,7 +147,7 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
         from simclr_tf.run import distribute  # pylint: disable=import-outside-toplevel
         create = distribute.create_strategy
         monkeypatch.setattr(distribute, "create_strategy",
-                            lambda name, **kwargs: create(name, num_devices=2, **kwargs))
+                            lambda name, **kwargs: create(name, **dict(kwargs, num_devices=2)))
     # One segment to the first checkpoint: run_steps' first call trains steps 1-3.
     common = dict(mode="train", checkpoint_steps=3, train_steps=6, train_batch_size=64,
                   train_split="train[:200]", log_every_steps=3, **variant)
@@ -192,7 +192,7 @@ def test_export_mode_writes_a_saved_model_of_the_latest_checkpoint(tiny_run, tmp
     monkeypatch.setattr(simclr_export, "export_for_step", full_disk)
     with pytest.raises(experiment.ExportError) as info:
         experiment.run(cfg)
-    assert "No space left on device" in str(info.value)
+    assert "no space left on the device" in str(info.value)
     assert "checkpoints are saved and intact" in str(info.value)
     assert "--mode=export" in str(info.value)
     # A failed run writes no result: the previous export's stays as it was (its
