@@ -46,10 +46,10 @@ Examples:
   python scripts/ablations.py --study=head --jobs=2
   python scripts/ablations.py --study=all --jobs=2          # every study, ~10 h on 2 cores
   python scripts/ablations.py --study=head --report_only    # tables and plots again
-  python scripts/ablations.py --study=temperature --head_scale --workdir=/work/ablations
+  python scripts/ablations.py --study=temperature --head_scale --workdir=/tmp/simclr_ablations
                                                # the scale z's norm sets, per run
   python scripts/ablations.py --study=head --settings=nonlinear --smoke --seeds=0 \\
-      --workdir=/tmp/smoke --doc=                # the whole path in a minute
+      --workdir=/tmp/smoke                       # the whole path in a minute; no page
 """
 from __future__ import annotations
 
