@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app, flags, logging
 
-from simclr_tf.config import inherit
+from simclr_tf.config import inherit, run_dirs
 from simclr_tf.run import quiet
 from simclr_tf.config import Config, ConfigError
 from simclr_tf.config.errors import disk_full
@@ -200,6 +200,9 @@ def main(argv):
         config, inherited = _config_and_record(FLAGS, report=print)
     except ConfigError as error:
         _error(error)
+    missing = run_dirs.missing_run_directory(config)  # a typo: said before TensorFlow
+    if missing is not None:
+        _error(missing)
     # Imported late so that --help and flag errors never wait for TensorFlow.
     with quiet.tensorflow_start_up_filtered(), _sigterm_held_back():
         from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel

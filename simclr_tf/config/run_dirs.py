@@ -16,8 +16,13 @@ Pure Python for local paths (run.py reads records before TensorFlow is imported)
 path on a remote file system (`gs://...`) is read with TensorFlow's file API,
 imported then.
 """
+import difflib
+import glob
 import json
 import os
+
+from simclr_tf.config.errors import ConfigError
+from simclr_tf.config.tables import modes
 
 FLAGS_FILE = "flags.json"  # records.record_path(run, records.FLAGS, <a training mode>)
 _EXPORTS = "saved_model"  # export.py: run/saved_model/<step>
@@ -77,3 +82,72 @@ def read_flags(path):
             return json.loads(f.read())
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+# ---------------------------------------------------------------- weights to read
+
+
+def weights_needed_now(config, mode):
+    """Whether the run of `config` must find weights when it starts: its mode (a
+    `tables.modes` row) reads a checkpoint, does not wait for one (a mode that follows
+    a running job, without the lock, may: --eval_wait_secs), and has no --checkpoint to
+    read instead where the mode may."""
+    return (mode.needs_checkpoint and (mode.takes_lock or config.eval_wait_secs <= 0)
+            and not (not mode.needs_model_dir and config.checkpoint))
+
+
+def holds_checkpoints(path):
+    """Whether the local directory `path` holds a checkpoint's files (by name: the
+    state file or an index), read without TensorFlow."""
+    return os.path.exists(os.path.join(path, "checkpoint")) or bool(
+        glob.glob(os.path.join(glob.escape(path), "ckpt-*.index")))
+
+
+def nothing_to_load(config, mode):
+    """The ConfigError of a run whose mode needs weights and whose --model_dir has none
+    (`weights_needed_now`): what it found there, a sibling of a close name that holds
+    checkpoints (a typo), and the ways out."""
+    alternatives = []
+    if not mode.needs_model_dir:
+        alternatives.append("pass --checkpoint")
+    if not mode.takes_lock:
+        alternatives.append("wait for one with --eval_wait_secs")
+    if alternatives:
+        alternatives[-1] = "or " + alternatives[-1]
+    missing = "" if not config.model_dir or isdir(config.model_dir) else (
+        " (a file)" if exists(config.model_dir) else " (no such directory)")
+    close = _close_run_directory(config.model_dir) if missing else None
+    meant = f" Did you mean --model_dir={close}? It holds checkpoints." if close else ""
+    return ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
+                       f"{config.model_dir!r}{missing}; train first"
+                       + "".join(f", {text}" for text in alternatives) + "." + meant)
+
+
+def _close_run_directory(model_dir):
+    """A local directory beside a missing `model_dir` whose name is close to its name
+    (a typo) and that holds checkpoints; None when there is none."""
+    if is_remote(model_dir):
+        return None
+    parent, name = os.path.split(os.path.expanduser(model_dir).rstrip("/"))
+    try:
+        siblings = [entry for entry in os.listdir(parent or ".")
+                    if os.path.isdir(os.path.join(parent, entry))]
+    except OSError:
+        return None
+    for candidate in difflib.get_close_matches(name, siblings, n=3, cutoff=0.8):
+        path = os.path.join(parent, candidate)
+        if holds_checkpoints(path):
+            return path
+    return None
+
+
+def missing_run_directory(config):
+    """For run.py before TensorFlow is imported: the `nothing_to_load` error of a mode
+    that needs weights now when its --model_dir is a local path that is not there (nor
+    a checkpoint prefix); None otherwise (preflight checks the rest)."""
+    mode = modes.get(config.mode)
+    path = config.model_dir
+    if (not path or is_remote(path) or not weights_needed_now(config, mode)
+            or os.path.exists(path) or os.path.exists(path + ".index")):
+        return None
+    return nothing_to_load(config, mode)

@@ -7,12 +7,11 @@ of their own, re-exported here: `overlap` (the evaluated splits against what tra
 the weights) and `weights` (weights that fit the model the flags describe).
 """
 import contextlib
-import difflib
 import os
 
 import tensorflow as tf
 
-from simclr_tf.config import architecture, rules
+from simclr_tf.config import architecture, rules, run_dirs
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints, portable, teacher
 from simclr_tf.config.tables import encoders as encoder_table
@@ -364,20 +363,11 @@ def _check_recorded_start(config):
 def _check_something_to_load(config, mode):
     """A mode that reads weights finds some now: model_dir's, or --checkpoint's where
     the mode may read it instead; a mode that follows a running job (no lock) may
-    wait for them with --eval_wait_secs."""
-    if not mode.needs_checkpoint or (not mode.takes_lock and config.eval_wait_secs > 0):
+    wait for them with --eval_wait_secs (`run_dirs.weights_needed_now`)."""
+    if not run_dirs.weights_needed_now(config, mode):
         return
     if config.model_dir and checkpoints.latest(config.model_dir):
         return
-    if not mode.needs_model_dir and config.checkpoint:
-        return
-    alternatives = []
-    if not mode.needs_model_dir:
-        alternatives.append("pass --checkpoint")
-    if not mode.takes_lock:
-        alternatives.append("wait for one with --eval_wait_secs")
-    if alternatives:
-        alternatives[-1] = "or " + alternatives[-1]
     if config.model_dir and tf.io.gfile.exists(config.model_dir + ".index"):
         run_dir = os.path.dirname(config.model_dir.rstrip("/"))
         raise ConfigError("model_dir", f"{config.model_dir!r} is a checkpoint, not a run "
@@ -386,29 +376,7 @@ def _check_something_to_load(config, mode):
                               "of yours for the records), or " if not mode.needs_model_dir
                               else "pass ") + f"--model_dir={run_dir} for its run's latest "
                           "checkpoint.")
-    missing = "" if not config.model_dir or tf.io.gfile.isdir(config.model_dir) else (
-        " (a file)" if tf.io.gfile.exists(config.model_dir) else " (no such directory)")
-    close = _close_run_directory(config.model_dir) if missing else None
-    meant = f" Did you mean --model_dir={close}? It holds checkpoints." if close else ""
-    raise ConfigError("model_dir", f"has no checkpoint to {config.mode} in "
-                      f"{config.model_dir!r}{missing}; train first"
-                      + "".join(f", {text}" for text in alternatives) + "." + meant)
-
-
-def _close_run_directory(model_dir):
-    """A directory beside a missing `model_dir` whose name is close to its name (a
-    typo) and that holds checkpoints; None when there is none."""
-    parent, name = os.path.split(os.path.expanduser(model_dir).rstrip("/"))
-    try:
-        siblings = [entry for entry in os.listdir(parent or ".")
-                    if os.path.isdir(os.path.join(parent, entry))]
-    except OSError:
-        return None
-    for candidate in difflib.get_close_matches(name, siblings, n=3, cutoff=0.8):
-        path = os.path.join(parent, candidate)
-        if checkpoints.latest(path):
-            return path
-    return None
+    raise run_dirs.nothing_to_load(config, mode)
 
 
 def _check_labelled_split(source, flag, split):
