@@ -500,13 +500,10 @@ def results_from_page(text):
     return results
 
 
-def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
-              legend_loc="upper left", dpi=100, ymin=0):
-    """Grouped bars, mean ± sample std over seeds, to PNG `path` (also the ablations'
-    plots): `series` is [(label, [per-seed fractions, or None, for each group])],
-    the legend at `legend_loc` (a matplotlib location, or "outside": right of the axes),
-    drawn in percent from `ymin` (a cut axis, which the ablations' plots state in their
-    title) to 100. Returns `path`, or None when matplotlib is not installed."""
+def bar_chart(path, title, groups, series, *, ylabel, value_labels=False):
+    """Grouped bars, mean ± sample std over seeds, to PNG `path`, written whole:
+    `series` is [(label, [per-seed fractions, or None, for each group])], drawn in
+    percent from 0 to 100. Returns `path`, or None when matplotlib is not installed."""
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -528,16 +525,13 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False,
                   ha="right" if tilted else "center",
                   fontsize=None if value_labels and not tilted else 8)
     ax.set_ylabel(ylabel)
-    ax.set_ylim(ymin, 100)
-    # "outside": right of the axes, over no bar whatever the values.
-    placement = (dict(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-                 if legend_loc == "outside" else dict(loc=legend_loc))
-    ax.legend(**placement, fontsize=8 if value_labels else 7)
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper left", fontsize=8 if value_labels else 7)
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     try:
-        script_io.write_whole(path, lambda scratch: fig.savefig(scratch, dpi=dpi))
+        script_io.write_whole(path, lambda scratch: fig.savefig(scratch, dpi=100))
     finally:
         plt.close(fig)
     return path
