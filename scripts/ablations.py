@@ -798,13 +798,10 @@ def plot(rows, study, path, budget):
     table = summary(rows, study, budget)
     if not table:
         return None
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    plt = script_io.pyplot()
+    if plt is None:
         print("No plot: matplotlib is not installed (pip install -e '.[plot]').")
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     view, metrics = VIEWS[study]
     settings = list(table)
     fig, axes = plt.subplots(1, len(metrics), squeeze=False, figsize=(
@@ -838,11 +835,7 @@ def plot(rows, study, path, budget):
     fig.suptitle(f"{TITLES[study]}: Fashion-MNIST, {budget_name(budget)} budget; mean ± sd "
                  "over seeds (each axis its own range)", fontsize=9)
     fig.tight_layout()
-    try:
-        script_io.write_whole(path, lambda scratch: fig.savefig(scratch, dpi=90))
-    finally:
-        plt.close(fig)
-    return path
+    return script_io.save_figure(plt, fig, path, dpi=90)
 
 
 def _bars(ax, settings, series):

@@ -504,13 +504,10 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False):
     """Grouped bars, mean ± sample std over seeds, to PNG `path`, written whole:
     `series` is [(label, [per-seed fractions, or None, for each group])], drawn in
     percent from 0 to 100. Returns `path`, or None when matplotlib is not installed."""
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    plt = script_io.pyplot()
+    if plt is None:
         print("No plot: matplotlib is not installed (pip install -e '.[plot]').")
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(groups) + 2), 3.4))
     width = 0.8 / len(series)
     for i, (label, cells) in enumerate(series):
@@ -530,11 +527,7 @@ def bar_chart(path, title, groups, series, *, ylabel, value_labels=False):
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    try:
-        script_io.write_whole(path, lambda scratch: fig.savefig(scratch, dpi=100))
-    finally:
-        plt.close(fig)
-    return path
+    return script_io.save_figure(plt, fig, path, dpi=100)
 
 
 def plot_results(results, path, title):

@@ -27,6 +27,8 @@ import argparse
 import os
 import sys
 
+import script_io  # scripts/: whole files (TensorFlow-free)
+
 PICTURES = ("curves", "views", "embeddings")
 # The monitors' names in metrics.jsonl end so (knn/top_1_accuracy,
 # distill/student_top_1_accuracy, distill/teacher_top_1_accuracy).
@@ -74,13 +76,10 @@ def parse_args(argv):
 
 
 def _pyplot():
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    plt = script_io.pyplot()
+    if plt is None:
         sys.exit("plot_run.py: error: needs matplotlib, an optional extra: "
                  "pip install -e '.[plot]'")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     return plt
 
 
@@ -225,13 +224,7 @@ def _class_name(source, label):
 
 
 def _save(plt, fig, out, name, dpi):
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, name)
-    scratch = os.path.join(out, f".{name}.tmp.png")
-    fig.savefig(scratch, dpi=dpi)
-    plt.close(fig)
-    os.replace(scratch, path)
-    return path
+    return script_io.save_figure(plt, fig, os.path.join(out, name), dpi)
 
 
 def _refuse(message):

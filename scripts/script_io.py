@@ -2,6 +2,8 @@
 
 - `write_whole(path, write)`: a file is whole or absent (a temporary sibling, then
   os.replace); a failed write is a `WriteFailed` naming the file, the old one intact.
+  `write_text` and `save_figure` (a matplotlib figure; `pyplot()` gets matplotlib)
+  are its two uses.
 - `Children`: run.py processes that stop with the script. SIGTERM or SIGINT to the
   script is forwarded to every child (run.py saves a checkpoint on both and exits);
   the script waits for them, then stops with `Stopped`: a restart resumes the point.
@@ -39,6 +41,27 @@ def write_whole(path, write):
         if os.path.exists(scratch):
             os.remove(scratch)
     return path
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None when matplotlib (the
+    plot extra: pip install -e '.[plot]') is not installed."""
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    return plt
+
+
+def save_figure(plt, fig, path, dpi):
+    """`fig` as the PNG `path`, written whole (`write_whole`), then closed, also when
+    the write fails (WriteFailed). Returns `path`."""
+    try:
+        return write_whole(path, lambda scratch: fig.savefig(scratch, dpi=dpi))
+    finally:
+        plt.close(fig)
 
 
 def write_text(path, text):
