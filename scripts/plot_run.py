@@ -228,7 +228,7 @@ def _save(plt, fig, out, name, dpi):
 
 
 def _refuse(message):
-    """Bad input: one line and rc 2, argparse's way."""
+    """Bad input, or a picture the disk cannot hold: one line and rc 2, argparse's way."""
     print(f"plot_run.py: error: {message}", file=sys.stderr)
     sys.exit(2)
 
@@ -267,16 +267,19 @@ def main(argv=None):
             except ValueError as error:
                 _refuse(f"--split: {error}" + ("" if args.split else
                                               " (the run's own split): pass --split"))
-    if "curves" in args.only:
-        keep("curves", plot_curves(plt, args.run_dir, config.train_mode, args.out,
-                                   args.dpi))
-    if "views" in args.only:
-        keep("views", plot_views(plt, config, source, args.views, args.seed,
-                                 args.out, args.dpi))
-    if "embeddings" in args.only:
-        keep("embeddings", plot_embeddings(plt, tf, args.run_dir, source, split,
-                                           args.max_points, args.method, args.seed,
-                                           args.out, args.dpi))
+    try:
+        if "curves" in args.only:
+            keep("curves", plot_curves(plt, args.run_dir, config.train_mode, args.out,
+                                       args.dpi))
+        if "views" in args.only:
+            keep("views", plot_views(plt, config, source, args.views, args.seed,
+                                     args.out, args.dpi))
+        if "embeddings" in args.only:
+            keep("embeddings", plot_embeddings(plt, tf, args.run_dir, source, split,
+                                               args.max_points, args.method, args.seed,
+                                               args.out, args.dpi))
+    except script_io.WriteFailed as error:  # a full disk: the older picture is kept
+        _refuse(str(error))
     for path in written:
         print(f"wrote {path} ({os.path.getsize(path) // 1024} KB)")
     for line in skipped:

@@ -285,3 +285,26 @@ def test_its_process_prints_no_tensorflow_start_up_lines(tiny_run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert done.stdout.startswith(f"wrote {tmp_path}/training_curves.png")
+
+
+def test_a_picture_the_disk_cannot_hold_is_one_line_and_keeps_the_old_one(
+        tiny_run, tmp_path, capsys, monkeypatch):
+    """A full disk while writing a picture (an injected OSError at the rename): one
+    error line naming the file, exit 2; the picture drawn before stays whole, no
+    scratch file is left."""
+    import script_io  # pylint: disable=import-outside-toplevel
+    out = tmp_path / "plots"
+    out.mkdir()
+    (out / "training_curves.png").write_bytes(b"the older picture")
+
+    def full(source, target):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(script_io.os, "replace", full)
+    with pytest.raises(SystemExit) as info:
+        plot_run.main([tiny_run.directory, "--out", str(out), "--only", "curves"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"plot_run.py: error: {out}/training_curves.png could not be written "
+                   "(No space left on device); the file there is as it was before"]
+    assert (out / "training_curves.png").read_bytes() == b"the older picture"
+    assert os.listdir(out) == ["training_curves.png"]
