@@ -62,7 +62,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -75,12 +74,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # a plain script: runs from a checkout too
 
 from simclr_tf.evaluation.rankme import rankme  # noqa: E402  (pure numpy)
+from simclr_tf.run.machine import cpu_kind  # noqa: E402  (TF-free)
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import script_io  # noqa: E402  (whole files; children that stop with the script)
 
 ROWS = ("random", "supervised", "simclr_tf", "lightly")
 TRAINED_ROWS = ("supervised", "simclr_tf", "lightly")
+OUR_TRAINED_ROWS = ("supervised", "simclr_tf")  # run.py's; --mixed_precision applies
 KNN_K, KNN_TEMPERATURE = 200, 0.07
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 # The table's picture, beside the page (docs/images/benchmark.png; `--replot`).
@@ -174,20 +175,7 @@ def replace_section(text, section):
 
 def machine():
     """CPU model, the SIMD flags that change TensorFlow's kernels, cores."""
-    model, flags = platform.processor() or "unknown CPU", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("", "unknown CPU",
-                                                                platform.processor()):
-                    model = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-            if f in flags]
-    return f"{model}, {os.cpu_count()} cores, {'/'.join(simd) or 'no AVX2'}"
+    return cpu_kind()
 
 
 # ---------------------------------------------------------------- running cells
@@ -223,7 +211,7 @@ def run_logged(command, log_path, children, env=None):
     return time.perf_counter() - started
 
 
-def run_py_command(budget, row, seed, model_dir, data_dir):
+def run_py_command(budget, row, seed, model_dir, data_dir, mixed_precision="none"):
     train_mode = "finetune" if row == "supervised" else "pretrain"
     command = [
         sys.executable, "run.py", "--dataset=fashion_mnist",
@@ -245,6 +233,8 @@ def run_py_command(budget, row, seed, model_dir, data_dir):
         command.append("--nolineareval_while_pretraining")
     if data_dir:
         command.append(f"--data_dir={data_dir}")
+    if mixed_precision != "none":
+        command.append(f"--mixed_precision={mixed_precision}")
     return command
 
 
@@ -372,7 +362,8 @@ def speed_only(args, budget, feats, children):
         directory = os.path.join(args.workdir, "speed", f"round{round_}")
         os.makedirs(directory, exist_ok=True)
         run_dir = os.path.join(directory, "simclr_tf")
-        run_logged(run_py_command(budget, "simclr_tf", 0, run_dir, args.data_dir),
+        run_logged(run_py_command(budget, "simclr_tf", 0, run_dir, args.data_dir,
+                                  args.mixed_precision),
                    os.path.join(directory, "simclr_tf.log"), children,
                    env=thread_env(args.threads))
         ours = seconds_per_step_from_metrics(run_dir)
@@ -420,7 +411,8 @@ def run_cell(row, seed, args, budget, feats, cell_dir, children):
     else:
         from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
         model_dir = os.path.join(cell_dir, "run")
-        command = run_py_command(budget, row, seed, model_dir, args.data_dir)
+        command = run_py_command(budget, row, seed, model_dir, args.data_dir,
+                                 args.mixed_precision)
         if args.fast:  # no export: the cell opens the run's checkpoint (open_encoder)
             command.append("--export_format=none")
         record["wall_seconds"] = run_logged(command, os.path.join(cell_dir, "log.txt"),
@@ -596,8 +588,11 @@ def shareable_argv(argv):
 
 
 def settings_key(args, budget, row, seed):
-    return dict(budget=dataclasses.asdict(budget), row=row, seed=seed,
-                data_dir=args.data_dir, threads=args.threads)
+    key = dict(budget=dataclasses.asdict(budget), row=row, seed=seed,
+               data_dir=args.data_dir, threads=args.threads)
+    if args.mixed_precision != "none" and row in OUR_TRAINED_ROWS:
+        key["mixed_precision"] = args.mixed_precision
+    return key
 
 
 def parse_args(argv):
@@ -623,6 +618,11 @@ def parse_args(argv):
                         help="compute threads of each training run (TensorFlow's "
                              "intra-op pool, torch.set_num_threads): one number for "
                              "both systems")
+    parser.add_argument("--mixed_precision", choices=("none", "bfloat16"),
+                        default="none",
+                        help="our training runs' --mixed_precision (lightly's stay "
+                             "float32); other than none, the doc is not written (its "
+                             "table is float32's): docs/performance.md compares")
     parser.add_argument("--speed_rounds", type=int, default=0,
                         help="only time the two pretrainings back to back this many "
                              "rounds (no accuracy, the doc untouched)")
@@ -737,7 +737,7 @@ def report_cells(cells, failed, args, budget):
     script_io.write_text(args.json, json.dumps(dict(
         cells=cells, results=results, machine=machine(), budget=dataclasses.asdict(budget)),
         indent=1))
-    if not args.fast and not failed:
+    if not args.fast and not failed and args.mixed_precision == "none":
         old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
         script_io.write_text(args.doc, replace_section(old, text))
         print(f"Wrote the table into {args.doc}")
