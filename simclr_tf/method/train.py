@@ -262,7 +262,8 @@ class Trainer:
 
     def total_loss(self, loss):
         """(loss + weight decay, the decay, the replica's scaled loss to differentiate)."""
-        decay = self.weight_decay_loss()
+        with tf.name_scope("weight_decay"):  # names only (scripts/step_profile.py)
+            decay = self.weight_decay_loss()
         loss = loss + decay
         # The optimizer sums gradients over replicas, so each replica contributes
         # 1/R of the global loss. This must happen inside the tape.
@@ -275,7 +276,8 @@ class Trainer:
             # Checked after the step (`_check_finite`); an Inf gradient with a finite
             # loss would otherwise only show up as a NaN loss one step later. (Loss
             # scaling handles non-finite float16 gradients itself by skipping.)
-            metrics["grad_norm"] = global_grad_norm(grads)
+            with tf.name_scope("grad_norm"):  # names only (scripts/step_profile.py)
+                metrics["grad_norm"] = global_grad_norm(grads)
         self.optimizer.apply_gradients(_with_gradients(grads, variables, self.model))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics

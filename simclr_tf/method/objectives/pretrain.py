@@ -31,7 +31,8 @@ class Pretrain(base.Objective):
             metrics = self._optimize_cached(images, labels)
             metrics["num_examples"] = num_examples
             return metrics
-        views = tf.concat(self.views(images), axis=0)  # [2n, H, W, 3]: BN sees both
+        with tf.name_scope("views"):  # names only (a profile's parts: step_profile)
+            views = tf.concat(self.views(images), axis=0)  # [2n, H, W, 3]: BN sees both
         # The rate of this update (the schedule reads the not yet incremented step).
         learning_rate = tf.cast(self.trainer.optimizer.learning_rate, tf.float32)
         variables = self.model.trainable_variables
@@ -63,14 +64,20 @@ class Pretrain(base.Objective):
 
     def loss(self, z1, z2, logits, labels):
         """NT-Xent (+ the supervised loss when `logits` is not None) and metrics."""
-        contrastive = self.contrastive(z1, z2)
-        metrics = dict(contrast_loss=contrastive.loss,
-                       contrast_acc=losses.contrast_acc(contrastive),
-                       contrast_entropy=losses.contrast_entropy(contrastive))
+        # The name scopes name the ops only (a profile's parts: scripts/step_profile.py).
+        with tf.name_scope("nt_xent"):
+            contrastive = self.contrastive(z1, z2)
+        with tf.name_scope("metrics"):
+            metrics = dict(contrast_loss=contrastive.loss,
+                           contrast_acc=losses.contrast_acc(contrastive),
+                           contrast_entropy=losses.contrast_entropy(contrastive))
         loss = contrastive.loss
         if logits is not None:
-            sup_loss = losses.supervised_loss(labels, logits)
-            metrics.update(supervised_loss=sup_loss, **base.label_accuracy(labels, logits))
+            with tf.name_scope("supervised_loss"):
+                sup_loss = losses.supervised_loss(labels, logits)
+            with tf.name_scope("metrics"):
+                metrics.update(supervised_loss=sup_loss,
+                               **base.label_accuracy(labels, logits))
             loss = loss + sup_loss
         return loss, metrics
 
