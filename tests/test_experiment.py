@@ -435,13 +435,20 @@ def test_a_label_fraction_below_one_per_class_says_so_on_the_console(tmp_path, m
 
 @pytest.mark.large  # one tiny training run
 def test_a_small_contrastive_batch_is_warned_about_and_a_usual_one_is_not(tmp_path, capsys,
-                                                                         skip_final_export):
+                                                                         skip_final_export,
+                                                                         monkeypatch):
     """--train_batch_size=2 trained for hours without a word: a pretraining run below
-    16 images a batch says how many negatives each view has and what SimCLR needs."""
+    16 images a batch says how many negatives each view has and what SimCLR needs.
+    (Also the start-up hint of a float32 run on a CPU that computes bfloat16 natively,
+    whatever this CPU is: `machine.native_bfloat16` answers for it.)"""
+    from simclr_tf.run import machine
+    monkeypatch.setattr(machine, "native_bfloat16", lambda path=None: "avx512_bf16")
     experiment.run(config(train_batch_size=4, train_steps=1, mode="train",
                           train_split="train[:16]", model_dir=str(tmp_path / "small")))
     printed = capsys.readouterr().out
     assert ("Warning: --train_batch_size=4: each view is contrasted with 6 negatives and "
             "batch norm sees 8 images") in printed
     assert printed.index("Warning: --train_batch_size=4") < printed.index("Training 1 steps")
+    hint = "Hint: this CPU computes bfloat16 natively (avx512_bf16): --mixed_precision="
+    assert printed.count(hint) == 1 and printed.index(hint) < printed.index("Training 1")
     assert rules.small_batch_note(15) and rules.small_batch_note(16) is None
