@@ -25,6 +25,7 @@ One shim, applied only in this process: current tf_keras rejects `Dense(units=-1
 which their `LinearLayer` uses as a placeholder before `build()` sets the width; the
 shim accepts -1 as that placeholder. Nothing else of theirs is changed.
 """
+import json
 import os
 import statistics
 import sys
@@ -65,6 +66,8 @@ flags.DEFINE_bool("hidden_norm", True, "")
 flags.DEFINE_integer("warmup", 2, "untimed steps, the first including tracing")
 flags.DEFINE_integer("windows", 3, "timed windows (median)")
 flags.DEFINE_integer("steps", 1, "steps per timed window")
+flags.DEFINE_string("json", None, "also write the result here (scripts/benchmark.py "
+                    "versus reads it)")
 FLAGS = flags.FLAGS
 NUM_CLASSES = 10
 
@@ -131,6 +134,10 @@ def main(_):
             train_multiple_steps(iterator, tf.constant(FLAGS.steps))
             seconds.append((time.perf_counter() - start) / FLAGS.steps)
     step = statistics.median(seconds)
+    if FLAGS.json:
+        with open(FLAGS.json, "w") as f:
+            json.dump(dict(step_seconds=step, window_seconds=seconds,
+                           views_per_sec=2 * n / step, load_average=os.getloadavg()), f)
     print(f"authors' code: depth={FLAGS.resnet_depth} size={size} batch={n} "
           f"blur={FLAGS.use_blur} head={FLAGS.num_proj_layers}: {step:.2f} s/step, "
           f"{2 * n / step:.1f} views/s (windows {[round(s, 2) for s in seconds]}, "

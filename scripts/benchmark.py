@@ -14,6 +14,18 @@ Three parts, each printing a table and adding to one JSON file (--json):
            --teacher_sk_ratio, random weights). --train_modes=finetune,distill
            measures several modes in turn in one process and prints the step-time
            ratio of each to the first.
+  profile  where one train step's time goes: TensorFlow's profiler over some steps,
+           each op put in one part (convolutions forward and backward, batch norm,
+           the heads, NT-Xent and the gather, the optimizer's update, the views, ...;
+           scripts/step_profile.py), op seconds per step and shares, the time no op
+           ran; with host views, their core-seconds per step on the input pipeline.
+  versus   step times side by side (scripts/side_by_side.py): arms (--arm), each a
+           fresh process in turn, --rounds rounds, the order reversed every other
+           round; one table of the CPU kind, s/step, the ratio to the first arm per
+           round and the MFU. Default arms: the authors' float32 step (their code:
+           --authors_dir, --authors_python), ours in float32 and in bfloat16. A lever
+           is an arm: a flag ('bf16:--mixed_precision=bfloat16') or an environment
+           variable ('inter1:TF_NUM_INTEROP_THREADS=1').
   input    input-pipeline throughput (images/s on one core) of the pretraining
            augmentation, two views per image, from decoded and from encoded (PNG at
            32 px, JPEG at 224 px) images; plus the host part of --augment_on=device.
@@ -27,6 +39,12 @@ Examples:
       --train_batch_size=256 --use_blur=false --mixed_precision=bfloat16
   python scripts/benchmark.py train --resnet_depth=50 --image_size=224 \\
       --train_batch_size=32 --num_proj_layers=3 --mixed_precision=bfloat16
+  python scripts/benchmark.py profile --preset=r18_cifar --mixed_precision=bfloat16
+  python scripts/benchmark.py versus --preset=r18_cifar --rounds=3 --warmup=2 \
+      --windows=3 --steps=1 --authors_dir=/tmp/simclr_authors/tf2 \
+      --authors_python=/tmp/authors-venv/bin/python     # docs/performance.md
+  python scripts/benchmark.py train --preset=r18_cifar --data=dataset --dataset=digits
+      # run.py's input pipeline instead of a synthetic batch (the views' cost in it)
   python scripts/benchmark.py input --image_sizes=32,224
   python scripts/benchmark.py ntxent --batch_sizes=256,1024,4096
   python scripts/benchmark.py all --preset=smoke      # seconds; what the test runs
@@ -51,9 +69,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # A plain script: runs from a checkout without `pip install -e .` too.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# ... and its neighbours (step_profile, side_by_side) when loaded as a module.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
-from simclr_tf.run import quiet  # noqa: E402
+from simclr_tf.run import machine, quiet  # noqa: E402
 
 tf = quiet.import_tensorflow()
 
@@ -64,7 +84,7 @@ TRAIN_FLAGS = dict(
     proj_head_mode=str, use_blur=None, mixed_precision=str, jit_compile=None,
     optimizer=str, stem=str, augment_on=str, grad_cache_chunk=int,
     lineareval_while_pretraining=None, global_bn=None, temperature=float, encoder=str,
-    vit_pool=str, train_mode=str)
+    vit_pool=str, train_mode=str, dataset=str, train_split=str, data_dir=str)
 # Benchmark-only flags: the distillation teacher's architecture where it differs from
 # the student's (the Config field of the name without 'teacher_').
 TEACHER_FLAGS = dict(teacher_width_multiplier=float, teacher_resnet_depth=int,
@@ -249,9 +269,24 @@ def build_teacher(config, strategy, teacher_overrides=None):
     return teacher.Teacher(model, info=None)
 
 
-def _make_trainer(overrides, prefetch=2, teacher_overrides=None):
-    """(config, model, trainer, iterator) for `overrides`, on synthetic data; the
-    trainer's teacher (distill) is `trainer.teacher`."""
+def _dataset_input(config, strategy):
+    """The training pipeline of run.py on --dataset (its views drawn on the host's
+    input threads, or only decoded there with --augment_on=device), repeated."""
+    from simclr_tf.data import pipeline
+    from simclr_tf.run import preflight
+    from simclr_tf.run.modes import train as train_mode
+    source = preflight.load_source(config)
+    options = train_mode.input_options(config)
+    dataset = pipeline.build_distributed_dataset(
+        strategy, source, config.train_split, global_batch_size=config.train_batch_size,
+        label_subset_ids=None, labelled_ids=None, start_step=0, **options)
+    return iter(dataset)
+
+
+def _make_trainer(overrides, prefetch=2, teacher_overrides=None, data="synthetic"):
+    """(config, model, trainer, iterator) for `overrides`, on synthetic data (or, with
+    `data="dataset"`, run.py's input pipeline on --dataset); the trainer's teacher
+    (distill) is `trainer.teacher`."""
     import keras
     from simclr_tf.run.modes import parts
     config = build_config(overrides)
@@ -263,6 +298,8 @@ def _make_trainer(overrides, prefetch=2, teacher_overrides=None):
     if config.train_mode == "distill":
         teacher = build_teacher(config, strategy, teacher_overrides)
     trainer = parts.build_trainer(config, strategy, model, teacher=teacher)
+    if data == "dataset":
+        return config, model, trainer, _dataset_input(config, strategy)
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:
@@ -272,19 +309,31 @@ def _make_trainer(overrides, prefetch=2, teacher_overrides=None):
 
 
 def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None,
-                teacher_overrides=None):
+                teacher_overrides=None, skip_update=False, data="synthetic"):
     """Train-step throughput of the configuration `overrides` (Config fields; for
-    distill, the teacher's `teacher_overrides`)."""
+    distill, the teacher's `teacher_overrides`). `skip_update`: the step without the
+    optimizer's update (the gradients are still computed, and read by the gradient
+    norm): the most any faster update could save. `data`: 'synthetic' (a batch in
+    memory, views ready) or 'dataset' (run.py's pipeline on --dataset, the views'
+    cost included)."""
     config, model, trainer, iterator = _make_trainer(overrides,
-                                                     teacher_overrides=teacher_overrides)
+                                                     teacher_overrides=teacher_overrides,
+                                                     data=data)
+    if skip_update:  # on the instance only, past Keras' attribute tracking
+        object.__setattr__(trainer.optimizer, "apply_gradients", lambda pairs: None)
     load_before = load_average()
     start = time.perf_counter()
     trainer.train_steps(iterator, 1)
     first_step = time.perf_counter() - start
     per_image = views_per_image(config)
     views = per_image * config.train_batch_size * steps
+    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     rate, seconds = _median_rate(lambda: trainer.train_steps(iterator, steps), views,
                                  max(warmup - 1, 0), windows)
+    # Pages the step touched for the first time (fresh memory from the system), per
+    # step of the warm-up and timed windows: each costs a page fault and its zeroing.
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
+    faults_per_step = faults / (steps * (max(warmup - 1, 0) + windows))
     # Inference-graph FLOPs of the forward pass over all views; a training step is
     # about 3x (forward + backward for activations and for weights).
     flops_per_view = forward_flops(model, 2, config.image_size) / 2
@@ -322,7 +371,46 @@ def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None,
         achieved_gflops_per_sec=achieved, matmul_peak_gflops_per_sec=peak,
         mfu=achieved / peak if peak else None,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        minor_page_faults_per_step=faults_per_step,
         load_average_before=load_before, load_average_after=load_average())
+
+
+# ----------------------------------------------------------------- profile
+
+
+def bench_profile(overrides, *, warmup=2, windows=3, steps=1, logdir, input_images=256):
+    """Where the step's time goes (scripts/step_profile.py): `windows` windows of
+    `steps` steps timed untraced, then the same traced by TensorFlow's profiler and
+    split into parts; with host augmentation, the host pipeline's core-seconds per
+    step beside them (it runs outside the step, on the input pipeline's threads)."""
+    import shutil
+    import step_profile
+    config, _, trainer, iterator = _make_trainer(overrides)
+    trainer.train_steps(iterator, 1)
+    for _ in range(max(warmup - 1, 0)):
+        trainer.train_steps(iterator, steps)
+    untraced = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        trainer.train_steps(iterator, steps)
+        untraced.append((time.perf_counter() - start) / steps)
+    shutil.rmtree(logdir, ignore_errors=True)
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    for _ in range(windows):
+        trainer.train_steps(iterator, steps)
+    wall = time.perf_counter() - start
+    tf.profiler.experimental.stop()
+    summary = step_profile.summarise(step_profile.op_events(step_profile.read_xspace(logdir)),
+                                     windows * steps, wall)
+    summary.update(config={k: getattr(config, k) for k in overrides},
+                   untraced_step_seconds=statistics.median(untraced),
+                   untraced_window_seconds=untraced, logdir=logdir)
+    if config.augment_on == "host" and not _one_view(config):
+        host = bench_input(config.image_size, num_images=input_images)
+        summary["host_views_core_seconds_per_step"] = (
+            config.train_batch_size / host["images_per_sec_per_core"])
+    return summary
 
 
 # ----------------------------------------------------------------- memory
@@ -516,8 +604,8 @@ def _print_table(title, rows, columns):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=("train", "input", "ntxent", "memory", "all",
-                                         "memory_one"))
+    parser.add_argument("part", choices=("train", "profile", "versus", "input", "ntxent",
+                                         "memory", "all", "memory_one"))
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--json", default="benchmark.json", help="results file")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (incl. compile)")
@@ -531,6 +619,34 @@ def parse_args(argv):
     parser.add_argument("--compare", default="",
                         help="comma-separated mixed_precision values to run in turn "
                              "(e.g. none,bfloat16)")
+    parser.add_argument("--data", choices=("synthetic", "dataset"), default="synthetic",
+                        help="train: a synthetic batch with its views ready, or "
+                             "run.py's input pipeline on --dataset (digits unless "
+                             "given), the views drawn as --augment_on says")
+    parser.add_argument("--skip_update", action="store_true",
+                        help="train: leave the optimizer's update out of the step (the "
+                             "gradients are still computed): the ceiling of what a "
+                             "faster update could save, for `versus`")
+    parser.add_argument("--logdir", default="/tmp/simclr_profile",
+                        help="profile: where TensorFlow's profiler writes the trace "
+                             "(TensorBoard's profile plugin reads it too)")
+    parser.add_argument("--arm", action="append", default=[],
+                        help="versus: NAME:SPEC, one per arm (repeat the flag); SPEC "
+                             "is 'authors' (their code: --authors_dir, --authors_python) "
+                             "or this script's train flags and environment variables, "
+                             "e.g. 'bf16:--mixed_precision=bfloat16' or "
+                             "'inter1:TF_NUM_INTEROP_THREADS=1'; the first arm is the "
+                             "reference of the ratios (default: authors, ours, "
+                             "ours_bf16)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="versus: rounds over the arms, each arm a fresh process, "
+                             "the order reversed every other round")
+    parser.add_argument("--authors_dir", default=os.environ.get("SIMCLR_TF_AUTHORS_DIR"),
+                        help="versus: the tf2/ folder of a google-research/simclr "
+                             "checkout (dev/authors_baseline.py)")
+    parser.add_argument("--authors_python", default=os.environ.get(
+        "SIMCLR_TF_AUTHORS_PYTHON"), help="versus: the Python of the authors' "
+                                          "environment (with tf_keras)")
     parser.add_argument("--train_modes", default="",
                         help="comma-separated train modes to run in turn in this "
                              "process, e.g. finetune,distill (each overrides "
@@ -559,6 +675,18 @@ def parse_args(argv):
     settings["teacher"] = {k: getattr(args, k) for k in TEACHER_FLAGS
                            if getattr(args, k) is not None}
     settings["train_modes"] = [m for m in args.train_modes.split(",") if m]
+    settings.update(logdir=args.logdir, rounds=args.rounds, skip_update=args.skip_update,
+                    data=args.data)
+    if args.part == "versus":
+        import side_by_side
+        try:
+            settings["arms"] = side_by_side.parse_arms(
+                args.arm or side_by_side.DEFAULT_ARMS, args.authors_dir,
+                args.authors_python)
+        except ValueError as error:
+            parser.error(str(error))
+        if args.rounds < 1:
+            parser.error(f"--rounds={args.rounds}: give at least 1")
     from simclr_tf.config import rules
     for mode in settings["train_modes"] + [train_overrides.get("train_mode", "pretrain")]:
         if mode not in rules.TRAIN_MODES:
@@ -569,24 +697,64 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args, settings, overrides = parse_args(argv)
-    results = dict(device=device_name(), tensorflow=tf.__version__,
-                   load_average_start=load_average(), argv=argv)
+    results = dict(device=device_name(), cpu_kind=machine.cpu_kind(),
+                   tensorflow=tf.__version__, load_average_start=load_average(),
+                   argv=argv)
     print(f"{results['device']}, TF {tf.__version__}, load average "
           f"{results['load_average_start']}", flush=True)
     if args.part == "memory_one":  # the child process of the memory part
         print("MEMORY " + json.dumps(bench_memory_one(overrides, settings["teacher"])),
               flush=True)
         return None
+    if args.part == "versus":  # each arm in fresh processes, interleaved
+        import side_by_side
+        results["versus"] = side_by_side.run(
+            settings["arms"], overrides, rounds=settings["rounds"],
+            timing=dict(warmup=settings["warmup"], windows=settings["windows"],
+                        steps=settings["steps"], matmul_size=settings["matmul_size"],
+                        matmul_seconds=settings["matmul_seconds"]))
+    if args.part == "profile":
+        import step_profile
+        summary = bench_profile(overrides, warmup=settings["warmup"],
+                                windows=settings["windows"], steps=settings["steps"],
+                                logdir=settings["logdir"],
+                                input_images=settings["input_images"])
+        results["profile"] = summary
+        print(f"\nWhere the step's time goes: {machine.cpu_kind()}, "
+              f"{summary['config']}")
+        print(f"step {summary['untraced_step_seconds']:.3g} s untraced, "
+              f"{summary['wall_seconds_per_step']:.3g} s traced; op time "
+              f"{summary['op_seconds_per_step']:.3g} s per step")
+        _print_table("Parts of the step (op seconds per step, share of op time)",
+                     summary["rows"] + [dict(part="no op running (wall)",
+                                             seconds_per_step=summary[
+                                                 "no_op_seconds_per_step"])],
+                     [("part", "part"), ("s/step", "seconds_per_step"),
+                      ("share", lambda r: "" if "share" not in r
+                       else f"{100 * r['share']:.1f}%"),
+                      ("ops/step", lambda r: "" if "ops_per_step" not in r
+                       else f"{r['ops_per_step']:.0f}")])
+        if "host_views_core_seconds_per_step" in summary:
+            print(f"views on the host (input pipeline, outside the step): "
+                  f"{summary['host_views_core_seconds_per_step']:.3g} core-seconds "
+                  "per step")
     if args.part in ("train", "all"):
-        dtypes = ["float32", "bfloat16"]
-        if tf.config.list_logical_devices("GPU"):
+        precisions = [p for p in args.compare.split(",") if p] or [None]
+        # The peak of float32 and of each dtype the runs compute in (bfloat16 where
+        # the CPU computes it natively, a GPU's float16): a bfloat16 matmul under
+        # ONEDNN_MAX_CPU_ISA=AVX2 aborts the process.
+        computes = {overrides.get("mixed_precision") if p is None else p
+                    for p in precisions} - {None, "none"}
+        dtypes = ["float32"] + sorted(computes)
+        if machine.native_bfloat16() and "bfloat16" not in dtypes:
+            dtypes.append("bfloat16")
+        if tf.config.list_logical_devices("GPU") and "float16" not in dtypes:
             dtypes.append("float16")
         peaks = {dtype: matmul_peak(settings["matmul_size"], dtype,
                                     settings["matmul_seconds"]) for dtype in dtypes}
         results["matmul_peak_gflops_per_sec"] = peaks
         print("matmul peak GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()),
               flush=True)
-        precisions = [p for p in args.compare.split(",") if p] or [None]
         train_modes = settings["train_modes"] or [None]
         rows = []
         for precision in precisions:
@@ -599,7 +767,9 @@ def main(argv=None):
                 rows.append(bench_train(run, warmup=settings["warmup"],
                                         windows=settings["windows"],
                                         steps=settings["steps"], peaks=peaks,
-                                        teacher_overrides=settings["teacher"]))
+                                        teacher_overrides=settings["teacher"],
+                                        skip_update=settings["skip_update"],
+                                        data=settings["data"]))
                 print(json.dumps(rows[-1], default=str), flush=True)
         results["train"] = rows
         _print_table("Train step", rows, [

@@ -223,3 +223,31 @@ def test_the_plot_of_the_page_is_drawn_from_its_per_seed_table(bench, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     with pytest.raises(ValueError, match="no per-seed table"):
         bench.results_from_page(f"{bench.BEGIN}\nEach seed\n{bench.END}")
+
+
+def test_bfloat16_runs_are_their_own_cells_and_leave_the_page_alone(bench, tmp_path,
+                                                                   monkeypatch):
+    """--mixed_precision=bfloat16 (docs/performance.md, "bfloat16 on a CPU"): our
+    trainings get it, lightly's cannot; a cell of it is never reused for float32 (its
+    settings differ), and the page's float32 table is not rewritten."""
+    budget = bench.BUDGETS["cpu"]
+    assert "--mixed_precision=bfloat16" in bench.run_py_command(
+        budget, "simclr_tf", 0, "/tmp/m", None, "bfloat16")
+    assert not any("mixed_precision" in a for a in bench.run_py_command(
+        budget, "simclr_tf", 0, "/tmp/m", None))
+    doc = tmp_path / "page.md"
+    args = bench.parse_args(["--rows=simclr_tf", "--seeds=0", "--mixed_precision=bfloat16",
+                             f"--workdir={tmp_path / 'w'}", f"--doc={doc}",
+                             f"--plot={tmp_path / 'p.png'}"])
+    float32 = bench.parse_args(["--rows=simclr_tf", "--seeds=0",
+                                f"--workdir={tmp_path / 'w2'}"])
+    assert bench.settings_key(args, budget, "simclr_tf", 0) != bench.settings_key(
+        float32, budget, "simclr_tf", 0)
+    assert "mixed_precision" not in bench.settings_key(args, budget, "lightly", 0)
+    cell = dict(row="simclr_tf", seed=0, knn=0.7, probe=0.8, rankme=20.0,
+                seconds_per_step=0.2, wall_seconds=100.0, load_average_before=[1.0],
+                load_average_after=[1.0])
+    monkeypatch.setattr(bench, "logged_times", lambda cell_dir, row: {})  # no run here
+    bench.report_cells([cell], [], args, budget)
+    assert (tmp_path / "w" / "benchmark.json").exists()
+    assert not doc.exists() and not (tmp_path / "p.png").exists()

@@ -1,0 +1,317 @@
+"""The speed instruments (issue 65): the CPU kind, the bfloat16 hint, the step's
+profile in parts (scripts/step_profile.py) and the side-by-side arms of
+`benchmark.py versus` (scripts/side_by_side.py). Each is tried on the fault it exists
+to catch: a part that swallows another's ops, a ratio from a failed or non-finite run,
+a hint where bfloat16 would not help."""
+import json
+import math
+import sys
+
+import pytest
+
+from helpers.scripts import load_script
+from simclr_tf.run import machine
+
+EPYC = """processor\t: 0
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512_vnni avx512_bf16 avx512vl
+processor\t: 1
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512_vnni avx512_bf16 avx512vl
+"""
+XEON = "model name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: avx2 avx512f " \
+       "avx512_vnni avx512_bf16 amx_bf16 amx_tile\n"
+AVX2_ONLY = "model name\t: AMD EPYC 7R13 Processor\nflags\t\t: sse2 avx avx2 fma\n"
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+@pytest.fixture
+def cpuinfo(tmp_path, monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+
+    def write(text):
+        path = tmp_path / f"cpuinfo{len(list(tmp_path.iterdir()))}"
+        path.write_text(text)
+        return str(path)
+    return write
+
+
+# ------------------------------------------------------------------ the CPU kind
+
+
+def test_the_cpu_kind_names_the_model_and_the_kernels_flags(cpuinfo, monkeypatch):
+    path = cpuinfo(EPYC)
+    kind = machine.cpu_kind(path)
+    assert kind.startswith("AMD EPYC 9R14 96-Core Processor, ")
+    assert kind.endswith(" cores, avx2/avx512f/avx512_vnni/avx512_bf16")
+    assert machine.cpu_kind(cpuinfo(AVX2_ONLY)).endswith(", avx2")
+    assert machine.cpu_kind(cpuinfo("model name\t: old\nflags\t: sse2\n")).endswith(
+        "no AVX2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a capped run says so
+    assert machine.cpu_kind(path).endswith("avx512_bf16, ONEDNN_MAX_CPU_ISA=AVX2")
+
+
+def test_native_bfloat16_is_avx512_bf16_or_amx_and_not_under_a_lower_cap(cpuinfo,
+                                                                         monkeypatch):
+    assert machine.native_bfloat16(cpuinfo(EPYC)) == "avx512_bf16"
+    assert machine.native_bfloat16(cpuinfo(XEON)) == "amx_bf16"
+    assert machine.native_bfloat16(cpuinfo(AVX2_ONLY)) is None
+    assert machine.native_bfloat16(cpuinfo("")) is None  # no flags line
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN emulates bf16 then
+    assert machine.native_bfloat16(cpuinfo(EPYC)) is None
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert machine.native_bfloat16(cpuinfo(EPYC)) == "avx512_bf16"
+
+
+def test_the_bfloat16_hint_only_where_it_would_help_and_was_not_chosen(cpuinfo):
+    epyc = cpuinfo(EPYC)
+    hint = machine.bfloat16_hint(mixed_precision="none", given=False, devices=[CPU0],
+                                 path=epyc)
+    assert hint.startswith("this CPU computes bfloat16 natively (avx512_bf16): "
+                           "--mixed_precision=bfloat16 trains about ")
+    assert "docs/performance.md#bfloat16-on-a-cpu" in hint
+    assert machine.BFLOAT16_SPEEDUP in hint and "\n" not in hint
+    # Chosen (float32 given explicitly, or bfloat16 already), a GPU or TPU run, a CPU
+    # without native bfloat16: no hint.
+    assert machine.bfloat16_hint(mixed_precision="none", given=True, devices=[CPU0],
+                                 path=epyc) is None
+    assert machine.bfloat16_hint(mixed_precision="bfloat16", given=True, devices=[CPU0],
+                                 path=epyc) is None
+    assert machine.bfloat16_hint(mixed_precision="none", given=False,
+                                 devices=[CPU0.replace("CPU", "GPU")], path=epyc) is None
+    assert machine.bfloat16_hint(mixed_precision="none", given=False,
+                                 devices=["/job:worker/replica:0/task:0/device:TPU:0"],
+                                 path=epyc) is None
+    avx2 = cpuinfo(AVX2_ONLY)
+    assert machine.bfloat16_hint(mixed_precision="none", given=False, devices=[CPU0],
+                                 path=avx2) is None
+
+
+# ------------------------------------------------------------------ the profile's parts
+
+
+@pytest.fixture(scope="module")
+def step_profile():
+    return load_script("step_profile")
+
+
+# Op names as TensorFlow 2.21's trace of our pretraining step shows them (R18, LARS,
+# a tf.range loop of steps), with the part each belongs to.
+TRACE_NAMES = {
+    "while/body/_1/while/simclr_1/resnet_1/block_group4_1/block2_1/conv2_1/conv2d_1/"
+    "convolution:_MklNativeConv2D": "convolution forward",
+    "simclr_1/resnet_1/stem_1/conv_1/conv2d_1/convolution:_MklNativeConv2D":
+        "convolution forward",
+    "while/body/_1/gradient_tape/while/simclr_1/resnet_1/block_group4_1/block1_1/"
+    "shortcut_conv_1/conv2d_1/convolution/Conv2DBackpropInput:"
+    "_MklNativeConv2DBackpropInput": "convolution backward (input)",
+    "while/body/_1/gradient_tape/while/simclr_1/resnet_1/block_group1_1/block2_1/conv2_1/"
+    "conv2d_1/convolution/Conv2DBackpropFilter:_MklNativeConv2DBackpropFilter":
+        "convolution backward (filter)",
+    "while/body/_1/gradient_tape/while/simclr_1/resnet_1/block_group2_1/block2_1/bn1_1/"
+    "ReluGrad:ReluGrad": "batch norm",
+    "simclr_1/resnet_1/block_group3_1/block1_1/shortcut_bn_1/batch_normalization_1/Cast/"
+    "ReadVariableOp:ReadVariableOp": "batch norm",
+    "while/body/_1/while/simclr_1/resnet_1/stem_1/bn_1/FusedBatchNormV3:"
+    "_MklNativeFusedBatchNormEx": "batch norm",
+    "while/body/_1/gradient_tape/while/simclr_1/projection_head_1/nl_2_1/bn_1/"
+    "batch_normalization_1/FusedBatchNormGradV3:_MklNativeFusedBatchNormGradV3": "heads",
+    "gradient_tape/simclr_1/projection_head_1/nl_0_1/dense_1/MatMul/MatMul_1:_MklMatMul":
+        "heads",
+    "simclr_1/head_supervised_1/dense_1/BiasAdd:_MklNativeFusedMatMul": "heads",
+    "while/body/_1/while/supervised_loss/SparseSoftmaxCrossEntropyWithLogits:"
+    "SparseSoftmaxCrossEntropyWithLogits": "heads",
+    "while/body/_1/while/nt_xent/l2_normalize_1/Sum:Sum": "NT-Xent and the gather",
+    "while/body/_1/gradient_tape/while/nt_xent/MatMul_1:_MklMatMul":
+        "NT-Xent and the gather",
+    "while/body/_1/while/lars/AssignSubVariableOp_55:AssignSubVariableOp":
+        "optimizer update",
+    "lars/norm_25/Sum:Sum": "optimizer update",
+    "while/body/_1/while/weight_decay/L2Loss_3:L2Loss": "optimizer update",
+    "while/body/_1/while/views/concat:ConcatV2": "views (on device)",
+    "while/body/_1/while/views/depthwise:DepthwiseConv2dNative": "views (on device)",
+    "IteratorGetNextOp::DoCompute": "input",
+    "while/body/_1/gradient_tape/while/simclr_1/resnet_1/block_group2_1/block1_1/conv1_1/"
+    "Slice_1:Slice": "elementwise, backward",
+    "AddN_9:AddN": "elementwise, backward",
+    "simclr_1/resnet_1/block_group3_1/block1_1/Pad:Pad": "elementwise, forward",
+    "simclr_1/resnet_1/block_group1_1/block1_1/Relu:Relu": "elementwise, forward",
+    "while/body/_1/while/grad_norm/global_norm/L2Loss_23:L2Loss": "metrics and checks",
+    "metrics_1/ArgMax:ArgMax": "metrics and checks",
+    "Timestamp_1:Timestamp": "metrics and checks",
+    "cond/_18/Less:Less": "other",
+    "a_new_scope/Frobnicate:Frobnicate": "other",
+}
+
+
+def test_each_op_of_a_real_trace_is_in_its_part(step_profile):
+    got = {name: step_profile.op_part(name) for name in TRACE_NAMES}
+    assert got == TRACE_NAMES
+    assert set(TRACE_NAMES.values()) == set(step_profile.PARTS)
+    # The executor's own events are not ops.
+    assert step_profile.op_part("ExecutorState::Process") is None
+    assert step_profile.op_part("EagerExecute") is None
+
+
+def test_the_summary_sums_each_part_and_the_time_no_op_ran(step_profile):
+    ps = 10 ** 12
+    conv = "simclr_1/resnet_1/stem_1/conv_1/conv2d_1/convolution:Conv2D"
+    events = [
+        (conv, 0, 2 * ps),                                  # 0-2 s
+        ("lars/mul_3:Mul", 1 * ps, 2 * ps),                 # 1-3 s, overlaps the conv
+        ("while/body/_1/while/nt_xent/Exp:Exp", 5 * ps, 1 * ps),  # 5-6 s
+        ("IteratorGetNextOp::DoCompute", 7 * ps, ps // 2),   # 7-7.5 s
+    ]
+    summary = step_profile.summarise(events, steps=2, wall_seconds=10.0)
+    rows = {r["part"]: r for r in summary["rows"]}
+    assert [r["part"] for r in summary["rows"]] == list(step_profile.PARTS)
+    assert rows["convolution forward"]["seconds_per_step"] == pytest.approx(1.0)
+    assert rows["optimizer update"]["seconds_per_step"] == pytest.approx(1.0)
+    assert rows["NT-Xent and the gather"]["seconds_per_step"] == pytest.approx(0.5)
+    assert rows["input"]["seconds_per_step"] == pytest.approx(0.25)
+    assert summary["op_seconds_per_step"] == pytest.approx(2.75)
+    assert sum(r["share"] for r in summary["rows"]) == pytest.approx(1.0)
+    # Busy 0-3, 5-6, 7-7.5: 4.5 of 10 s; 5.5 s with no op running, 2.75 per step.
+    assert summary["no_op_seconds_per_step"] == pytest.approx(2.75)
+    assert summary["wall_seconds_per_step"] == pytest.approx(5.0)
+
+
+@pytest.mark.large  # a traced tiny step, ~15 s
+def test_a_traced_step_puts_every_op_in_a_part(tmp_path):
+    bench = load_script("benchmark")
+    summary = bench.bench_profile(
+        dict(encoder="tiny", image_size=16, train_batch_size=8, use_blur=False,
+             num_proj_layers=2), warmup=1, windows=1, steps=2,
+        logdir=str(tmp_path / "trace"), input_images=8)
+    rows = {r["part"]: r for r in summary["rows"]}
+    for part in ("convolution forward", "convolution backward (filter)", "batch norm",
+                 "heads", "NT-Xent and the gather", "optimizer update", "metrics and checks"):
+        assert rows[part]["seconds_per_step"] > 0, part
+    # The first conv's input gradient is not computed (the images need none), the
+    # second's is.
+    assert rows["convolution backward (input)"]["ops_per_step"] >= 1
+    assert rows["other"]["share"] < 0.05, rows["other"]
+    assert 0 <= summary["no_op_seconds_per_step"] <= summary["wall_seconds_per_step"]
+    assert summary["host_views_core_seconds_per_step"] > 0
+
+
+# ------------------------------------------------------------------ side by side
+
+
+@pytest.fixture(scope="module")
+def side():
+    return load_script("side_by_side")
+
+
+def test_arms_are_parsed_and_bad_ones_named(side, tmp_path):
+    arms = side.parse_arms(["ours:", "bf16:--mixed_precision=bfloat16",
+                            "inter1:TF_NUM_INTEROP_THREADS=1 -ONEDNN_MAX_CPU_ISA"])
+    assert [a["name"] for a in arms] == ["ours", "bf16", "inter1"]
+    assert arms[1]["flags"] == ["--mixed_precision=bfloat16"]
+    assert arms[2]["env"] == {"TF_NUM_INTEROP_THREADS": "1"}
+    assert arms[2]["unset"] == ["ONEDNN_MAX_CPU_ISA"]
+    for spec, words in [("ours", "NAME:SPEC"), ("a b:", "not a word"),
+                        ("x:lowercase=1", "neither a flag"),
+                        ("authors:authors", "--authors_dir")]:
+        with pytest.raises(ValueError, match=words):
+            side.parse_arms([spec])
+    with pytest.raises(ValueError, match="taken"):
+        side.parse_arms(["a:", "a:--steps=1"])
+    tf2 = tmp_path / "tf2"
+    tf2.mkdir()
+    (tf2 / "objective.py").write_text("")
+    with pytest.raises(ValueError, match="--authors_python"):
+        side.parse_arms(["authors:authors"], str(tf2), str(tmp_path / "no_python"))
+    (authors,) = side.parse_arms(["authors:authors"], str(tf2), sys.executable)
+    assert authors["authors"]
+
+
+def test_the_authors_arm_gets_the_same_model_and_refuses_what_it_cannot_run(side, tmp_path):
+    tf2 = tmp_path / "tf2"
+    tf2.mkdir()
+    (tf2 / "objective.py").write_text("")
+    (authors,) = side.parse_arms(["authors:authors"], str(tf2), sys.executable)
+    timing = dict(warmup=1, windows=3, steps=1, matmul_size=256, matmul_seconds=0.1)
+    command = side.arm_command(authors, dict(resnet_depth=18, image_size=32,
+                                             use_blur=False), timing, "/tmp/r.json")
+    assert command[:2] == [sys.executable, side.AUTHORS_SCRIPT]
+    assert {"--resnet_depth=18", "--image_size=32", "--use_blur=false", "--windows=3",
+            "--json=/tmp/r.json"} <= set(command)
+    with pytest.raises(side.ArmFailed, match="--augment_on"):
+        side.arm_command(authors, dict(augment_on="device"), timing, "/tmp/r.json")
+    (ours,) = side.parse_arms(["bf16:--mixed_precision=bfloat16"])
+    command = side.arm_command(ours, dict(mixed_precision="none"), timing, "/tmp/r.json")
+    # The arm's flag comes last: it wins over the shared model's.
+    assert command.index("--mixed_precision=bfloat16") > command.index(
+        "--mixed_precision=none")
+
+
+def _fake_arm(side, monkeypatch, script):
+    """An arm whose process is `script` (python -c), given the json path."""
+    (arm,) = side.parse_arms(["fake:"])
+    monkeypatch.setattr(side, "arm_command", lambda arm, overrides, timing, path: [
+        sys.executable, "-c", script, path])
+    return arm
+
+
+@pytest.mark.parametrize("step", ["float('nan')", "float('inf')", "0", "-1"])
+def test_a_run_without_a_finite_positive_time_is_an_error_never_a_ratio(side, monkeypatch,
+                                                                       step):
+    arm = _fake_arm(side, monkeypatch, (
+        "import json, sys; json.dump(dict(train=[dict(step_seconds=" + step + ", "
+        "window_seconds=[1.0], mfu=0.5, compute_dtype='float32', "
+        "train_gflops_per_view=1.0, views_per_sec=1.0, load_average_after=[0])], "
+        "matmul_peak_gflops_per_sec=dict(float32=1.0)), open(sys.argv[1], 'w'))"))
+    with pytest.raises(side.ArmFailed, match="not a positive finite number"):
+        side.run_arm(arm, {}, {})
+
+
+def test_a_failed_arm_names_its_command_and_output(side, monkeypatch):
+    arm = _fake_arm(side, monkeypatch, "print('the reason'); raise SystemExit(3)")
+    with pytest.raises(side.ArmFailed) as info:
+        side.run_arm(arm, {}, {})
+    assert "arm fake: exit status 3" in str(info.value)
+    assert "the reason" in str(info.value) and "command:" in str(info.value)
+
+
+def test_ratios_pair_arms_within_a_round_and_the_table_says_so(side):
+    arms = side.parse_arms(["ours:", "bf16:--mixed_precision=bfloat16"])
+    rounds = [dict(ours=dict(step_seconds=8.0, mfu=0.9),
+                   bf16=dict(step_seconds=4.0, mfu=0.8)),
+              dict(ours=dict(step_seconds=10.0, mfu=0.7),
+                   bf16=dict(step_seconds=4.0, mfu=0.8))]
+    got = side.ratios(rounds, "ours")
+    assert got == {"ours": [1.0, 1.0], "bf16": [2.0, 2.5]}
+    text = side.table(arms, rounds, "a CPU")
+    assert text.startswith("CPU: a CPU;")
+    assert "| bf16 | 4.000, 4.000 | 2.000, 2.500 | 2.250 | 0.80 |" in text
+
+
+def test_the_authors_mfu_is_their_time_on_our_flops_and_peak(side, tmp_path):
+    tf2 = tmp_path / "tf2"
+    tf2.mkdir()
+    (tf2 / "objective.py").write_text("")
+    arms = side.parse_arms(["authors:authors", "ours:"], str(tf2), sys.executable)
+    rounds = [dict(authors=dict(step_seconds=10.0),
+                   ours=dict(step_seconds=8.0, compute_dtype="float32",
+                             train_gflops_per_view=3.0, views_per_step=512.0,
+                             matmul_peak=dict(float32=200.0)))]
+    side.fill_authors_mfu(rounds, arms)
+    assert rounds[0]["authors"]["mfu"] == pytest.approx(3.0 * 512 / 10.0 / 200.0)
+    assert math.isfinite(rounds[0]["authors"]["mfu"])
+
+
+@pytest.mark.large  # two tiny processes of benchmark.py train, ~40 s
+def test_versus_runs_each_arm_in_its_own_process(tmp_path):
+    bench = load_script("benchmark")
+    path = tmp_path / "v.json"
+    results = bench.main(["versus", "--preset=smoke", "--encoder=tiny", "--rounds=1",
+                          "--arm=ours:",
+                          # an environment variable, and run.py's input pipeline
+                          "--arm=inter1:TF_NUM_INTEROP_THREADS=1 --data=dataset",
+                          "--warmup=1", "--windows=1", "--steps=1", f"--json={path}"])
+    versus = json.loads(path.read_text())["versus"]
+    assert [a["name"] for a in versus["arms"]] == ["ours", "inter1"]
+    assert versus["ratios"]["ours"] == [1.0]
+    assert results["versus"]["rounds"][0]["inter1"]["step_seconds"] > 0
+    assert "| inter1 |" in versus["table"]
