@@ -687,6 +687,13 @@ def parse_args(argv):
             parser.error(str(error))
         if args.rounds < 1:
             parser.error(f"--rounds={args.rounds}: give at least 1")
+        for arm in settings["arms"]:  # an arm that cannot run: said before any runs
+            try:
+                side_by_side.arm_command(arm, train_overrides, dict(
+                    warmup=1, windows=1, steps=1, matmul_size=1, matmul_seconds=0),
+                    "result.json")
+            except side_by_side.ArmFailed as error:
+                parser.error(f"--arm={arm['name']}: {error}")
     from simclr_tf.config import rules
     for mode in settings["train_modes"] + [train_overrides.get("train_mode", "pretrain")]:
         if mode not in rules.TRAIN_MODES:
@@ -708,11 +715,15 @@ def main(argv=None):
         return None
     if args.part == "versus":  # each arm in fresh processes, interleaved
         import side_by_side
-        results["versus"] = side_by_side.run(
-            settings["arms"], overrides, rounds=settings["rounds"],
-            timing=dict(warmup=settings["warmup"], windows=settings["windows"],
-                        steps=settings["steps"], matmul_size=settings["matmul_size"],
-                        matmul_seconds=settings["matmul_seconds"]))
+        try:
+            results["versus"] = side_by_side.run(
+                settings["arms"], overrides, rounds=settings["rounds"],
+                timing=dict(warmup=settings["warmup"], windows=settings["windows"],
+                            steps=settings["steps"], matmul_size=settings["matmul_size"],
+                            matmul_seconds=settings["matmul_seconds"]))
+        except side_by_side.ArmFailed as error:  # no table from a failed arm
+            print(f"benchmark.py versus: error: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
     if args.part == "profile":
         import step_profile
         summary = bench_profile(overrides, warmup=settings["warmup"],

@@ -315,3 +315,33 @@ def test_versus_runs_each_arm_in_its_own_process(tmp_path):
     assert versus["ratios"]["ours"] == [1.0]
     assert results["versus"]["rounds"][0]["inter1"]["step_seconds"] > 0
     assert "| inter1 |" in versus["table"]
+
+
+def test_an_arm_that_cannot_run_is_refused_before_any_arm_runs(tmp_path, capsys):
+    bench = load_script("benchmark")
+    tf2 = tmp_path / "tf2"
+    tf2.mkdir()
+    (tf2 / "objective.py").write_text("")
+    with pytest.raises(SystemExit) as info:  # the authors' code has no device views
+        bench.main(["versus", "--preset=smoke", "--augment_on=device",
+                    f"--authors_dir={tf2}", f"--authors_python={sys.executable}",
+                    f"--json={tmp_path / 'v.json'}"])
+    assert info.value.code == 2
+    assert "--arm=authors: the authors' baseline has no --augment_on" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "v.json").exists()
+
+
+def test_a_failed_arm_ends_versus_with_one_error_and_no_table(side, monkeypatch, capsys,
+                                                             tmp_path):
+    bench = load_script("benchmark")
+    monkeypatch.setattr(side, "run_arm", lambda arm, overrides, timing: (_ for _ in ()).throw(
+        side.ArmFailed(f"arm {arm['name']}: exit status 1, no result")))
+    monkeypatch.setitem(sys.modules, "side_by_side", side)
+    with pytest.raises(SystemExit) as info:
+        bench.main(["versus", "--preset=smoke", "--arm=ours:", "--rounds=1",
+                    f"--json={tmp_path / 'v.json'}"])
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "benchmark.py versus: error: arm ours: exit status 1" in err
+    assert not (tmp_path / "v.json").exists()
