@@ -72,6 +72,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import benchmark_accuracy as bench  # noqa: E402  (budgets, features, kNN and probe)
+from simclr_tf.run.machine import cpu_kind  # noqa: E402  (TF-free)
 import script_io  # noqa: E402  (whole files; children that stop with the script)
 
 DOC = os.path.join(ROOT, "docs", "ablations.md")
@@ -643,7 +644,7 @@ class Runner:
                          finetune_seconds=ft_wall, finetune_flags=dict(point.finetune))
         with self.lock:
             row = dict(key, setting_flags=dict(point.flags), wall_seconds=wall,
-                       machine=bench.machine(), **extra, **contrast_metrics(run_dir),
+                       machine=cpu_kind(), **extra, **contrast_metrics(run_dir),
                        metrics=self._evaluate(run_dir, seed, key["eval_dataset"],
                                               point_budget(self.budget, point)))
             append_row(self.args.results, row)

@@ -725,7 +725,6 @@ def main(argv=None):
             print(f"benchmark.py versus: error: {error}", file=sys.stderr)
             raise SystemExit(1) from None
     if args.part == "profile":
-        import step_profile
         summary = bench_profile(overrides, warmup=settings["warmup"],
                                 windows=settings["windows"], steps=settings["steps"],
                                 logdir=settings["logdir"],

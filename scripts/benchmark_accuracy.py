@@ -173,11 +173,6 @@ def replace_section(text, section):
     return text.rstrip() + "\n\n" + block + "\n"
 
 
-def machine():
-    """CPU model, the SIMD flags that change TensorFlow's kernels, cores."""
-    return cpu_kind()
-
-
 # ---------------------------------------------------------------- running cells
 
 
@@ -376,7 +371,7 @@ def speed_only(args, budget, feats, children):
               f"ratio lightly / simclr_tf {peer / ours:.2f}", flush=True)
     ratios = sorted(peer / ours for ours, peer, _ in rows)
     print(f"Back to back, {args.speed_rounds} rounds of {budget.epochs} epochs, "
-          f"{args.threads} thread(s) each, on {machine()}: lightly / simclr_tf s/step "
+          f"{args.threads} thread(s) each, on {cpu_kind()}: lightly / simclr_tf s/step "
           f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")
 
 
@@ -559,7 +554,7 @@ def report(results, cells, args, budget):
         "",
         f"Mean ± sample std over seeds {', '.join(map(str, seeds))}; per-seed values in "
         f"`{os.path.basename(args.json)}` (the script's --json). Measured "
-        f"{datetime.date.today().isoformat()} on {machine()}; 1-minute load average "
+        f"{datetime.date.today().isoformat()} on {cpu_kind()}; 1-minute load average "
         f"{min(loads):.1f}-{max(loads):.1f} during the runs (other jobs shared the "
         "cores: times are upper bounds, the ratio is what compares).",
         "",
@@ -735,7 +730,7 @@ def report_cells(cells, failed, args, budget):
     text = report(results, cells, args, budget)
     print(text)
     script_io.write_text(args.json, json.dumps(dict(
-        cells=cells, results=results, machine=machine(), budget=dataclasses.asdict(budget)),
+        cells=cells, results=results, machine=cpu_kind(), budget=dataclasses.asdict(budget)),
         indent=1))
     if not args.fast and not failed and args.mixed_precision == "none":
         old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"

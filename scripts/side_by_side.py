@@ -209,7 +209,8 @@ def run(arms, overrides, *, rounds, timing, out=print):
                 f"(windows {[round(s, 3) for s in result['window_seconds']]})",
                 flush=True)
     fill_authors_mfu(results, arms)
-    text = table(arms, results, machine.cpu_kind())
+    cpu_kind = machine.cpu_kind()
+    text = table(arms, results, cpu_kind)
     out("\n" + text)
     return dict(arms=arms, rounds=results, ratios=ratios(results, arms[0]["name"]),
-                table=text, cpu_kind=machine.cpu_kind())
+                table=text, cpu_kind=cpu_kind)

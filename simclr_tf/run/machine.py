@@ -12,7 +12,8 @@ import platform
 
 # The instruction sets that change TensorFlow's CPU kernels, in the order they are named.
 KIND_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+# The flags by which a CPU computes bfloat16 natively, the one named first preferred.
+NATIVE_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 def cpu_info(path="/proc/cpuinfo"):
@@ -53,10 +54,7 @@ def native_bfloat16(path="/proc/cpuinfo"):
                                "AVX10_1_512_AMX_FP16", "AVX512_CORE_FP16")):
         return None
     _, flags = cpu_info(path)
-    for flag in ("amx_bf16", "avx512_bf16"):
-        if flag in flags:
-            return flag
-    return None
+    return next((flag for flag in NATIVE_BFLOAT16_FLAGS if flag in flags), None)
 
 
 # What --mixed_precision=bfloat16 gained on a CPU that computes it natively, measured
