@@ -714,16 +714,24 @@ def main(argv=None):
               flush=True)
         return None
     if args.part == "versus":  # each arm in fresh processes, interleaved
+        import script_io
         import side_by_side
         try:
-            results["versus"] = side_by_side.run(
-                settings["arms"], overrides, rounds=settings["rounds"],
-                timing=dict(warmup=settings["warmup"], windows=settings["windows"],
-                            steps=settings["steps"], matmul_size=settings["matmul_size"],
-                            matmul_seconds=settings["matmul_seconds"]))
+            with script_io.Children() as children:
+                results["versus"] = side_by_side.run(
+                    settings["arms"], overrides, rounds=settings["rounds"],
+                    children=children,
+                    timing=dict(warmup=settings["warmup"], windows=settings["windows"],
+                                steps=settings["steps"],
+                                matmul_size=settings["matmul_size"],
+                                matmul_seconds=settings["matmul_seconds"]))
         except side_by_side.ArmFailed as error:  # no table from a failed arm
             print(f"benchmark.py versus: error: {error}", file=sys.stderr)
             raise SystemExit(1) from None
+        except script_io.Stopped as stop:  # the running arm was stopped and waited for
+            print(f"benchmark.py versus: {stop}: the running arm was stopped; no table",
+                  file=sys.stderr)
+            raise SystemExit(128 + stop.signum) from None
     if args.part == "profile":
         summary = bench_profile(overrides, warmup=settings["warmup"],
                                 windows=settings["windows"], steps=settings["steps"],

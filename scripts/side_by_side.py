@@ -15,7 +15,9 @@ An arm is NAME:SPEC. SPEC is `authors` (dev/authors_baseline.py in the authors'
 environment) or whitespace-separated tokens, each a flag of `benchmark.py train`
 (`--mixed_precision=bfloat16`) or an environment variable (`TF_NUM_INTEROP_THREADS=1`;
 `-NAME` removes one). A result of no finite time, or an arm that fails, is an error
-naming the arm, the command and the end of its output: never a ratio.
+naming the arm, the command and the end of its output: never a ratio. A stop
+(SIGTERM, SIGINT) reaches the running arm's process and ends the comparison
+(`script_io.Children`).
 """
 import json
 import math
@@ -119,8 +121,10 @@ def arm_command(arm, overrides, timing, json_path):
     return command + arm["flags"]  # the arm's flags win (argparse: last one)
 
 
-def run_arm(arm, overrides, timing):
-    """One fresh process of `arm`: dict(step_seconds, window_seconds, mfu, ...)."""
+def run_arm(arm, overrides, timing, children):
+    """One fresh process of `arm`, one of `children` (`script_io.Children`: it stops
+    with the script, which then raises `script_io.Stopped`): dict(step_seconds,
+    window_seconds, mfu, ...)."""
     env = dict(os.environ)
     env.update(arm["env"])
     for name in arm["unset"]:
@@ -128,12 +132,14 @@ def run_arm(arm, overrides, timing):
     with tempfile.TemporaryDirectory(prefix="simclr_versus_") as tmp:
         json_path = os.path.join(tmp, "result.json")
         command = arm_command(arm, overrides, timing, json_path)
-        done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=False)
-        tail = "\n".join(done.stdout.strip().splitlines()[-15:])
+        with open(os.path.join(tmp, "log.txt"), "w+") as log:
+            code = children.run(command, env=env, cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT)
+            log.seek(0)
+            tail = "\n".join(log.read().strip().splitlines()[-15:])
         shown = " ".join(shlex.quote(c) for c in command)
-        if done.returncode != 0 or not os.path.exists(json_path):
-            raise ArmFailed(f"arm {arm['name']}: exit status {done.returncode}, no "
+        if code != 0 or not os.path.exists(json_path):
+            raise ArmFailed(f"arm {arm['name']}: exit status {code}, no "
                             f"result\ncommand: {shown}\n{tail}")
         with open(json_path) as f:
             result = json.load(f)
@@ -196,14 +202,16 @@ def table(arms, rounds, cpu_kind):
     return "\n".join(lines)
 
 
-def run(arms, overrides, *, rounds, timing, out=print):
+def run(arms, overrides, *, rounds, timing, children, out=print):
+    """`rounds` rounds over `arms` (`run_arm`, each a child of `children`); prints
+    each time and the table, returns them."""
     from simclr_tf.run import machine  # pylint: disable=import-outside-toplevel
     results = []
     for index in range(rounds):
         order = arms if index % 2 == 0 else list(reversed(arms))
         results.append({})
         for arm in order:
-            result = run_arm(arm, overrides, timing)
+            result = run_arm(arm, overrides, timing, children)
             results[-1][arm["name"]] = result
             out(f"round {index + 1}, {arm['name']}: {result['step_seconds']:.3f} s/step "
                 f"(windows {[round(s, 3) for s in result['window_seconds']]})",

@@ -5,12 +5,19 @@ to catch: a part that swallows another's ops, a ratio from a failed or non-finit
 a hint where bfloat16 would not help."""
 import json
 import math
+import os
+import signal
 import sys
+import threading
+import time
 
 import pytest
 
-from helpers.scripts import load_script
+from helpers.scripts import load_script, SCRIPTS
 from simclr_tf.run import machine
+
+sys.path.insert(0, SCRIPTS)
+import script_io  # noqa: E402  (scripts/: the children that stop with the script)
 
 EPYC = """processor\t: 0
 model name\t: AMD EPYC 9R14 96-Core Processor
@@ -262,14 +269,15 @@ def test_a_run_without_a_finite_positive_time_is_an_error_never_a_ratio(side, mo
         "window_seconds=[1.0], mfu=0.5, compute_dtype='float32', "
         "train_gflops_per_view=1.0, views_per_sec=1.0, load_average_after=[0])], "
         "matmul_peak_gflops_per_sec=dict(float32=1.0)), open(sys.argv[1], 'w'))"))
-    with pytest.raises(side.ArmFailed, match="not a positive finite number"):
-        side.run_arm(arm, {}, {})
+    with pytest.raises(side.ArmFailed, match="not a positive finite number"), \
+            script_io.Children() as children:
+        side.run_arm(arm, {}, {}, children)
 
 
 def test_a_failed_arm_names_its_command_and_output(side, monkeypatch):
     arm = _fake_arm(side, monkeypatch, "print('the reason'); raise SystemExit(3)")
-    with pytest.raises(side.ArmFailed) as info:
-        side.run_arm(arm, {}, {})
+    with pytest.raises(side.ArmFailed) as info, script_io.Children() as children:
+        side.run_arm(arm, {}, {}, children)
     assert "arm fake: exit status 3" in str(info.value)
     assert "the reason" in str(info.value) and "command:" in str(info.value)
 
@@ -335,7 +343,8 @@ def test_an_arm_that_cannot_run_is_refused_before_any_arm_runs(tmp_path, capsys)
 def test_a_failed_arm_ends_versus_with_one_error_and_no_table(side, monkeypatch, capsys,
                                                              tmp_path):
     bench = load_script("benchmark")
-    monkeypatch.setattr(side, "run_arm", lambda arm, overrides, timing: (_ for _ in ()).throw(
+    monkeypatch.setattr(side, "run_arm", lambda arm, overrides, timing, children: (
+        _ for _ in ()).throw(
         side.ArmFailed(f"arm {arm['name']}: exit status 1, no result")))
     monkeypatch.setitem(sys.modules, "side_by_side", side)
     with pytest.raises(SystemExit) as info:
@@ -345,3 +354,18 @@ def test_a_failed_arm_ends_versus_with_one_error_and_no_table(side, monkeypatch,
     err = capsys.readouterr().err
     assert "benchmark.py versus: error: arm ours: exit status 1" in err
     assert not (tmp_path / "v.json").exists()
+
+
+def test_a_stop_reaches_the_running_arm_and_ends_the_comparison(side, monkeypatch):
+    """SIGTERM to the script while an arm runs: the arm's process gets it and exits
+    (it would run on otherwise), then `Stopped`; no result of that arm."""
+    arm = _fake_arm(side, monkeypatch, (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))\n"
+        "time.sleep(60)"))
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    start = time.monotonic()
+    with pytest.raises(script_io.Stopped) as info, script_io.Children() as children:
+        side.run_arm(arm, {}, {}, children)
+    assert info.value.signum == signal.SIGTERM
+    assert time.monotonic() - start < 30  # the child stopped, not waited out
