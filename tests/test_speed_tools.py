@@ -29,7 +29,6 @@ flags\t\t: fpu sse2 avx avx2 fma avx512f avx512dq avx512_vnni avx512_bf16 avx512
 XEON = "model name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: avx2 avx512f " \
        "avx512_vnni avx512_bf16 amx_bf16 amx_tile\n"
 AVX2_ONLY = "model name\t: AMD EPYC 7R13 Processor\nflags\t\t: sse2 avx avx2 fma\n"
-CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
 @pytest.fixture
@@ -72,7 +71,7 @@ def test_native_bfloat16_is_avx512_bf16_or_amx_and_not_under_a_lower_cap(cpuinfo
 
 def test_the_bfloat16_hint_only_where_it_would_help_and_was_not_chosen(cpuinfo):
     epyc = cpuinfo(EPYC)
-    hint = machine.bfloat16_hint(mixed_precision="none", given=False, devices=[CPU0],
+    hint = machine.bfloat16_hint(mixed_precision="none", given=False, all_cpu=True,
                                  path=epyc)
     assert hint.startswith("this CPU computes bfloat16 natively (avx512_bf16): "
                            "--mixed_precision=bfloat16 trains about ")
@@ -80,18 +79,26 @@ def test_the_bfloat16_hint_only_where_it_would_help_and_was_not_chosen(cpuinfo):
     assert machine.BFLOAT16_SPEEDUP in hint and "\n" not in hint
     # Chosen (float32 given explicitly, or bfloat16 already), a GPU or TPU run, a CPU
     # without native bfloat16: no hint.
-    assert machine.bfloat16_hint(mixed_precision="none", given=True, devices=[CPU0],
+    assert machine.bfloat16_hint(mixed_precision="none", given=True, all_cpu=True,
                                  path=epyc) is None
-    assert machine.bfloat16_hint(mixed_precision="bfloat16", given=True, devices=[CPU0],
+    assert machine.bfloat16_hint(mixed_precision="bfloat16", given=True, all_cpu=True,
                                  path=epyc) is None
     assert machine.bfloat16_hint(mixed_precision="none", given=False,
-                                 devices=[CPU0.replace("CPU", "GPU")], path=epyc) is None
-    assert machine.bfloat16_hint(mixed_precision="none", given=False,
-                                 devices=["/job:worker/replica:0/task:0/device:TPU:0"],
-                                 path=epyc) is None
+                                 all_cpu=False, path=epyc) is None  # a GPU or TPU run
     avx2 = cpuinfo(AVX2_ONLY)
-    assert machine.bfloat16_hint(mixed_precision="none", given=False, devices=[CPU0],
+    assert machine.bfloat16_hint(mixed_precision="none", given=False, all_cpu=True,
                                  path=avx2) is None
+    # all_cpu, as the training run asks it (preflight.all_cpu: also the oneDNN and
+    # XLA checks'), by the strategy's devices.
+    from types import SimpleNamespace
+    from simclr_tf.run import preflight
+
+    def strategy(*devices):
+        return SimpleNamespace(extended=SimpleNamespace(worker_devices=devices))
+    assert preflight.all_cpu(strategy("/job:localhost/replica:0/task:0/device:CPU:0",
+                                      "/job:localhost/replica:0/task:0/device:CPU:1"))
+    assert not preflight.all_cpu(strategy("/job:localhost/replica:0/task:0/device:GPU:0"))
+    assert not preflight.all_cpu(strategy("/job:worker/replica:0/task:0/device:TPU:0"))
 
 
 # ------------------------------------------------------------------ the profile's parts

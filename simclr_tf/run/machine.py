@@ -66,15 +66,12 @@ BFLOAT16_HINT = (
 BFLOAT16_SPEEDUP = "1.3-1.6x"
 
 
-def bfloat16_hint(*, mixed_precision, given, devices, path="/proc/cpuinfo"):
+def bfloat16_hint(*, mixed_precision, given, all_cpu, path="/proc/cpuinfo"):
     """The one-line hint a new training run prints where bfloat16 would help and was
     not chosen, or None: float32 (`mixed_precision` 'none') not given explicitly
-    (`given`: the user chose it), every device of the run a CPU (`devices`: names such
-    as '/job:localhost/replica:0/task:0/device:CPU:0'), and the CPU computes bfloat16
-    natively."""
-    if mixed_precision != "none" or given:
-        return None
-    if not devices or any("CPU" not in str(d).upper() for d in devices):
+    (`given`: the user chose it), every replica on a CPU (`all_cpu`:
+    `preflight.all_cpu(strategy)`), and the CPU computes bfloat16 natively."""
+    if mixed_precision != "none" or given or not all_cpu:
         return None
     flag = native_bfloat16(path)
     if flag is None:

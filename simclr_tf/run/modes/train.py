@@ -75,7 +75,7 @@ def train(config, strategy, context):
         print(f"Warning: {note}", flush=True)
     hint = machine.bfloat16_hint(
         mixed_precision=config.mixed_precision, given=config.is_given("mixed_precision"),
-        devices=_compute_devices(strategy)) if step == 0 and chief else None
+        all_cpu=preflight.all_cpu(strategy)) if step == 0 and chief else None
     if hint:  # a new run only: a resumed one keeps its precision
         print(f"Hint: {hint}", flush=True)
     print(f"Training {plan.total_steps} steps ({plan.total_steps / steps_per_epoch:.3g} "
@@ -190,17 +190,6 @@ def write_session_start(writer, step):
     tf.raw_ops.ImportEvent(writer=writer._resource,  # pylint: disable=protected-access
                            event=event.SerializeToString())
     writer.flush()
-
-
-def _compute_devices(strategy):
-    """The devices the step runs on: the strategy's; under the default strategy (which
-    does not list them) the process's accelerators, else its CPU."""
-    try:
-        return list(strategy.extended.worker_devices)
-    except RuntimeError:
-        accelerators = (tf.config.list_logical_devices("GPU")
-                        + tf.config.list_logical_devices("TPU"))
-        return [d.name for d in accelerators] or ["/device:CPU:0"]
 
 
 def input_options(config):
