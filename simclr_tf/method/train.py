@@ -15,6 +15,7 @@ Batches (see docs/design.md):
 Evaluation needs no Trainer: see `simclr_tf.evaluation.supervised`.
 """
 import dataclasses
+import threading
 from typing import Callable, Optional
 
 import keras
@@ -42,7 +43,8 @@ def metric_names():
     return METRICS + tuple(dict.fromkeys(extra))
 # Metrics that are counts: summed over replicas. All others are per-replica means
 # over equally sized local batches, so their mean over replicas is the global value
-# (grad_norm is already global: `global_grad_norm`, equal on every replica).
+# (grad_norm is already global: the norm of the summed gradients, equal on every
+# replica).
 _SUMMED = ("num_examples",)
 # Logs that train_steps reports for the last step of a call, not as a mean.
 LAST = ("learning_rate", "num_examples")
@@ -271,14 +273,27 @@ class Trainer:
         return loss, decay, self.optimizer.scale_loss(replica_loss)
 
     def apply(self, *, grads, variables, metrics, loss, decay, learning_rate):
-        """Applies `grads` to `variables`; returns `metrics` with the step's logs."""
-        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+        """Applies this replica's `grads` to `variables`; returns `metrics` with the
+        step's logs.
+
+        The gradients are summed over replicas once, here (the step's one gradient
+        all-reduce, as in the authors' step): the norm is taken of that sum and the
+        optimizer is given it as already summed (`apply_summed_gradients`)."""
+        pairs = _with_gradients(grads, variables, self.model)
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # Loss scaling checks the scaled local gradients before its inner optimizer
+            # sums them (one all-reduce there), and skips non-finite float16 steps
+            # itself: no norm is taken.
+            self.optimizer.apply_gradients(pairs)
+        else:
+            with tf.name_scope("gradient_sum"):  # names only (scripts/collectives.py)
+                summed = collectives.cross_replica_sum([g for g, _ in pairs])
             # Checked after the step (`_check_finite`); an Inf gradient with a finite
-            # loss would otherwise only show up as a NaN loss one step later. (Loss
-            # scaling handles non-finite float16 gradients itself by skipping.)
+            # loss would otherwise only show up as a NaN loss one step later.
             with tf.name_scope("grad_norm"):  # names only (scripts/step_profile.py)
-                metrics["grad_norm"] = global_grad_norm(grads)
-        self.optimizer.apply_gradients(_with_gradients(grads, variables, self.model))
+                metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(summed), tf.float32)
+            apply_summed_gradients(self.optimizer,
+                                   list(zip(summed, [v for _, v in pairs])))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
         return metrics
 
@@ -358,16 +373,62 @@ def _op_determinism_enabled():
     return True if getter is None else bool(getter())
 
 
-def global_grad_norm(grads):
-    """The norm of the gradient the optimizer applies: over every variable, of the
-    gradients summed over replicas (the optimizer all-reduces them before its update),
-    the same value on every replica. A mean of the replicas' local norms is not it:
-    the local gradients do not point the same way. With one replica the local
-    gradients are the global ones; with several this costs one more all-reduce of
-    the gradients (the optimizer's reduction is internal to Keras), for the metric
-    only: the update is unchanged."""
-    summed = collectives.cross_replica_sum([g for g in grads if g is not None])
-    return tf.cast(tf.linalg.global_norm(summed), tf.float32)
+def apply_summed_gradients(optimizer, pairs):
+    """`optimizer.apply_gradients(pairs)` for gradients already summed over replicas.
+
+    A Keras optimizer on TensorFlow sums the gradients over replicas inside
+    `apply_gradients` (`TFOptimizer._all_reduce_sum_gradients`, an all-reduce in
+    a replica context of several replicas). Given gradients the step has summed
+    itself, it is told so for this call: its reduction is skipped, so the step
+    all-reduces its gradients once, not twice. The update is unchanged: the same
+    sum, made by the same `ReplicaContext.all_reduce` call. Outside a replica
+    context of several replicas there is nothing to sum and the call is plain.
+    (Keras is pinned; a version without that method is refused, not run with
+    gradients summed twice; `scripts/collectives.py` counts the step's all-reduces
+    and tests/test_collectives.py fails on a second one.)
+
+    Args:
+        optimizer: a Keras optimizer (not a `LossScaleOptimizer`, which checks the
+            local gradients before summing them).
+        pairs: (summed gradient, variable) pairs.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return optimizer.apply_gradients(pairs)
+    _skippable_gradient_sum(optimizer)
+    # MirroredStrategy runs the replicas' steps in threads of their own, all on this
+    # optimizer: the switch is per thread.
+    _ALREADY_SUMMED.active = True
+    try:
+        return optimizer.apply_gradients(pairs)
+    finally:
+        _ALREADY_SUMMED.active = False
+
+
+# Keras' TensorFlow optimizer's all-reduce of the gradients (keras 3.15, TFOptimizer).
+_KERAS_GRADIENT_SUM = "_all_reduce_sum_gradients"
+_ALREADY_SUMMED = threading.local()
+_ALREADY_SUMMED_LOCK = threading.Lock()
+
+
+def _skippable_gradient_sum(optimizer):
+    """Gives `optimizer` (once) a gradient sum that `apply_summed_gradients` skips."""
+    with _ALREADY_SUMMED_LOCK:
+        if _KERAS_GRADIENT_SUM in vars(optimizer):
+            return
+        keras_sum = getattr(optimizer, _KERAS_GRADIENT_SUM, None)
+        if keras_sum is None:
+            raise NotImplementedError(
+                f"{type(optimizer).__name__} has no {_KERAS_GRADIENT_SUM} (a Keras other "
+                f"than {keras.__version__}?): simclr_tf cannot tell it that the gradients "
+                "are summed already. Install the Keras of setup.py.")
+
+        def gradient_sum(grads_and_vars):
+            if getattr(_ALREADY_SUMMED, "active", False):
+                return list(grads_and_vars)
+            return keras_sum(grads_and_vars)
+
+        setattr(optimizer, _KERAS_GRADIENT_SUM, gradient_sum)
 
 
 def _with_gradients(grads, variables, model=None):
