@@ -33,6 +33,10 @@ Three parts, each printing a table and adding to one JSON file (--json):
   memory   peak memory of one train step per global batch size (--batch_sizes), each
            in a fresh process; with --grad_cache_chunk also the plain step of one
            chunk. Not part of `all`.
+  collectives  the collectives of one compiled step per train mode under several
+           replicas, counted from its graph: kind, count and bytes per replica
+           (gradients, z gather, BN statistics, metrics); FAIL when the gradients are
+           all-reduced more than once (scripts/collectives.py, its own flags).
 
 Examples:
   python scripts/benchmark.py train --resnet_depth=18 --image_size=32 \\
@@ -47,6 +51,7 @@ Examples:
       # run.py's input pipeline instead of a synthetic batch (the views' cost in it)
   python scripts/benchmark.py input --image_sizes=32,224
   python scripts/benchmark.py ntxent --batch_sizes=256,1024,4096
+  python scripts/benchmark.py collectives --train_modes=pretrain,finetune,distill
   python scripts/benchmark.py all --preset=smoke      # seconds; what the test runs
   python scripts/benchmark.py memory --preset=r50_224_4096   # ~25 min on 2 CPU cores
   python scripts/benchmark.py train --preset=gpu_r50  # dev/gpu_check.sh
@@ -605,7 +610,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=("train", "profile", "versus", "input", "ntxent",
-                                         "memory", "all", "memory_one"))
+                                         "memory", "all", "memory_one", "collectives"),
+                        help="collectives: the step's collectives counted from its "
+                             "graph (scripts/collectives.py; its own flags)")
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--json", default="benchmark.json", help="results file")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (incl. compile)")
@@ -703,6 +710,9 @@ def parse_args(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["collectives"]:  # its own flags; it splits the CPU before any op
+        import collectives
+        return collectives.main(argv[1:])
     args, settings, overrides = parse_args(argv)
     results = dict(device=device_name(), cpu_kind=machine.cpu_kind(),
                    tensorflow=tf.__version__, load_average_start=load_average(),

@@ -213,7 +213,8 @@ def supervised_loss(labels, logits):
         labels=tf.maximum(labels, 0), logits=logits)
     # tf.where rather than a multiply: a masked example must not leak NaN/Inf.
     local_sum = tf.reduce_sum(tf.where(labelled, per_example, 0.0))
-    count = collectives.cross_replica_sum(tf.reduce_sum(tf.cast(labelled, tf.float32)))
+    with tf.name_scope("labelled_count"):  # names only (scripts/collectives.py)
+        count = collectives.cross_replica_sum(tf.reduce_sum(tf.cast(labelled, tf.float32)))
     replicas = float(collectives.num_replicas_in_sync())
     return local_sum * replicas / tf.maximum(count, 1.0)
 

@@ -69,7 +69,9 @@ def label_accuracy(labels, logits):
     """supervised_acc over the labelled examples of the global batch (0 when there are
     none), scaled like `losses.supervised_loss` so that the mean over replicas is
     exact when replicas hold different numbers of labelled examples."""
-    count = collectives.cross_replica_sum(tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
+    with tf.name_scope("labelled_count"):  # names only (scripts/collectives.py)
+        count = collectives.cross_replica_sum(
+            tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
     correct = losses.top_k_correct(labels, logits, 1)
     replicas = float(collectives.num_replicas_in_sync())
     return dict(supervised_acc=correct * replicas / tf.maximum(count, 1.0))
