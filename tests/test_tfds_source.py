@@ -76,18 +76,6 @@ def test_tfds_unlabelled_split_has_label_minus_one():
     assert labels == [-1] * 4
 
 
-def test_tfds_example_ids_select_positions():
-    with tfds.testing.mock_data(num_examples=12):
-        source = registry.get_dataset("cifar10")
-        labels = source.load_labels("train")
-        ids = [1, 4, 9]
-        picked = _all(source.load("train", example_ids=ids))
-        images = [x for x, _ in _all(source.load("train"))]
-    assert [y for _, y in picked] == labels[ids].tolist()
-    for (image, _), i in zip(picked, ids):
-        np.testing.assert_array_equal(image, images[i])
-
-
 def test_tfds_data_absent_from_data_dir_is_found_before_reading(tmp_path):
     source = registry.get_dataset("cifar10", data_dir=str(tmp_path))  # sizes: our table
     with pytest.raises(tfds_source.DatasetNotPreparedError) as info:

@@ -188,31 +188,38 @@ def build_input_fn(
 
 def _training_stream(source, split, subset, input_context, global_batch_size, cache,
                      seed, shuffle_buffer_size, start_step, labelled=None):
-    """(image, label, seed) forever: epoch e is this pipeline's shard shuffled with a
-    seed derived from (seed, e); each element's augmentation seed is derived from
-    (seed, pipeline, position in the stream). Starts where `start_step` left off.
+    """(image, label, seed) forever: epoch e is this pipeline's share of the split
+    (`DatasetSource.share_ids`: it reads no other example) shuffled with a seed
+    derived from (seed, e); each element's augmentation seed is derived from (seed,
+    pipeline, position in the stream). Starts where `start_step` left off.
     `labelled`: a bool per example of the split; the label of one that is False is
     -1."""
     pipelines, pipeline_id = 1, 0
     if input_context is not None:
         pipelines = input_context.num_input_pipelines
         pipeline_id = input_context.input_pipeline_id
-    # Canonical order, then a shard by example: this pipeline's size is known, which
-    # is what resuming at an exact position needs.
-    base = source.load(split, example_ids=subset)
+    if pipelines == 1 and subset is None:
+        # The whole split in its canonical order.
+        share = None
+        base = source.load(split)
+        shard_size = source.num_examples(split)
+    else:
+        # This pipeline's share, by example id: it reads and decodes those examples
+        # only (`DatasetSource.share_ids`), and its size is known, which resuming at
+        # an exact position needs.
+        share = source.share_ids(split, pipelines, pipeline_id, example_ids=subset)
+        shard_size = len(share)
+        if shard_size == 0:
+            total = len(subset) if subset is not None else source.num_examples(split)
+            raise ValueError(f"Split {split!r} of {source.name!r} has {total} examples, "
+                             f"too few for {pipelines} input pipelines.")
+        base = source.load(split, example_ids=share)
     if labelled is not None:
         # Ids are positions in the canonical order, which `load` keeps.
-        mask = tf.constant(labelled)
-        base = tf.data.Dataset.zip(base, tf.data.Dataset.range(len(labelled))).map(
+        mask = tf.constant(labelled if share is None else labelled[share])
+        base = tf.data.Dataset.zip(base, tf.data.Dataset.range(len(mask))).map(
             lambda pair, position: (pair[0], tf.where(tf.gather(mask, position),
                                                       tf.cast(pair[1], tf.int32), -1)))
-    total = len(subset) if subset is not None else source.num_examples(split)
-    if pipelines > 1:
-        base = base.shard(pipelines, pipeline_id)
-    shard_size = len(range(pipeline_id, total, pipelines))
-    if shard_size == 0:
-        raise ValueError(f"Split {split!r} of {source.name!r} has {total} examples, too "
-                         f"few for {pipelines} input pipelines.")
     if cache:
         base = base.cache()
     per_step = global_batch_size // pipelines

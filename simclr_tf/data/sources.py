@@ -231,6 +231,38 @@ class DatasetSource(abc.ABC):
         return all(base not in self.unlabelled_splits
                    for base, _, _ in self.split_ranges(split))
 
+    def share_ids(self, split: str, num_shares: int, index: int,
+                  example_ids: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """The example ids of share `index` of `num_shares`: what one of that many
+        training input pipelines reads (`load(split, example_ids=...)`), and only
+        that. Every example of `split` (or of `example_ids`) is in exactly one share;
+        the shares' sizes differ by at most one.
+
+        Here: every `num_shares`-th id from the `index`-th (rows are read by id at no
+        cost, and each share keeps the split's mix, e.g. of a folder listed class by
+        class). A source that reads files by range (TFDS) takes contiguous blocks.
+
+        Args:
+          split: split spec.
+          num_shares: the number of input pipelines (>= 1).
+          index: this pipeline's index in [0, num_shares).
+          example_ids: the ids to share out (a label subset), None for all.
+
+        Returns:
+          Sorted int64 ids.
+        """
+        return self._ids_to_share(split, num_shares, index, example_ids)[index::num_shares]
+
+    def _ids_to_share(self, split, num_shares, index, example_ids):
+        if not (isinstance(num_shares, (int, np.integer)) and num_shares >= 1
+                and isinstance(index, (int, np.integer)) and 0 <= index < num_shares):
+            raise ValueError("`index` must be in [0, num_shares) and num_shares >= 1. "
+                             f"Received: num_shares={num_shares!r}, index={index!r}")
+        total = self.num_examples(split)
+        if example_ids is None:
+            return np.arange(total, dtype=np.int64)
+        return check_example_ids(example_ids, total, split)
+
     @abc.abstractmethod
     def load(self, split: str, *, input_context: tf.distribute.InputContext | None = None,
              shuffle_files: bool = False,

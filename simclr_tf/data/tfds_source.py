@@ -305,6 +305,27 @@ class TFDSSource(DatasetSource):
             labels = np.full_like(labels, UNLABELLED)
         return labels.astype(np.int64)
 
+    def share_ids(self, split, num_shares, index, example_ids=None):
+        """Contiguous blocks of the ids (`DatasetSource.share_ids`): TFDS reads its
+        record files by range, so a block is read alone, where every n-th example
+        would make every pipeline read every file. A prepared TFDS split is stored
+        shuffled (TFDS orders examples by a hash of their keys when it writes
+        them), so a block is as mixed as the split."""
+        ids = self._ids_to_share(split, num_shares, index, example_ids)
+        return ids[len(ids) * index // num_shares:len(ids) * (index + 1) // num_shares]
+
+    def _sub_split(self, split, start, stop):
+        """The spec of positions [start, stop) of `split`'s canonical order (e.g.
+        'train[100:200]', or a '+' of ranges where `split` joins several)."""
+        parts, offset = [], 0
+        for base, first, last in self.split_ranges(split):
+            size = max(last - first, 0)
+            lo, hi = max(start - offset, 0), min(stop - offset, size)
+            if lo < hi:
+                parts.append(f"{base}[{first + lo}:{first + hi}]")
+            offset += size
+        return "+".join(parts)
+
     def load(self, split, *, input_context=None, shuffle_files=False, example_ids=None):
         labelled = self.has_labels(split)
         image_feature = self._builder.info.features[self._image_key]
@@ -319,12 +340,19 @@ class TFDSSource(DatasetSource):
                 read_config=tfds.ReadConfig(input_context=input_context))
             return dataset.map(lambda ex: to_pair(ex[self._image_key], ex[self._label_key]),
                                num_parallel_calls=tf.data.AUTOTUNE)
-        # Ids are positions in the canonical order: read everything in order, select
-        # while the images are still encoded, then shard and decode what was kept.
+        # Ids are positions in the canonical order: read the range that holds them
+        # (a pipeline's share is one block: `share_ids`), in order, select while the
+        # images are still encoded, then shard and decode what was kept.
         num_examples = self.num_examples(split)
         ids = check_example_ids(example_ids, num_examples, split)
-        dataset = self._as_dataset(split, skip_image_decoding=True)
-        dataset = shard(keep_ids(dataset, ids, num_examples), input_context)
+        if not ids.size:
+            raise ValueError(f"`example_ids` of split {split!r} is empty: nothing to read.")
+        first, last = int(ids[0]), int(ids[-1]) + 1
+        dataset = self._as_dataset(self._sub_split(split, first, last),
+                                   skip_image_decoding=True)
+        # (`take`: TFDS's test mock ignores slicing and gives the whole split.)
+        dataset = dataset.take(last - first)
+        dataset = shard(keep_ids(dataset, ids - first, last - first), input_context)
         return dataset.map(
             lambda ex: to_pair(image_feature.decode_example(ex[self._image_key]),
                                ex[self._label_key]),
