@@ -258,7 +258,7 @@ def teacher_config(config, teacher_overrides):
     return dataclasses.replace(config, **values)
 
 
-def build_teacher(config, strategy, teacher_overrides=None):
+def build_teacher(config, strategy, teacher_overrides=None, num_classes=NUM_CLASSES):
     """A `simclr_tf.weights.teacher.Teacher` for timing: a SimCLRModel with a supervised head,
     built like the student (or with the teacher_* overrides), random weights, not
     trainable, in the run's compute dtype."""
@@ -267,7 +267,7 @@ def build_teacher(config, strategy, teacher_overrides=None):
     from simclr_tf.run.modes import parts
     tconfig = teacher_config(config, teacher_overrides)
     with strategy.scope():
-        model = SimCLRModel(**tconfig.model_kwargs(NUM_CLASSES),
+        model = SimCLRModel(**tconfig.model_kwargs(num_classes),
                             dtype=parts.POLICIES[tconfig.mixed_precision], name="teacher")
         model.build((None, tconfig.image_size, tconfig.image_size, 3))
     model.trainable = False

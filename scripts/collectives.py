@@ -244,7 +244,7 @@ def _bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def our_step(overrides, replicas, train_mode):
+def our_step(overrides, replicas, train_mode, num_classes=NUM_CLASSES):
     """The collectives of replica 0 in one training step of `train_mode`, built as
     run.py builds it (`parts.build_model`, `parts.build_trainer`) under a
     MirroredStrategy over `replicas` CPU devices (split before: `split_cpu`)."""
@@ -259,11 +259,12 @@ def our_step(overrides, replicas, train_mode):
     strategy = tf.distribute.MirroredStrategy(devices)
     keras.utils.set_random_seed(0)
     needs_head = benchmark._one_view(config) or config.lineareval_while_pretraining  # pylint: disable=protected-access
-    model = parts.build_model(config, strategy, NUM_CLASSES if needs_head else None)
-    teacher = (benchmark.build_teacher(config, strategy)
+    model = parts.build_model(config, strategy, num_classes if needs_head else None)
+    teacher = (benchmark.build_teacher(config, strategy, num_classes=num_classes)
                if config.train_mode == "distill" else None)
     trainer = parts.build_trainer(config, strategy, model, teacher=teacher)
     batch = benchmark._synthetic_batch(config, np.random.default_rng(0))  # pylint: disable=protected-access
+    batch = (batch[0], batch[1] % num_classes)
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     function = trainer._make_train_function()  # pylint: disable=protected-access
@@ -319,6 +320,8 @@ def parse_args(argv):
                         help="logical CPU devices, one replica each (>= 2)")
     parser.add_argument("--train_modes", default="pretrain,finetune,distill",
                         help="comma-separated train modes, each traced in turn")
+    parser.add_argument("--num_classes", type=int, default=NUM_CLASSES,
+                        help="classes of the supervised head (1000: ImageNet's)")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--authors_dir", default=os.environ.get("SIMCLR_TF_AUTHORS_DIR"),
                         help="the tf2/ folder of a google-research/simclr checkout: "
@@ -329,6 +332,8 @@ def parse_args(argv):
     for name, kind in STEP_FLAGS.items():
         parser.add_argument(f"--{name}", type=_bool if kind is None else kind)
     args = parser.parse_args(argv)
+    if args.num_classes < 2:
+        parser.error(f"--num_classes={args.num_classes}: at least 2")
     if args.replicas < 2:
         parser.error(f"--replicas={args.replicas}: a step has collectives only with "
                      "2 or more replicas")
@@ -355,7 +360,7 @@ def main(argv=None):
     overrides = {k: getattr(args, k) for k in STEP_FLAGS if getattr(args, k) is not None}
     results = dict(replicas=args.replicas, ours=[])
     for mode in args.train_modes:
-        result = our_step(overrides, args.replicas, mode)
+        result = our_step(overrides, args.replicas, mode, args.num_classes)
         results["ours"].append(result)
         print(format_table(
             f"\nOurs, train_mode={mode}: collectives of one step, replica 0 of "
