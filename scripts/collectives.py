@@ -15,7 +15,8 @@ each replica puts in and gets out.
   python scripts/benchmark.py collectives                       # tiny encoder, 2 replicas
   python scripts/benchmark.py collectives --resnet_depth=50 --image_size=224 \\
       --train_batch_size=8 --train_modes=pretrain,finetune,distill
-  python scripts/benchmark.py collectives --authors_dir=simclr/tf2 \\
+  python scripts/benchmark.py collectives --train_modes=pretrain --encoder=resnet \\
+      --resnet_depth=18 --image_size=32 --authors_dir=simclr/tf2 \\
       --authors_python=/tmp/authors-venv/bin/python           # their step beside ours
 
 The authors' step (their `model.Model`, `objective.add_contrastive_loss`, their
@@ -295,9 +296,10 @@ def authors_step(args):
                           "dev", "authors_collectives.py")
     command = [args.authors_python, script, f"--authors_dir={args.authors_dir}",
                f"--replicas={args.replicas}"]
-    for name in ("resnet_depth", "width_multiplier", "sk_ratio", "image_size",
-                 "train_batch_size", "num_proj_layers", "proj_out_dim", "use_blur",
-                 "global_bn", "lineareval_while_pretraining"):
+    for name in ("resnet_depth", "width_multiplier", "sk_ratio", "se_ratio",
+                 "image_size", "train_batch_size", "num_proj_layers", "proj_out_dim",
+                 "proj_head_mode", "use_blur", "global_bn",
+                 "lineareval_while_pretraining"):
         value = getattr(args, name)
         if value is None and name in DEFAULTS:
             value = DEFAULTS[name]
@@ -349,6 +351,10 @@ def parse_args(argv):
         parser.error("--train_modes: give at least one")
     if bool(args.authors_dir) != bool(args.authors_python):
         parser.error("--authors_dir and --authors_python go together")
+    if args.authors_dir and (args.encoder or DEFAULTS["encoder"]) != "resnet":
+        parser.error(f"--authors_dir: the authors' step is their ResNet; pass "
+                     f"--encoder=resnet (not {args.encoder or DEFAULTS['encoder']}) so "
+                     "that ours is one too")
     return args
 
 

@@ -95,6 +95,8 @@ def test_part_of_reads_the_scopes_and_the_inputs():
     (["--replicas=1"], "2 or more"),
     (["--train_modes=pretrain,nope"], "not one of"),
     (["--authors_dir=/x"], "go together"),
+    # The authors' step is a ResNet: ours must be one too to stand beside it.
+    (["--authors_dir=/x", "--authors_python=/y"], "pass --encoder=resnet"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
