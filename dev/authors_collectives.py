@@ -48,7 +48,7 @@ import collectives  # noqa: E402  (scripts/: imports no simclr_tf)
 flags.DEFINE_integer("replicas", 2, "logical CPU devices, one replica each (>= 2)")
 flags.DEFINE_bool("list_ops", False, "also list every collective op: part, pass, bytes, name")
 FLAGS = flags.FLAGS
-NUM_CLASSES = 10
+flags.DEFINE_integer("num_classes", 10, "classes of their supervised head")
 # What their collectives carry, by their name scopes: Keras 2's optimizer sums the
 # gradients under the optimizer's name (collectives_of(optimizer_name=...)), their
 # NT-Xent gathers z under `tpu_cross_replica_concat`, their BN layers are
@@ -91,7 +91,7 @@ def main(_):
         [f"/cpu:{i}" for i in range(FLAGS.replicas)])
     tf.random.set_seed(0)
     with strategy.scope():
-        model = model_lib.Model(NUM_CLASSES)
+        model = model_lib.Model(FLAGS.num_classes)
         optimizer = lars_optimizer.LARSOptimizer(
             0.1, momentum=FLAGS.momentum, weight_decay=FLAGS.weight_decay,
             exclude_from_weight_decay=["batch_normalization", "bias", "head_supervised"])
@@ -105,7 +105,8 @@ def main(_):
     n, size = FLAGS.train_batch_size, FLAGS.image_size
     rng = np.random.default_rng(0)
     images = rng.uniform(size=(n, size, size, 6)).astype(np.float32)
-    labels = np.eye(NUM_CLASSES, dtype=np.float32)[rng.integers(0, NUM_CLASSES, n)]
+    labels = np.eye(FLAGS.num_classes, dtype=np.float32)[
+        rng.integers(0, FLAGS.num_classes, n)]
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
 

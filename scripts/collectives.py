@@ -295,7 +295,7 @@ def authors_step(args):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "dev", "authors_collectives.py")
     command = [args.authors_python, script, f"--authors_dir={args.authors_dir}",
-               f"--replicas={args.replicas}"]
+               f"--replicas={args.replicas}", f"--num_classes={args.num_classes}"]
     for name in ("resnet_depth", "width_multiplier", "sk_ratio", "se_ratio",
                  "image_size", "train_batch_size", "num_proj_layers", "proj_out_dim",
                  "proj_head_mode", "use_blur", "global_bn",
