@@ -393,6 +393,68 @@ def test_compare_refuses_bad_input_in_one_line(args, expected, authors_step, sma
     assert line.startswith("one_step.py: ") and expected in line, line
 
 
+def _frozen(before, after, names):
+    """`after` with `names` left exactly as they were (a step that froze them)."""
+    return dict(after, **{name: before[name] for name in names})
+
+
+def test_compare_fails_where_one_step_moved_what_the_other_left_unchanged(
+        authors_step, small_official, tmp_path, capsys):
+    """The authors' step leaves 25 variables (the stem and block_group1, as a frozen
+    fine-tune) unchanged; ours moves them by 5e-4, within --update_tolerance as an
+    absolute difference: FAIL naming them (before: PASS, the ratio printed over an
+    update of size 0). And the other way: ours leaves unchanged what theirs moved."""
+    before, after = authors_step
+    frozen = sorted(name for name in before
+                    if "block_group1/" in name or "initial_conv" in name)[:25]
+    assert len(frozen) == 25
+    theirs = _frozen(before, after, frozen)
+    ours = dict(theirs, **{name: (before[name] + np.float32(5e-4)).astype(np.float32)
+                           for name in frozen})
+    for mine, other, text in (
+            (ours, theirs, "ours moved 25 variables the authors' step left unchanged: "),
+            (theirs, ours, "ours left unchanged 25 variables the authors' step moved: ")):
+        files = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+        np.savez(files[0], **mine)
+        np.savez(files[1], **other)
+        assert run_tool("compare", *map(str, files), f"--checkpoint={small_official}") == 1
+        verdict = capsys.readouterr().out.strip().splitlines()[-1]
+        assert verdict.startswith("FAIL: ") and text in verdict, verdict
+        assert "update differences over" not in verdict  # said once, as moved
+    np.savez(files[0], **theirs)  # both left them unchanged: PASS
+    np.savez(files[1], **theirs)
+    assert run_tool("compare", *map(str, files), f"--checkpoint={small_official}") == 0
+
+
+def test_compare_refuses_a_checkpoint_the_steps_did_not_start_from(
+        authors_step, small_official, tmp_path, capsys):
+    """Ours 5% off the authors' on every update: FAIL from the start; from another
+    model's weights of the same architecture (every "update" as large as the weights)
+    the error drowns, and it passed (status 0). Now status 2, one line naming the
+    output and the checkpoint; the same for one side started elsewhere."""
+    before, after = authors_step
+    other = official_fixtures.write_small_official(
+        tmp_path / "other", seed=1, **dict(official_fixtures.SMALL_R50, encoder_options=dict(
+            depth=18, width_multiplier=0.125)))[0]
+    ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+    after = _scaled(before, after, 0.01)  # updates of about 1e-4, as the report's
+    np.savez(ours, **_scaled(before, after, 1.05))
+    np.savez(theirs, **after)
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={small_official}") == 1
+    capsys.readouterr()
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={other}") == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"one_step.py: OURS.npz={ours} is not one step from "
+                           f"--checkpoint={other}: "), line
+    assert "pass the model both steps started from" in line
+    far = official_fixtures.read_values(other)  # the authors' side started elsewhere
+    np.savez(theirs, **dict(after, **{name: far[name] + after[name] - before[name]
+                                      for name in before}))
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={small_official}") == 2
+    assert _one_line(capsys).startswith(f"one_step.py: AUTHORS.npz={theirs} is not one "
+                                        "step from ")
+
+
 def test_errors_that_need_no_tensorflow_come_before_it_is_imported(tmp_path):
     """A missing path, a file that is no .npz, a bad flag or tolerance, an unknown
     subcommand: one line each, status 2, and TensorFlow (8-15 s to import here) never
