@@ -3,7 +3,9 @@
 
 Not a test: a measurement that writes its table into docs/benchmarks.md (between the
 `benchmark:begin` / `benchmark:end` markers, keeping the prose around them) and every
-number per seed into --json. Rows, each trained and evaluated once per seed:
+number per seed into --json. Only a run of every row over >= 3 seeds rewrites the page
+and its plot; a run of some rows or fewer seeds leaves them as they are, says so, and
+writes its numbers to --json alone. Rows, each trained and evaluated once per seed:
 
   random      a randomly initialised encoder (seeded like the others): the floor.
   supervised  the same encoder trained on all labels of the training subset
@@ -718,6 +720,24 @@ def main(argv=None):
     return 1 if failed else 0
 
 
+# The page's table holds every row over at least this many seeds: its goals and
+# ratios compare the rows' means, so it is never rewritten from a part of them.
+PAGE_SEEDS = 3
+
+
+def page_incomplete(args):
+    """Why a run of `args.rows` over `args.seeds` cannot rewrite the page (the doc's
+    whole table, its goals, per-seed table and plot), or None for a full run."""
+    missing = [row for row in ROWS if row not in args.rows]
+    seeds = len(set(args.seeds))
+    if not missing and seeds >= PAGE_SEEDS:
+        return None
+    return (f"this run measured {len(ROWS) - len(missing)} of the page's {len(ROWS)} rows"
+            f"{' (not ' + ', '.join(missing) + ')' if missing else ''} over {seeds} "
+            f"seed(s); the page is rewritten only from every row over >= {PAGE_SEEDS} "
+            f"seeds (its goals compare the rows); this run's numbers are in {args.json}")
+
+
 def report_cells(cells, failed, args, budget):
     """Prints the table of `cells` and writes --json (and, for a full run without
     failures, the doc's section and its plot), each file whole."""
@@ -732,7 +752,10 @@ def report_cells(cells, failed, args, budget):
     script_io.write_text(args.json, json.dumps(dict(
         cells=cells, results=results, machine=cpu_kind(), budget=dataclasses.asdict(budget)),
         indent=1))
-    if not args.fast and not failed and args.mixed_precision == "none":
+    incomplete = page_incomplete(args)
+    if not args.fast and not failed and args.mixed_precision == "none" and incomplete:
+        print(f"{args.doc} and {args.plot} were left as they are: {incomplete}")
+    elif not args.fast and not failed and args.mixed_precision == "none":
         old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
         script_io.write_text(args.doc, replace_section(old, text))
         print(f"Wrote the table into {args.doc}")

@@ -251,3 +251,37 @@ def test_bfloat16_runs_are_their_own_cells_and_leave_the_page_alone(bench, tmp_p
     bench.report_cells([cell], [], args, budget)
     assert (tmp_path / "w" / "benchmark.json").exists()
     assert not doc.exists() and not (tmp_path / "p.png").exists()
+
+
+def _cells(rows, seeds):
+    return [dict(row=row, seed=seed, knn=0.7, probe=0.8, rankme=20.0,
+                 seconds_per_step=0.2, wall_seconds=100.0, load_average_before=[1.0],
+                 load_average_after=[1.0]) for seed in seeds for row in rows]
+
+
+def test_a_run_of_some_rows_or_seeds_leaves_the_page_and_its_plot_alone(
+        bench, tmp_path, monkeypatch, capsys):
+    """`--rows=random --seeds=0` replaced the page's four rows over three seeds (their
+    goals, per-seed table and plot) with its one row. Now only every row over >= 3
+    seeds rewrites them; a part says so and writes --json alone."""
+    doc, plot = tmp_path / "page.md", tmp_path / "p.png"
+    page = f"# Benchmarks\n{bench.BEGIN}\nthe four rows over three seeds\n{bench.END}\n"
+    monkeypatch.setattr(bench, "logged_times", lambda cell_dir, row: {})  # no run here
+    monkeypatch.setattr(bench, "plot_results", lambda results, path, title: open(
+        path, "w").write("drawn"))
+    lightly = f"--lightly_python={sys.executable}"
+    for rows, seeds in (("random", "0"), ("random", "0,1,2"),
+                        (",".join(bench.ROWS), "0,1")):
+        doc.write_text(page)
+        args = bench.parse_args([f"--rows={rows}", f"--seeds={seeds}", lightly,
+                                 f"--workdir={tmp_path / rows / seeds}", f"--doc={doc}",
+                                 f"--plot={plot}"])
+        bench.report_cells(_cells(args.rows, args.seeds), [], args, bench.BUDGETS["cpu"])
+        assert doc.read_text() == page and not plot.exists(), (rows, seeds)
+        assert f"{doc} and {plot} were left as they are: this run measured " in (
+            capsys.readouterr().out)
+        assert os.path.exists(args.json)
+    args = bench.parse_args(["--seeds=0,1,2", lightly, f"--workdir={tmp_path / 'all'}",
+                             f"--doc={doc}", f"--plot={plot}"])
+    bench.report_cells(_cells(bench.ROWS, [0, 1, 2]), [], args, bench.BUDGETS["cpu"])
+    assert doc.read_text() != page and plot.read_text() == "drawn"
