@@ -983,7 +983,7 @@ def _todo(args):
 
 def train_points(args, budget):
     """Runs the points not recorded yet; the failed ones. Raises script_io.Stopped on
-    SIGTERM / SIGINT, once the running points' run.py have saved and exited."""
+    SIGTERM / SIGINT / SIGHUP, once the running points' run.py have saved and exited."""
     from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     quiet.import_tensorflow()
     failed, stopped = [], None

@@ -53,7 +53,8 @@ A cell (row, seed) is recorded in --workdir as <row>_seed<S>.json once finished;
 --resume reuses a cell whose record names the same settings, any other is run again.
 A non-empty --workdir is refused without --resume. Exit status 0 when every cell
 ran; 1 when one failed (its command and the end of its log are printed). SIGTERM or
-SIGINT (Ctrl-C) reaches the running training (run.py saves a checkpoint and exits);
+SIGINT (Ctrl-C) reaches the running training (run.py saves a checkpoint and exits;
+SIGHUP, a closed terminal, reaches it as SIGTERM and the script exits 129);
 the script waits for it and exits 128 + the signal (143, 130): the same command with
 --resume continues (finished cells are reused, the stopped one resumes).
 """

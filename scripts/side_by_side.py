@@ -16,7 +16,7 @@ environment) or whitespace-separated tokens, each a flag of `benchmark.py train`
 (`--mixed_precision=bfloat16`) or an environment variable (`TF_NUM_INTEROP_THREADS=1`;
 `-NAME` removes one). A result of no finite time, or an arm that fails, is an error
 naming the arm, the command and the end of its output: never a ratio. A stop
-(SIGTERM, SIGINT) reaches the running arm's process and ends the comparison
+(SIGTERM, SIGINT, SIGHUP as SIGTERM) reaches the running arm's process and ends the comparison
 (`script_io.Children`).
 """
 import json
