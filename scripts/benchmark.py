@@ -70,7 +70,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -492,19 +491,32 @@ def bench_memory(overrides, batch_sizes, teacher_overrides=None):
     runs = [dict(overrides, train_batch_size=b) for b in batch_sizes]
     if chunk:
         runs.insert(0, dict(overrides, train_batch_size=chunk, grad_cache_chunk=0))
+    import tempfile
+    import script_io
     rows = []
-    for run in runs:
-        command = [sys.executable, os.path.abspath(__file__), "memory_one"]
-        command += [f"--{k}={v}" for k, v in run.items()]
-        command += [f"--{k}={v}" for k, v in (teacher_overrides or {}).items()]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        lines = [l for l in done.stdout.splitlines() if l.startswith("MEMORY ")]
-        if done.returncode or not lines:
-            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n"
-                               f"{done.stderr[-3000:]}")
-        rows.append(json.loads(lines[-1][len("MEMORY "):]))
-        print(json.dumps(rows[-1]), flush=True)
+    # Each child stops with this script (SIGTERM, SIGINT, SIGHUP): script_io.Stopped.
+    with script_io.Children() as children:
+        for run in runs:
+            command = memory_command(run, teacher_overrides)
+            with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+                code = children.run(command, stdout=out, stderr=err, text=True)
+                out.seek(0)
+                err.seek(0)
+                stdout, stderr = out.read(), err.read()
+            lines = [l for l in stdout.splitlines() if l.startswith("MEMORY ")]
+            if code or not lines:
+                raise RuntimeError(f"{' '.join(command)} failed (exit {code}):\n"
+                                   f"{stderr[-3000:]}")
+            rows.append(json.loads(lines[-1][len("MEMORY "):]))
+            print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def memory_command(run, teacher_overrides):
+    """The command line of the child that measures one step of `run`."""
+    command = [sys.executable, os.path.abspath(__file__), "memory_one"]
+    command += [f"--{k}={v}" for k, v in run.items()]
+    return command + [f"--{k}={v}" for k, v in (teacher_overrides or {}).items()]
 
 
 # ----------------------------------------------------------------- input pipeline
@@ -934,8 +946,14 @@ def main(argv=None):
             ("logits MB", "logits_mb"), ("memory", "peak_memory_kind"),
             ("load", "load_average")])
     if args.part == "memory":  # not in "all": whole steps in child processes
-        rows = bench_memory(overrides, sorted(settings["batch_sizes"]),
-                            settings["teacher"])
+        import script_io
+        try:
+            rows = bench_memory(overrides, sorted(settings["batch_sizes"]),
+                                settings["teacher"])
+        except script_io.Stopped as stop:  # the running step was stopped and waited for
+            print(f"benchmark.py memory: {stop}: the running step was stopped; no table",
+                  file=sys.stderr)
+            raise SystemExit(128 + stop.signum) from None
         results["memory"] = rows
         _print_table("Peak memory of one train step (each in a fresh process)", rows, [
             ("batch", "train_batch_size"), ("views", "views"), ("chunk", "grad_cache_chunk"),

@@ -512,3 +512,24 @@ def test_profile_keeps_what_its_logdir_held_and_measures_the_options_given(tmp_p
     assert rows["optimizer update"]["ops_per_step"] <= 4, rows["optimizer update"]
     assert rows["convolution forward"]["seconds_per_step"] > 0
     assert summary["data"] == "dataset" and summary["skip_update"] is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_reaches_the_memory_part_s_running_step(signum, monkeypatch, tmp_path):
+    """`memory`'s children ran through subprocess.run: a SIGTERM or SIGHUP to the
+    script left the running step's process on its own. Now it gets SIGTERM, and the
+    part stops (`script_io.Stopped`)."""
+    bench = load_script("benchmark")
+    got = tmp_path / "got"
+    monkeypatch.setattr(bench, "memory_command", lambda run, teacher: [
+        sys.executable, "-c",
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda s, f: (open({str(got)!r}, 'w').write("
+        "str(s)), sys.exit(143)))\n"
+        "time.sleep(60)"])
+    threading.Timer(1.0, os.kill, (os.getpid(), signum)).start()
+    start = time.monotonic()
+    with pytest.raises(script_io.Stopped) as info:
+        bench.bench_memory(dict(train_batch_size=4), [4])
+    assert info.value.signum == signum and time.monotonic() - start < 30
+    assert got.read_text() == str(int(signal.SIGTERM))
