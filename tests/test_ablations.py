@@ -466,6 +466,16 @@ def test_each_verdict_follows_the_stated_rule_on_planted_records():
     assert ablations.claim_verdict(nan, claim)[0] == "not measured"
     missing = table([(0.8, 0.7)] * 3, [])
     assert ablations.claim_verdict(missing, claim)[0] == "not measured"
+    # One seed a side: no spread, never 'reproduced' (it was, for +0.1 points).
+    one = table([(0.601, 0.602)], [(0.600, 0.600)])
+    assert ablations.claim_verdict(one, claim)[0] == "undecided (1 seed: no spread)"
+    rows = [_row("head", "nonlinear", 0, 0.602, knn=0.601),
+            _row("head", "linear", 0, 0.600, knn=0.600)]
+    page = ablations.claims_table(rows, "head", CPU)
+    assert ("| a nonlinear head beats a linear one | kNN +0.1 (no spread); probe +0.2 "
+            "(no spread) | undecided (1 seed: no spread) |") in page, page
+    uneven = table([(0.80, 0.70), (0.81, 0.71), (0.82, 0.72)], [(0.70, 0.60)])
+    assert ablations.claim_verdict(uneven, claim)[0].startswith("undecided (1 seed")
     for study, claims in ablations.CLAIMS.items():  # every claim names real settings
         settings = {p.setting for p in ablations.STUDIES[study]}
         for each in claims:
