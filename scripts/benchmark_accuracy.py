@@ -534,9 +534,13 @@ def plot_results(results, path, title):
 
 def goal_lines(results, fast):
     """One line per goal with its verdict; none at the fast budget, which checks the
-    path (its accuracies are no evidence either way)."""
+    path (its accuracies are no evidence either way). A verdict from one seed says
+    so: its means have no spread."""
+    seeds = min((len(values) for row in results.values() for values in row.values()),
+                default=0)
+    one = " (from 1 seed: no spread)" if seeds == 1 else ""
     return [f"- {text}: " + ("no verdict at the fast budget" if fast else "not measured"
-                             if met is None else ("met" if met else "**not met**"))
+                             if met is None else ("met" if met else "**not met**") + one)
             for text, met in goals(results)]
 
 

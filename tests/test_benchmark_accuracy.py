@@ -285,3 +285,11 @@ def test_a_run_of_some_rows_or_seeds_leaves_the_page_and_its_plot_alone(
                              f"--doc={doc}", f"--plot={plot}"])
     bench.report_cells(_cells(bench.ROWS, [0, 1, 2]), [], args, bench.BUDGETS["cpu"])
     assert doc.read_text() != page and plot.read_text() == "drawn"
+
+
+def test_a_goal_met_on_one_seed_says_so(bench):
+    one = dict(simclr_tf=dict(knn=[0.75], probe=[0.8]), random=dict(knn=[0.5], probe=[0.6]))
+    lines = bench.goal_lines(one, fast=False)
+    assert "- kNN: simclr_tf >= random init + 10 points: met (from 1 seed: no spread)" in lines
+    three = {row: {m: v * 3 for m, v in metrics.items()} for row, metrics in one.items()}
+    assert "- kNN: simclr_tf >= random init + 10 points: met" in bench.goal_lines(three, False)
