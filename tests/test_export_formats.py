@@ -139,7 +139,21 @@ def _planted_faults_fail_the_parity_check(run_dir, tmp_path, capsys):
         model.graph.output.extend(kept)
         onnx.save(model, path)
 
+    def torn(copy):  # the first 10% of the file, as a copy cut short leaves it
+        path = copy / "onnx" / "4" / "model.onnx"
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 10])
+
+    def other_size(copy):  # an export of the same model at 24 px (2026-12-06's fault 11)
+        path = str(copy / "onnx" / "4" / "model.onnx")
+        model = onnx.load(path)
+        for dim in model.graph.input[0].type.tensor_type.shape.dim[1:3]:
+            dim.dim_value = 24
+        onnx.save(model, path)
+
     cases = {
+        # Were tracebacks, and litert got no verdict.
+        "torn": (torn, "onnx (step 4): FAIL (cannot be loaded or run by its runtime: "),
+        "other_size": (other_size, "onnx (step 4): FAIL (input size 24x24, the run's "),
         "nan": (onnx_weights(np.float32("nan")), "onnx (step 4): FAIL (embedding: "
                 "non-finite values"),
         "scaled": (onnx_weights(np.float32(1.01)), "onnx (step 4): FAIL (embedding: "),
