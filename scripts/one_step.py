@@ -54,6 +54,9 @@ no TensorFlow (the paths, the .npz files, the flags) is checked before TensorFlo
 imported. out.npz is written whole (a temporary sibling renamed over --out): a failed
 write (a full disk) is such a line too, and leaves --out as it was.
 
+A flag that the chosen side does not read is refused (exit status 2): a step's flag
+given to `compare`, a tolerance given to the step.
+
 `compare` prints the five largest per-variable differences of the updates (after
 minus before, ours against the authors') relative to the size of the authors' update,
 the losses' relative differences and the tolerances, then one verdict line: PASS, or
@@ -740,6 +743,26 @@ def compare(ours_path, theirs_path):
     return 1 if found else 0
 
 
+COMPARE_FLAGS = ("checkpoint", "update_tolerance", "loss_tolerance")
+
+
+def refuse_unread(comparing):
+    """A flag given to the side that does not read it is an InputError, not dropped:
+    the step's flags to `compare` (which reads two finished outputs), the tolerances to
+    the step."""
+    given = [name for name in FLAGS if FLAGS[name].present]
+    if comparing:
+        unread = [name for name in given if name not in COMPARE_FLAGS]
+        where = "compare reads two finished steps' outputs: only --checkpoint and the "
+        where += "tolerances apply"
+    else:
+        unread = [name for name in given if name in COMPARE_FLAGS[1:]]
+        where = "the tolerances apply to compare only"
+    if unread:
+        raise InputError(f"{', '.join('--' + name for name in unread)} would do nothing "
+                         f"here ({where}); leave {'them' if len(unread) > 1 else 'it'} out")
+
+
 def main(argv):
     """The command line `argv` (argv[0] the program); returns the exit status."""
     if any(arg in ("-h", "--help", "--helpfull") for arg in argv[1:]):
@@ -752,7 +775,9 @@ def main(argv):
         except flags.Error as error:
             raise InputError(f"{error} (python scripts/one_step.py --help lists the "
                              "flags)") from error
-        if len(argv) > 1 and argv[1] == "compare":
+        comparing = len(argv) > 1 and argv[1] == "compare"
+        refuse_unread(comparing)
+        if comparing:
             if len(argv) != 4:
                 raise InputError("compare takes two .npz files: OURS.npz AUTHORS.npz")
             return compare(argv[2], argv[3])

@@ -455,6 +455,22 @@ def test_compare_refuses_a_checkpoint_the_steps_did_not_start_from(
                                         "step from ")
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["compare", "a.npz", "b.npz", "--checkpoint=c", "--learning_rate=0.1"],
+     "--learning_rate would do nothing here (compare reads two finished steps' outputs"),
+    (["compare", "a.npz", "b.npz", "--checkpoint=c", "--views=v.npz", "--float64"],
+     "--views, --float64 would do nothing here"),
+    (["--checkpoint=c", "--views=v.npz", "--out=o.npz", "--update_tolerance=0.1"],
+     "--update_tolerance would do nothing here (the tolerances apply to compare only)"),
+], ids=["step_flag_to_compare", "two_to_compare", "tolerance_to_the_step"])
+def test_a_flag_the_chosen_side_does_not_read_is_refused(args, expected, capsys):
+    """Before, `compare --learning_rate=0.1` compared as if it had not been given, and
+    the step took --update_tolerance without a word."""
+    assert run_tool(*args) == 2
+    line = _one_line(capsys)
+    assert line.startswith("one_step.py: ") and expected in line, line
+
+
 def test_errors_that_need_no_tensorflow_come_before_it_is_imported(tmp_path):
     """A missing path, a file that is no .npz, a bad flag or tolerance, an unknown
     subcommand: one line each, status 2, and TensorFlow (8-15 s to import here) never
