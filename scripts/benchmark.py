@@ -704,7 +704,8 @@ def parse_args(argv):
                             help="distill: the teacher's, where it differs from the "
                                  "student's")
     args = parser.parse_args(argv)
-    refuse_unread(parser, args.part, given_options(parser, argv))
+    import script_io
+    refuse_unread(parser, args.part, script_io.given_options(parser, argv) - {"part"})
     train_overrides = {}
     settings = dict(warmup=args.warmup, windows=args.windows, steps=args.steps,
                     matmul_size=args.matmul_size, matmul_seconds=args.matmul_seconds,
@@ -758,18 +759,6 @@ def parse_args(argv):
         if mode not in rules.TRAIN_MODES:
             parser.error(f"train mode {mode!r} is not one of {rules.TRAIN_MODES}")
     return args, settings, train_overrides
-
-
-def given_options(parser, argv):
-    """The options `argv` gives explicitly (abbreviated or not), by their dest names."""
-    defaults = {action: action.default for action in parser._actions}  # pylint: disable=protected-access
-    try:
-        for action in defaults:
-            action.default = argparse.SUPPRESS
-        return set(vars(parser.parse_args(argv))) - {"part"}
-    finally:
-        for action, default in defaults.items():
-            action.default = default
 
 
 def refuse_unread(parser, part, given):

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -72,6 +73,20 @@ def write_text(path, text):
         with open(scratch, "w") as f:
             f.write(text)
     return write_whole(path, write)
+
+
+def given_options(parser, argv):
+    """The dest names of what `argv` gives explicitly to the argparse `parser`
+    (abbreviated or not, `--name value` or `--name=value`; positionals too): what a
+    script must not drop where it does not read it."""
+    defaults = {action: action.default for action in parser._actions}  # pylint: disable=protected-access
+    try:
+        for action in defaults:
+            action.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in defaults.items():
+            action.default = default
 
 
 class Stopped(RuntimeError):
