@@ -269,8 +269,9 @@ VERDICT_RULE = (
     "**reproduced**: the paper's direction on every metric of the claim, each by more "
     "than the spread (the two standard deviations over seeds added); **in direction**: "
     "the paper's direction on every metric, not all beyond the spread; **not "
-    "reproduced**: otherwise (a metric the other way, or tied); **not measured**: a "
-    "setting without records, or a non-finite value")
+    "reproduced**: otherwise (a metric the other way, or tied); **undecided**: a "
+    "setting with one seed (no spread to be beyond); **not measured**: a setting "
+    "without records, or a non-finite value")
 
 
 def _cell_values(table, side, metric):
@@ -290,7 +291,13 @@ def claim_verdict(table, claim):
                 np.isfinite(v) for v in list(better) + list(worse)):
             return "not measured", found
         (mean_b, sd_b), (mean_w, sd_w) = bench.mean_std(better), bench.mean_std(worse)
-        found.append((metric, mean_b - mean_w, sd_b + sd_w))
+        # One seed has no spread (mean_std's is 0): no difference is beyond it.
+        spread = sd_b + sd_w if min(len(better), len(worse)) >= 2 else float("nan")
+        found.append((metric, mean_b - mean_w, spread))
+    if not all(np.isfinite(spread) for _, _, spread in found):
+        seeds = min(min(len(_cell_values(table, side, metric))
+                        for side in (claim.better, claim.worse)) for metric in claim.metrics)
+        return f"undecided ({seeds} seed: no spread)", found
     if all(difference > spread for _, difference, spread in found):
         return "reproduced", found
     if all(difference > 0 for _, difference, _ in found):
@@ -305,7 +312,8 @@ def claims_table(rows, study, budget):
              "|---|---|---|"]
     for claim in CLAIMS[study]:
         verdict, found = claim_verdict(table, claim)
-        measured = "; ".join(f"{SHORT_WORDS[m]} {100 * d:+.1f} ({100 * s:.1f})"
+        measured = "; ".join(f"{SHORT_WORDS[m]} {100 * d:+.1f} "
+                             + (f"({100 * s:.1f})" if np.isfinite(s) else "(no spread)")
                              for m, d, s in found) or "-"
         lines.append(f"| {claim.text} | {measured} | {verdict} |")
     return "\n".join(lines)
