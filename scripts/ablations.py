@@ -903,6 +903,19 @@ def write_doc(rows, studies, doc, images, budget):
 # ---------------------------------------------------------------- command line
 
 
+# What each mode that trains nothing does not read: {option: why}.
+REPORT_UNREAD = dict(
+    jobs="it trains nothing", threads="it trains nothing", data_dir="it trains nothing",
+    head_scale="one mode at a time",
+    settings="the page's tables hold every setting of --results",
+    seeds="the page's tables hold every seed of --results")
+HEAD_SCALE_UNREAD = dict(
+    jobs="it trains nothing", threads="it trains nothing", data_dir="it trains nothing",
+    settings="it reads every setting's run under --workdir",
+    results="it reads the runs, not the records", doc="it writes no page",
+    images="it writes no page", report_only="one mode at a time")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="ablations.py", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -935,6 +948,13 @@ def parse_args(argv):
     parser.add_argument("--report_only", action="store_true",
                         help="write the page from --results, train nothing")
     args = parser.parse_args(argv)
+    given = script_io.given_options(parser, argv)
+    for mode, unread in (("head_scale", HEAD_SCALE_UNREAD), ("report_only", REPORT_UNREAD)):
+        extra = [name for name in unread if name in given  # --doc='' asks for nothing
+                 and not (name == "doc" and not args.doc)] if getattr(args, mode) else []
+        if extra:  # an option dropped would measure or report other than it says
+            parser.error(f"--{extra[0]} does nothing with --{mode} ({unread[extra[0]]}); "
+                         "leave it out")
     if args.study != "all" and args.study not in STUDIES:
         parser.error(f"--study: expected one of {', '.join(STUDIES)} or all, "
                      f"got {args.study!r}")

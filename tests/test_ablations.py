@@ -149,6 +149,15 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     (["--study=head", "--results={tmp}"], "is a directory; name a file"),
     (["--study=head", "--settings=nonlinear;deep"], "--settings: 'deep' not in --study=head"),
     (["--study=batch", "--settings=batch 64,5 epochs"], "'batch 64,5 epochs' not in"),
+    # An option the mode does not read (it was dropped: the page of every seed came
+    # out of `--report_only --seeds=0`).
+    (["--study=head", "--report_only", "--seeds=0"],
+     "--seeds does nothing with --report_only (the page's tables hold every seed"),
+    (["--study=head", "--report_only", "--jobs=2"], "--jobs does nothing with --report_only"),
+    (["--study=head", "--head_scale", "--doc={tmp}/p.md"],
+     "--doc does nothing with --head_scale (it writes no page)"),
+    (["--study=head", "--head_scale", "--report_only"],
+     "--report_only does nothing with --head_scale"),
 ])
 def test_bad_arguments_are_refused(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)  # relative paths as a user at the repository's root types them
