@@ -597,6 +597,25 @@ def settings_key(args, budget, row, seed):
     return key
 
 
+def refuse_unread(parser, args, given):
+    """An option that this command would not read is an error, not dropped: the
+    measurement must be what its command line says."""
+    if args.replot:
+        unread = sorted(given - {"replot", "doc", "plot"})
+        why = "--replot only draws --plot from --doc"
+    elif args.speed_rounds:
+        unread = sorted(given & {"rows", "seeds", "doc", "plot", "json"})
+        why = "--speed_rounds only times the two pretrainings, writing no table"
+    else:
+        unread = sorted(given & {"speed_epochs"})
+        why = "it sets the length of --speed_rounds' runs"
+        if "lightly_python" in given and "lightly" not in args.rows.split(","):
+            unread, why = ["lightly_python"], "no lightly row in --rows"
+    if unread:
+        parser.error(f"{', '.join('--' + name for name in unread)} would do nothing here "
+                     f"({why}); leave {'them' if len(unread) > 1 else 'it'} out")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
@@ -637,6 +656,7 @@ def parse_args(argv):
     parser.add_argument("--replot", action="store_true",
                         help="only draw --plot from --doc's per-seed table, run nothing")
     args = parser.parse_args(argv)
+    refuse_unread(parser, args, script_io.given_options(parser, argv))
     if args.replot:
         return args
     args.argv = list(argv)

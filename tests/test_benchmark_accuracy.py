@@ -273,7 +273,8 @@ def test_a_run_of_some_rows_or_seeds_leaves_the_page_and_its_plot_alone(
     for rows, seeds in (("random", "0"), ("random", "0,1,2"),
                         (",".join(bench.ROWS), "0,1")):
         doc.write_text(page)
-        args = bench.parse_args([f"--rows={rows}", f"--seeds={seeds}", lightly,
+        args = bench.parse_args([f"--rows={rows}", f"--seeds={seeds}"]
+                                + ([lightly] if "lightly" in rows else []) + [
                                  f"--workdir={tmp_path / rows / seeds}", f"--doc={doc}",
                                  f"--plot={plot}"])
         bench.report_cells(_cells(args.rows, args.seeds), [], args, bench.BUDGETS["cpu"])
@@ -293,3 +294,20 @@ def test_a_goal_met_on_one_seed_says_so(bench):
     assert "- kNN: simclr_tf >= random init + 10 points: met (from 1 seed: no spread)" in lines
     three = {row: {m: v * 3 for m, v in metrics.items()} for row, metrics in one.items()}
     assert "- kNN: simclr_tf >= random init + 10 points: met" in bench.goal_lines(three, False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--replot", "--rows=simclr_tf"], "--rows would do nothing here (--replot only draws"),
+    (["--replot", "--seeds=0", "--fast"], "--fast, --seeds would do nothing here"),
+    (["--speed_rounds=1", "--seeds=0"], "--seeds would do nothing here (--speed_rounds "),
+    (["--speed_epochs=1", "--rows=random"], "--speed_epochs would do nothing here"),
+    (["--rows=random", "--lightly_python=/usr/bin/python3"],
+     "--lightly_python would do nothing here (no lightly row in --rows)"),
+])
+def test_an_option_the_command_would_not_read_is_refused(argv, message, bench, tmp_path,
+                                                         capsys):
+    """Each was dropped: `--replot --rows=simclr_tf` redrew every row, `--speed_rounds
+    --seeds=0` timed seed 0 whatever was given."""
+    with pytest.raises(SystemExit) as info:
+        bench.parse_args(argv + ([] if "--replot" in argv else [f"--workdir={tmp_path}"]))
+    assert info.value.code == 2 and message in capsys.readouterr().err
