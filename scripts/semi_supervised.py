@@ -178,6 +178,9 @@ def parse_args(argv=None):
     parser.add_argument("--stage_timeout", type=float, default=1800.0,
                         help="Seconds before a stage is killed (counted as failed).")
     args = parser.parse_args(argv)
+    if args.fast and "student_epochs" in script_io.given_options(parser, argv):
+        parser.error("--student_epochs would do nothing with --fast (its students train "
+                     "12 steps); leave one of them out")
     if args.seeds is None:  # --fast checks the path: one seed is enough
         args.seeds = (0,) if args.fast else (0, 1, 2)
     return args

@@ -107,6 +107,15 @@ def test_seeds_are_a_comma_separated_list(semi):
             semi.seed_list(bad)
 
 
+def test_a_student_budget_that_fast_would_drop_is_refused(semi, capsys):
+    """`--fast --student_epochs=5` trained the students 12 steps, as --fast does."""
+    with pytest.raises(SystemExit) as info:
+        semi.parse_args(["--fast", "--student_epochs=5"])
+    assert info.value.code == 2
+    assert "--student_epochs would do nothing with --fast" in capsys.readouterr().err
+    assert semi.parse_args(["--student_epochs=5"]).student_epochs == 5
+
+
 def _stages_in_process(semi, monkeypatch, processes):
     """The script's one launch of a stage (`run_stage`'s `children.run`) runs the
     command the script built in this process instead: run.py's main on its own
