@@ -628,3 +628,18 @@ def test_the_documented_recipe_into_onnx_gives_serving_default(tmp_path):
         with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
             interpreter.resize_tensor_input(detail["index"], list(small.shape), strict=True)
         assert "**Check the size yourself**" in _card(model_dir, "litert", 1)
+
+
+def test_parity_gives_every_option_to_what_it_measures(tmp_path, monkeypatch, capsys):
+    """A recorder in place of the comparison: --images, --seed and --tolerance arrive
+    (a planted drop of any fails here)."""
+    (tmp_path / "onnx").mkdir()
+    calls = {}
+    monkeypatch.setattr(export_parity, "compare", lambda run_dir, **kw: calls.update(
+        kw, run_dir=run_dir) or {"onnx": dict(step=4, saved_model="s", ops=None, problem=None,
+                                              rows=[("embedding", 1.0, 2e-3, None)])})
+    assert export_parity.main([str(tmp_path), "--images=3", "--seed=9",
+                               "--tolerance=1e-2"]) == 0  # 2e-3 within 1e-2
+    assert calls == dict(run_dir=str(tmp_path), count=3, seed=9)
+    assert "onnx (step 4): PASS" in capsys.readouterr().out
+    assert export_parity.main([str(tmp_path), "--tolerance=1e-3"]) == 1
