@@ -567,3 +567,22 @@ def test_a_head_only_finetune_step_names_every_variable_and_follows_frozen_batch
         assert np.any(after[head[0]] != before[head[0]])
         moved[frozen] = [np.any(after[name] != before[name]) for name in stats]
     assert all(moved["batch"]) and not any(moved["moving"])
+
+
+def _unread(source, names):
+    """The flags among `names` that `source` never reads (FLAGS.name or FLAGS[name];
+    CONFIG_FLAGS are read together, into run.py's Config)."""
+    return [name for name in names if name not in one_step.CONFIG_FLAGS
+            and name not in one_step.IGNORED
+            and f"FLAGS.{name}" not in source and f'FLAGS["{name}"]' not in source]
+
+
+def test_every_flag_of_the_tool_is_read_or_named_as_no_effect():
+    """Each flag the tool defines reaches the step or the comparison, or is one of
+    IGNORED (the authors' run.py flags that change nothing in one step, documented).
+    The control: the source with one flag's reads removed is caught."""
+    with open(one_step.__file__) as f:
+        source = f.read()
+    assert _unread(source, list(one_step.FLAGS)) == []
+    planted = source.replace("FLAGS.ft_proj_selector", "0")
+    assert _unread(planted, list(one_step.FLAGS)) == ["ft_proj_selector"]
