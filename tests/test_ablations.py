@@ -534,3 +534,28 @@ def test_head_scale_lists_a_point_still_training(tmp_path, capsys):
     out = capsys.readouterr()
     assert "No checkpoint yet (still training?): tau 0.05, l2 / seed 0" in out.out
     assert "no finished run of --study=temperature" in out.err
+
+
+def test_every_option_reaches_the_points_training_and_evaluation(tmp_path, monkeypatch):
+    """Recorders in place of run.py's process and of the evaluation: --seeds,
+    --settings, --data_dir, --threads and --workdir reach each point's command, its
+    environment and its scoring (a planted drop of any fails here)."""
+    import script_io  # pylint: disable=import-outside-toplevel
+    launched, scored = [], []
+    monkeypatch.setattr(script_io.Children, "run", lambda self, command, **kw: launched.append(
+        (command, kw["env"])) or 0)
+    monkeypatch.setattr(ablations.Runner, "_evaluate", lambda self, run_dir, seed, dataset,
+                        budget: scored.append((run_dir, seed, dataset)) or {
+                            "h": dict(knn=0.5, probe=0.6, probe_c=1.0, rankme=3.0)})
+    monkeypatch.setattr(ablations, "contrast_metrics",
+                        lambda run_dir: dict(contrast_acc=0.5, contrast_loss=4.0))
+    data, work = tmp_path / "data", tmp_path / "work"
+    assert ablations.main(["--study=head", "--settings=linear", "--seeds=4", "--threads=3",
+                           f"--data_dir={data}", f"--workdir={work}",
+                           f"--results={tmp_path / 'r.jsonl'}", "--doc="]) == 0
+    ((command, env),) = launched
+    assert "--seed=4" in command and f"--data_dir={data}" in command
+    assert {"--num_proj_layers=1", "--proj_head_mode=linear"} <= set(command)  # the setting
+    assert env["TF_NUM_INTRAOP_THREADS"] == "3"
+    ((run_dir, seed, _),) = scored
+    assert seed == 4 and run_dir.startswith(str(work))
