@@ -311,3 +311,31 @@ def test_an_option_the_command_would_not_read_is_refused(argv, message, bench, t
     with pytest.raises(SystemExit) as info:
         bench.parse_args(argv + ([] if "--replot" in argv else [f"--workdir={tmp_path}"]))
     assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+class _Launched(Exception):
+    """Raised by the recorder in place of a training process: what it was given."""
+
+
+def test_every_option_reaches_the_cells_training(bench, tmp_path, monkeypatch):
+    """A recorder in place of the training process: --threads, --data_dir,
+    --mixed_precision and --budget reach the command and its environment (a planted
+    drop of any fails here)."""
+    class Feats:  # bench.Features' labels, enough to reach the training
+        def labels_and_images(self, split):
+            return np.zeros(4, np.int64), None
+
+    def launched(command, log_path, children, env=None):
+        raise _Launched(command, env)
+    monkeypatch.setattr(bench, "run_logged", launched)
+    args = bench.parse_args(["--rows=simclr_tf", "--seeds=4", "--threads=3",
+                             f"--data_dir={tmp_path / 'data'}", "--mixed_precision=bfloat16",
+                             "--budget=gpu", f"--workdir={tmp_path / 'w'}"])
+    budget = bench.BUDGETS[args.budget]
+    with pytest.raises(_Launched) as info:
+        bench.run_cell("simclr_tf", 4, args, budget, Feats(), str(tmp_path / "cell"), None)
+    command, env = info.value.args
+    assert {"--seed=4", f"--data_dir={tmp_path / 'data'}", "--mixed_precision=bfloat16",
+            f"--train_epochs={budget.epochs}", f"--train_batch_size={budget.batch_size}"
+            } <= set(command)
+    assert env["TF_NUM_INTRAOP_THREADS"] == "3"
