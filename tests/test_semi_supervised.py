@@ -345,3 +345,26 @@ def test_a_report_that_fails_to_write_at_the_end_goes_to_the_workdir(semi, tmp_p
     assert f"Could not write the report: {taken} could not be written" \
         in capsys.readouterr().err
     assert os.listdir(taken) == [] and os.listdir(workdir) == ["semi_supervised.json"]
+
+
+def test_every_option_reaches_the_stages(semi, tmp_path):
+    """--seeds, --student_epochs and --stage_timeout reach every stage's command and
+    its launch (a recorder in place of the process: a planted drop of any fails)."""
+    args = semi.parse_args(["--seeds=7", "--student_epochs=5", "--stage_timeout=123",
+                            f"--workdir={tmp_path}"])
+    found, model_dir = semi.commands(args, 7, str(tmp_path), dict(num_train=1000,
+                                                                   num_labelled=100))
+    assert sorted(found) == ["a", "b", "c", "d", "e", "pretrain"]
+    steps = int(1000 * 5 // semi.BATCH_SIZE + 1)
+    for stage, command in found.items():
+        assert "--seed=7" in command, stage
+        if stage in ("a", "c", "d", "e"):
+            assert f"--train_steps={steps}" in command, stage
+
+    class Recorder:  # script_io.Children's run
+        def run(self, command, **kw):
+            self.kw = kw
+            return 1
+    children = Recorder()
+    semi.run_stage("a", found["a"], model_dir["a"], str(tmp_path), args, children)
+    assert children.kw["timeout"] == 123
