@@ -313,16 +313,18 @@ def _make_trainer(overrides, prefetch=2, teacher_overrides=None, data="synthetic
     import keras
     from simclr_tf.run.modes import parts
     config = build_config(overrides)
-    keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
+    # The dataset first: one it cannot read is said before a model is built.
+    inputs = _dataset_input(config, strategy) if data == "dataset" else None
+    keras.utils.set_random_seed(0)
     needs_head = _one_view(config) or config.lineareval_while_pretraining
     model = parts.build_model(config, strategy, NUM_CLASSES if needs_head else None)
     teacher = None
     if config.train_mode == "distill":
         teacher = build_teacher(config, strategy, teacher_overrides)
     trainer = parts.build_trainer(config, strategy, model, teacher=teacher)
-    if data == "dataset":
-        return config, model, trainer, _dataset_input(config, strategy)
+    if inputs is not None:
+        return config, model, trainer, inputs
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:
@@ -805,7 +807,19 @@ def _native_arms(parser, arms, overrides):
 
 
 def main(argv=None):
+    """The command line `argv`; a flag that run.py's rules refuse (a dataset that
+    cannot be read, a bad combination) is one line and exit status 2."""
+    from simclr_tf.config import ConfigError
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return measure(argv)
+    except ConfigError as error:
+        print(f"benchmark.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def measure(argv):
+    """`main` but for the refusal of a flag."""
     args, settings, overrides = parse_args(argv)
     results = dict(device=device_name(), cpu_kind=machine.cpu_kind(),
                    tensorflow=tf.__version__, load_average_start=load_average(),

@@ -533,3 +533,19 @@ def test_a_stop_reaches_the_memory_part_s_running_step(signum, monkeypatch, tmp_
         bench.bench_memory(dict(train_batch_size=4), [4])
     assert info.value.signum == signum and time.monotonic() - start < 30
     assert got.read_text() == str(int(signal.SIGTERM))
+
+
+def test_a_dataset_that_cannot_be_read_is_one_line(capsys, tmp_path):
+    """`profile --data=dataset --dataset=no_such_dataset` profiled a synthetic batch
+    (the dataset never read); now read, it is refused: one line, exit 2, before a
+    model is built, not a traceback."""
+    bench = load_script("benchmark")
+    with pytest.raises(SystemExit) as info:
+        bench.main(["profile", "--preset=smoke", "--encoder=tiny", "--data=dataset",
+                    "--dataset=no_such_dataset", f"--logdir={tmp_path / 'trace'}",
+                    f"--json={tmp_path / 'p.json'}"])
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("benchmark.py: error: --dataset: Unknown dataset "
+                           "'no_such_dataset'")
+    assert not (tmp_path / "trace").exists() and not (tmp_path / "p.json").exists()
