@@ -751,11 +751,13 @@ def parse_args(argv):
         settings["arms"] = _native_arms(parser, settings["arms"], train_overrides)
         for arm in settings["arms"]:  # an arm that cannot run: said before any runs
             try:
-                side_by_side.arm_command(arm, settings["arm_overrides"], dict(
+                command = side_by_side.arm_command(arm, settings["arm_overrides"], dict(
                     warmup=1, windows=1, steps=1, matmul_size=1, matmul_seconds=0),
                     "result.json")
             except side_by_side.ArmFailed as error:
                 parser.error(f"--arm={arm['name']}: {error}")
+            if not arm["authors"]:  # our arm's `train` command line, parsed as it will be
+                _check_arm(parser, arm["name"], command[command.index("train"):])
     from simclr_tf.config import rules
     for mode in settings["train_modes"] + [train_overrides.get("train_mode", "pretrain")]:
         if mode not in rules.TRAIN_MODES:
@@ -771,6 +773,20 @@ def refuse_unread(parser, part, given):
             readers = [p for p in parts if p != "memory_one"]
             parser.error(f"--{name} does nothing in `{part}`: only "
                          f"{', '.join(readers)} read it; leave it out")
+
+
+def _check_arm(parser, name, argv):
+    """The error `train` would stop an arm with (a typo in its flags, an option it
+    does not read), said before any arm runs (was: after the arms before it ran)."""
+    import contextlib
+    import io
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parse_args(argv)
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines() or ["refused"]
+        parser.error(f"--arm={name}: {lines[-1].split('error: ', 1)[-1]}")
 
 
 def _compute(arm, overrides):

@@ -549,3 +549,17 @@ def test_a_dataset_that_cannot_be_read_is_one_line(capsys, tmp_path):
     assert line.startswith("benchmark.py: error: --dataset: Unknown dataset "
                            "'no_such_dataset'")
     assert not (tmp_path / "trace").exists() and not (tmp_path / "p.json").exists()
+
+
+def test_an_arm_with_a_flag_train_refuses_is_named_before_any_arm_runs(capsys):
+    """A typo in the second arm's flags stopped `versus` only after the first arm ran
+    (minutes); now before any runs, naming the arm."""
+    bench = load_script("benchmark")
+    for arm, words in (("b:--mixed_precison=bfloat16", "unrecognized arguments: "
+                                                        "--mixed_precison=bfloat16"),
+                       ("b:--logdir=/tmp/x", "--logdir does nothing in `train`")):
+        with pytest.raises(SystemExit) as info:
+            bench.parse_args(["versus", "--preset=smoke", "--arm=a:", f"--arm={arm}"])
+        assert info.value.code == 2
+        (line,) = [l for l in capsys.readouterr().err.splitlines() if "error" in l]
+        assert "error: --arm=b: " in line and words in line, line
