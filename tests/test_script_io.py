@@ -107,3 +107,31 @@ def test_a_hangup_under_nohup_changes_nothing(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode == 0 and result.stdout.strip() == "0", result.stderr
+
+
+REMOVALS = ("rmtree(", "os.rmdir(", "os.removedirs(", "os.remove(", "os.unlink(",
+            ".unlink(")
+
+
+def _removals(source):
+    """The lines of `source` that remove a file or a folder."""
+    return [line.strip() for line in source.splitlines()
+            if any(call in line for call in REMOVALS) and not line.strip().startswith("#")]
+
+
+def test_no_script_removes_a_folder_or_file_it_was_given():
+    """2026-12-06's fault 7: `benchmark.py profile --logdir=<a run>` deleted the run's
+    checkpoints (shutil.rmtree on the user's path). No script removes anything but
+    script_io's own scratch file (a temporary sibling it made); temporary folders are
+    tempfile's, removed by it. The control: a planted rmtree is found."""
+    scripts = os.path.join(ROOT, "scripts")
+    found = {}
+    for name in sorted(os.listdir(scripts)):
+        if name.endswith(".py"):
+            with open(os.path.join(scripts, name)) as f:
+                lines = _removals(f.read())
+            if lines:
+                found[name] = lines
+    assert found == {"script_io.py": ["os.remove(scratch)"]}, found
+    assert _removals("    shutil.rmtree(logdir, ignore_errors=True)\n") == [
+        "shutil.rmtree(logdir, ignore_errors=True)"]
