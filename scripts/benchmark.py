@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """SimCLR performance benchmarks: train step, input pipeline, NT-Xent. Not a test.
 
-Three parts, each printing a table and adding to one JSON file (--json):
+Parts, each printing a table; a run's results (one part, or train, input and ntxent
+for `all`) are written to --json, anew (a second run with the same --json replaces the
+first's):
 
   train    train-step throughput (views/s, images/s) of any model configuration on
            synthetic data: warm-up steps, then the median of several timed windows;
