@@ -563,3 +563,31 @@ def test_an_arm_with_a_flag_train_refuses_is_named_before_any_arm_runs(capsys):
         assert info.value.code == 2
         (line,) = [l for l in capsys.readouterr().err.splitlines() if "error" in l]
         assert "error: --arm=b: " in line and words in line, line
+
+
+@pytest.mark.parametrize("part", ["input", "ntxent", "memory"])
+def test_the_other_parts_give_their_options_to_what_they_measure(part, monkeypatch,
+                                                                  tmp_path):
+    """As above for `input`, `ntxent` and `memory` (recorders in place of them)."""
+    bench = load_script("benchmark")
+    calls = []
+    monkeypatch.setattr(bench, "_print_table", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "bench_input", lambda size, **kw: calls.append(
+        dict(kw, size=size)) or {})
+    monkeypatch.setattr(bench, "bench_ntxent", lambda batch: calls.append(batch) or {})
+    monkeypatch.setattr(bench, "bench_memory", lambda overrides, sizes, teacher: calls.append(
+        (overrides, sizes, teacher)) or [])
+    json_path = f"--json={tmp_path / 'b.json'}"
+    if part == "input":
+        bench.main(["input", "--image_sizes=24", "--input_images=5", json_path])
+        assert {(c["size"], c["num_images"]) for c in calls} == {(24, 5)}
+        assert len(calls) == 4  # decoded / encoded, host / device
+    elif part == "ntxent":
+        bench.main(["ntxent", "--batch_sizes=8,4", json_path])
+        assert calls == [4, 8]
+    else:
+        bench.main(["memory", "--batch_sizes=8", "--resnet_depth=18", "--grad_cache_chunk=2",
+                    "--teacher_width_multiplier=0.25", json_path])
+        ((overrides, sizes, teacher),) = calls
+        assert overrides == dict(resnet_depth=18, grad_cache_chunk=2) and sizes == [8]
+        assert teacher == {"teacher_width_multiplier": 0.25}
