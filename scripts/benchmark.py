@@ -709,7 +709,8 @@ def parse_args(argv):
                                  "student's")
     args = parser.parse_args(argv)
     import script_io
-    refuse_unread(parser, args.part, script_io.given_options(parser, argv) - {"part"})
+    given = script_io.given_options(parser, argv) - {"part"}
+    refuse_unread(parser, args.part, given)
     train_overrides = {}
     settings = dict(warmup=args.warmup, windows=args.windows, steps=args.steps,
                     matmul_size=args.matmul_size, matmul_seconds=args.matmul_seconds,
@@ -719,8 +720,7 @@ def parse_args(argv):
     if args.preset:
         preset = dict(PRESETS[args.preset])
         train_overrides.update(preset.pop("train", {}))
-        explicit = {a.lstrip("-").split("=")[0] for a in argv if a.startswith("--")}
-        settings.update({k: v for k, v in preset.items() if k not in explicit})
+        settings.update({k: v for k, v in preset.items() if k not in given})
     train_overrides.update({k: getattr(args, k) for k in TRAIN_FLAGS
                             if getattr(args, k) is not None})
     settings["teacher"] = {k: getattr(args, k) for k in TEACHER_FLAGS

@@ -591,3 +591,12 @@ def test_the_other_parts_give_their_options_to_what_they_measure(part, monkeypat
         ((overrides, sizes, teacher),) = calls
         assert overrides == dict(resnet_depth=18, grad_cache_chunk=2) and sizes == [8]
         assert teacher == {"teacher_width_multiplier": 0.25}
+
+
+def test_an_option_given_beats_the_preset_however_it_is_spelt():
+    """`--wind=5` (argparse's abbreviation) beside --preset=smoke: the preset's 2 won
+    (the option was looked for by its full name in argv)."""
+    bench = load_script("benchmark")
+    for spelt in (["--windows=5"], ["--windows", "5"], ["--wind=5"]):
+        _, settings, _ = bench.parse_args(["train", "--preset=smoke", *spelt])
+        assert settings["windows"] == 5, spelt
