@@ -269,8 +269,9 @@ VERDICT_RULE = (
     "**reproduced**: the paper's direction on every metric of the claim, each by more "
     "than the spread (the two standard deviations over seeds added); **in direction**: "
     "the paper's direction on every metric, not all beyond the spread; **not "
-    "reproduced**: otherwise (a metric the other way, or tied); **not measured**: a "
-    "setting without records, or a non-finite value")
+    "reproduced**: otherwise (a metric the other way, or tied); **undecided**: a "
+    "setting with one seed (no spread to be beyond); **not measured**: a setting "
+    "without records, or a non-finite value")
 
 
 def _cell_values(table, side, metric):
@@ -290,7 +291,13 @@ def claim_verdict(table, claim):
                 np.isfinite(v) for v in list(better) + list(worse)):
             return "not measured", found
         (mean_b, sd_b), (mean_w, sd_w) = bench.mean_std(better), bench.mean_std(worse)
-        found.append((metric, mean_b - mean_w, sd_b + sd_w))
+        # One seed has no spread (mean_std's is 0): no difference is beyond it.
+        spread = sd_b + sd_w if min(len(better), len(worse)) >= 2 else float("nan")
+        found.append((metric, mean_b - mean_w, spread))
+    if not all(np.isfinite(spread) for _, _, spread in found):
+        seeds = min(min(len(_cell_values(table, side, metric))
+                        for side in (claim.better, claim.worse)) for metric in claim.metrics)
+        return f"undecided ({seeds} seed: no spread)", found
     if all(difference > spread for _, difference, spread in found):
         return "reproduced", found
     if all(difference > 0 for _, difference, _ in found):
@@ -305,7 +312,8 @@ def claims_table(rows, study, budget):
              "|---|---|---|"]
     for claim in CLAIMS[study]:
         verdict, found = claim_verdict(table, claim)
-        measured = "; ".join(f"{SHORT_WORDS[m]} {100 * d:+.1f} ({100 * s:.1f})"
+        measured = "; ".join(f"{SHORT_WORDS[m]} {100 * d:+.1f} "
+                             + (f"({100 * s:.1f})" if np.isfinite(s) else "(no spread)")
                              for m, d, s in found) or "-"
         lines.append(f"| {claim.text} | {measured} | {verdict} |")
     return "\n".join(lines)
@@ -895,6 +903,19 @@ def write_doc(rows, studies, doc, images, budget):
 # ---------------------------------------------------------------- command line
 
 
+# What each mode that trains nothing does not read: {option: why}.
+REPORT_UNREAD = dict(
+    jobs="it trains nothing", threads="it trains nothing", data_dir="it trains nothing",
+    head_scale="one mode at a time",
+    settings="the page's tables hold every setting of --results",
+    seeds="the page's tables hold every seed of --results")
+HEAD_SCALE_UNREAD = dict(
+    jobs="it trains nothing", threads="it trains nothing", data_dir="it trains nothing",
+    settings="it reads every setting's run under --workdir",
+    results="it reads the runs, not the records", doc="it writes no page",
+    images="it writes no page", report_only="one mode at a time")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="ablations.py", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -927,6 +948,13 @@ def parse_args(argv):
     parser.add_argument("--report_only", action="store_true",
                         help="write the page from --results, train nothing")
     args = parser.parse_args(argv)
+    given = script_io.given_options(parser, argv)
+    for mode, unread in (("head_scale", HEAD_SCALE_UNREAD), ("report_only", REPORT_UNREAD)):
+        extra = [name for name in unread if name in given  # --doc='' asks for nothing
+                 and not (name == "doc" and not args.doc)] if getattr(args, mode) else []
+        if extra:  # an option dropped would measure or report other than it says
+            parser.error(f"--{extra[0]} does nothing with --{mode} ({unread[extra[0]]}); "
+                         "leave it out")
     if args.study != "all" and args.study not in STUDIES:
         parser.error(f"--study: expected one of {', '.join(STUDIES)} or all, "
                      f"got {args.study!r}")
@@ -983,7 +1011,7 @@ def _todo(args):
 
 def train_points(args, budget):
     """Runs the points not recorded yet; the failed ones. Raises script_io.Stopped on
-    SIGTERM / SIGINT, once the running points' run.py have saved and exited."""
+    SIGTERM / SIGINT / SIGHUP, once the running points' run.py have saved and exited."""
     from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
     quiet.import_tensorflow()
     failed, stopped = [], None

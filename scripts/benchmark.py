@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """SimCLR performance benchmarks: train step, input pipeline, NT-Xent. Not a test.
 
-Three parts, each printing a table and adding to one JSON file (--json):
+Parts, each printing a table; a run's results (one part, or train, input and ntxent
+for `all`) are written to --json, anew (a second run with the same --json replaces the
+first's):
 
   train    train-step throughput (views/s, images/s) of any model configuration on
            synthetic data: warm-up steps, then the median of several timed windows;
@@ -19,13 +21,19 @@ Three parts, each printing a table and adding to one JSON file (--json):
            the heads, NT-Xent and the gather, the optimizer's update, the views, ...;
            scripts/step_profile.py), op seconds per step and shares, the time no op
            ran; with host views, their core-seconds per step on the input pipeline.
+           The trace is added to --logdir (nothing there is removed: a run's folder
+           keeps its checkpoints). Not under --jit_compile (refused: XLA runs the
+           step as one compiled cluster, which no part can claim).
   versus   step times side by side (scripts/side_by_side.py): arms (--arm), each a
            fresh process in turn, --rounds rounds, the order reversed every other
            round; one table of the CPU kind, s/step, the ratio to the first arm per
            round and the MFU. Default arms: the authors' float32 step (their code:
            --authors_dir, --authors_python), ours in float32 and in bfloat16. A lever
            is an arm: a flag ('bf16:--mixed_precision=bfloat16') or an environment
-           variable ('inter1:TF_NUM_INTEROP_THREADS=1').
+           variable ('inter1:TF_NUM_INTEROP_THREADS=1'). --data, --skip_update and
+           the teacher's flags reach every arm (the authors' refuses them). An arm in
+           bfloat16 on a CPU without native bfloat16 (AVX2 only: emulated, several
+           times float32's time) is left out with one line.
   input    input-pipeline throughput (images/s on one core) of the pretraining
            augmentation, two views per image, from decoded and from encoded (PNG at
            32 px, JPEG at 224 px) images; plus the host part of --augment_on=device.
@@ -37,6 +45,9 @@ Three parts, each printing a table and adding to one JSON file (--json):
            replicas, counted from its graph: kind, count and bytes per replica
            (gradients, z gather, BN statistics, metrics); FAIL when the gradients are
            all-reduced more than once (scripts/collectives.py, its own flags).
+
+An option that the part given does not read (--logdir outside profile, --compare
+outside train, ...) is refused, never dropped: each part measures what its options say.
 
 Examples:
   python scripts/benchmark.py train --resnet_depth=18 --image_size=32 \\
@@ -66,7 +77,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -94,6 +104,21 @@ TRAIN_FLAGS = dict(
 # the student's (the Config field of the name without 'teacher_').
 TEACHER_FLAGS = dict(teacher_width_multiplier=float, teacher_resnet_depth=int,
                      teacher_sk_ratio=float)
+# The parts that read each option (`all` is train, input and ntxent): an option given
+# to a part that does not read it is refused, never dropped (`refuse_unread`).
+_STEP = ("train", "profile", "versus", "memory", "memory_one", "all")
+PART_OPTIONS = dict(
+    preset=("train", "profile", "versus", "input", "ntxent", "memory", "memory_one", "all"),
+    json=("train", "profile", "versus", "input", "ntxent", "memory", "memory_one", "all"),
+    warmup=("train", "profile", "versus", "all"), windows=("train", "profile", "versus", "all"),
+    steps=("train", "profile", "versus", "all"),
+    matmul_size=("train", "versus", "all"), matmul_seconds=("train", "versus", "all"),
+    image_sizes=("input", "all"), input_images=("input", "profile", "all"),
+    batch_sizes=("ntxent", "memory", "all"), compare=("train", "all"),
+    data=("train", "profile", "versus", "all"), skip_update=("train", "profile", "versus", "all"),
+    logdir=("profile",), arm=("versus",), rounds=("versus",), authors_dir=("versus",),
+    authors_python=("versus",), train_modes=("train", "all"),
+    **{name: _STEP for name in (*TRAIN_FLAGS, *TEACHER_FLAGS)})
 # Classes of the supervised head of the one-view modes (and the online linear head).
 NUM_CLASSES = 10
 
@@ -295,16 +320,18 @@ def _make_trainer(overrides, prefetch=2, teacher_overrides=None, data="synthetic
     import keras
     from simclr_tf.run.modes import parts
     config = build_config(overrides)
-    keras.utils.set_random_seed(0)
     strategy = tf.distribute.get_strategy()
+    # The dataset first: one it cannot read is said before a model is built.
+    inputs = _dataset_input(config, strategy) if data == "dataset" else None
+    keras.utils.set_random_seed(0)
     needs_head = _one_view(config) or config.lineareval_while_pretraining
     model = parts.build_model(config, strategy, NUM_CLASSES if needs_head else None)
     teacher = None
     if config.train_mode == "distill":
         teacher = build_teacher(config, strategy, teacher_overrides)
     trainer = parts.build_trainer(config, strategy, model, teacher=teacher)
-    if data == "dataset":
-        return config, model, trainer, _dataset_input(config, strategy)
+    if inputs is not None:
+        return config, model, trainer, inputs
     batch = _synthetic_batch(config, np.random.default_rng(0))
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     if prefetch:
@@ -383,14 +410,22 @@ def bench_train(overrides, *, warmup=2, windows=3, steps=2, peaks=None,
 # ----------------------------------------------------------------- profile
 
 
-def bench_profile(overrides, *, warmup=2, windows=3, steps=1, logdir, input_images=256):
+def bench_profile(overrides, *, warmup=2, windows=3, steps=1, logdir, input_images=256,
+                  teacher_overrides=None, skip_update=False, data="synthetic"):
     """Where the step's time goes (scripts/step_profile.py): `windows` windows of
     `steps` steps timed untraced, then the same traced by TensorFlow's profiler and
     split into parts; with host augmentation, the host pipeline's core-seconds per
-    step beside them (it runs outside the step, on the input pipeline's threads)."""
-    import shutil
+    step beside them (it runs outside the step, on the input pipeline's threads).
+    `teacher_overrides`, `skip_update` and `data` as `bench_train`'s. The trace is
+    added to `logdir` (TensorFlow's plugins/profile/<time>/), whatever else is there:
+    nothing of it is removed (a run's folder keeps its checkpoints), and only the trace
+    written here is read."""
     import step_profile
-    config, _, trainer, iterator = _make_trainer(overrides)
+    config, _, trainer, iterator = _make_trainer(overrides,
+                                                 teacher_overrides=teacher_overrides,
+                                                 data=data)
+    if skip_update:  # as bench_train's
+        object.__setattr__(trainer.optimizer, "apply_gradients", lambda pairs: None)
     trainer.train_steps(iterator, 1)
     for _ in range(max(warmup - 1, 0)):
         trainer.train_steps(iterator, steps)
@@ -399,16 +434,17 @@ def bench_profile(overrides, *, warmup=2, windows=3, steps=1, logdir, input_imag
         start = time.perf_counter()
         trainer.train_steps(iterator, steps)
         untraced.append((time.perf_counter() - start) / steps)
-    shutil.rmtree(logdir, ignore_errors=True)
+    earlier = step_profile.traces(logdir)
     tf.profiler.experimental.start(logdir)
     start = time.perf_counter()
     for _ in range(windows):
         trainer.train_steps(iterator, steps)
     wall = time.perf_counter() - start
     tf.profiler.experimental.stop()
-    summary = step_profile.summarise(step_profile.op_events(step_profile.read_xspace(logdir)),
-                                     windows * steps, wall)
+    space = step_profile.read_xspace(logdir, earlier=earlier)
+    summary = step_profile.summarise(step_profile.op_events(space), windows * steps, wall)
     summary.update(config={k: getattr(config, k) for k in overrides},
+                   data=data, skip_update=skip_update,
                    untraced_step_seconds=statistics.median(untraced),
                    untraced_window_seconds=untraced, logdir=logdir)
     if config.augment_on == "host" and not _one_view(config):
@@ -464,19 +500,32 @@ def bench_memory(overrides, batch_sizes, teacher_overrides=None):
     runs = [dict(overrides, train_batch_size=b) for b in batch_sizes]
     if chunk:
         runs.insert(0, dict(overrides, train_batch_size=chunk, grad_cache_chunk=0))
+    import tempfile
+    import script_io
     rows = []
-    for run in runs:
-        command = [sys.executable, os.path.abspath(__file__), "memory_one"]
-        command += [f"--{k}={v}" for k, v in run.items()]
-        command += [f"--{k}={v}" for k, v in (teacher_overrides or {}).items()]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        lines = [l for l in done.stdout.splitlines() if l.startswith("MEMORY ")]
-        if done.returncode or not lines:
-            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n"
-                               f"{done.stderr[-3000:]}")
-        rows.append(json.loads(lines[-1][len("MEMORY "):]))
-        print(json.dumps(rows[-1]), flush=True)
+    # Each child stops with this script (SIGTERM, SIGINT, SIGHUP): script_io.Stopped.
+    with script_io.Children() as children:
+        for run in runs:
+            command = memory_command(run, teacher_overrides)
+            with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+                code = children.run(command, stdout=out, stderr=err, text=True)
+                out.seek(0)
+                err.seek(0)
+                stdout, stderr = out.read(), err.read()
+            lines = [l for l in stdout.splitlines() if l.startswith("MEMORY ")]
+            if code or not lines:
+                raise RuntimeError(f"{' '.join(command)} failed (exit {code}):\n"
+                                   f"{stderr[-3000:]}")
+            rows.append(json.loads(lines[-1][len("MEMORY "):]))
+            print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def memory_command(run, teacher_overrides):
+    """The command line of the child that measures one step of `run`."""
+    command = [sys.executable, os.path.abspath(__file__), "memory_one"]
+    command += [f"--{k}={v}" for k, v in run.items()]
+    return command + [f"--{k}={v}" for k, v in (teacher_overrides or {}).items()]
 
 
 # ----------------------------------------------------------------- input pipeline
@@ -627,11 +676,11 @@ def parse_args(argv):
                         help="comma-separated mixed_precision values to run in turn "
                              "(e.g. none,bfloat16)")
     parser.add_argument("--data", choices=("synthetic", "dataset"), default="synthetic",
-                        help="train: a synthetic batch with its views ready, or "
+                        help="train, profile, versus: a synthetic batch with its views ready, or "
                              "run.py's input pipeline on --dataset (digits unless "
                              "given), the views drawn as --augment_on says")
     parser.add_argument("--skip_update", action="store_true",
-                        help="train: leave the optimizer's update out of the step (the "
+                        help="train, profile, versus: leave the optimizer's update out of the step (the "
                              "gradients are still computed): the ceiling of what a "
                              "faster update could save, for `versus`")
     parser.add_argument("--logdir", default="/tmp/simclr_profile",
@@ -666,6 +715,9 @@ def parse_args(argv):
                             help="distill: the teacher's, where it differs from the "
                                  "student's")
     args = parser.parse_args(argv)
+    import script_io
+    given = script_io.given_options(parser, argv) - {"part"}
+    refuse_unread(parser, args.part, given)
     train_overrides = {}
     settings = dict(warmup=args.warmup, windows=args.windows, steps=args.steps,
                     matmul_size=args.matmul_size, matmul_seconds=args.matmul_seconds,
@@ -675,8 +727,7 @@ def parse_args(argv):
     if args.preset:
         preset = dict(PRESETS[args.preset])
         train_overrides.update(preset.pop("train", {}))
-        explicit = {a.lstrip("-").split("=")[0] for a in argv if a.startswith("--")}
-        settings.update({k: v for k, v in preset.items() if k not in explicit})
+        settings.update({k: v for k, v in preset.items() if k not in given})
     train_overrides.update({k: getattr(args, k) for k in TRAIN_FLAGS
                             if getattr(args, k) is not None})
     settings["teacher"] = {k: getattr(args, k) for k in TEACHER_FLAGS
@@ -684,6 +735,11 @@ def parse_args(argv):
     settings["train_modes"] = [m for m in args.train_modes.split(",") if m]
     settings.update(logdir=args.logdir, rounds=args.rounds, skip_update=args.skip_update,
                     data=args.data)
+    if args.part == "profile" and train_overrides.get("jit_compile"):
+        parser.error("--jit_compile: profile splits the step into TensorFlow's ops, and "
+                     "under XLA they run as one compiled cluster that no part can claim "
+                     "(its table would be empty); leave --jit_compile out, or time it "
+                     "whole with `train --jit_compile=true`")
     if args.part == "versus":
         import side_by_side
         try:
@@ -694,13 +750,23 @@ def parse_args(argv):
             parser.error(str(error))
         if args.rounds < 1:
             parser.error(f"--rounds={args.rounds}: give at least 1")
+        # What every arm's `benchmark.py train` is given besides the model: the data,
+        # the update left out, the teacher (the authors' arm refuses what it lacks).
+        settings["arm_overrides"] = dict(train_overrides, **settings["teacher"])
+        if args.data != "synthetic":
+            settings["arm_overrides"]["data"] = args.data
+        if args.skip_update:
+            settings["arm_overrides"]["skip_update"] = True
+        settings["arms"] = _native_arms(parser, settings["arms"], train_overrides)
         for arm in settings["arms"]:  # an arm that cannot run: said before any runs
             try:
-                side_by_side.arm_command(arm, train_overrides, dict(
+                command = side_by_side.arm_command(arm, settings["arm_overrides"], dict(
                     warmup=1, windows=1, steps=1, matmul_size=1, matmul_seconds=0),
                     "result.json")
             except side_by_side.ArmFailed as error:
                 parser.error(f"--arm={arm['name']}: {error}")
+            if not arm["authors"]:  # our arm's `train` command line, parsed as it will be
+                _check_arm(parser, arm["name"], command[command.index("train"):])
     from simclr_tf.config import rules
     for mode in settings["train_modes"] + [train_overrides.get("train_mode", "pretrain")]:
         if mode not in rules.TRAIN_MODES:
@@ -708,11 +774,80 @@ def parse_args(argv):
     return args, settings, train_overrides
 
 
+def refuse_unread(parser, part, given):
+    """An option that `part` does not read is an error (PART_OPTIONS), not dropped."""
+    for name in sorted(given):
+        parts = PART_OPTIONS.get(name)
+        if parts is not None and part not in parts:
+            readers = [p for p in parts if p != "memory_one"]
+            parser.error(f"--{name} does nothing in `{part}`: only "
+                         f"{', '.join(readers)} read it; leave it out")
+
+
+def _check_arm(parser, name, argv):
+    """The error `train` would stop an arm with (a typo in its flags, an option it
+    does not read), said before any arm runs (was: after the arms before it ran)."""
+    import contextlib
+    import io
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parse_args(argv)
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines() or ["refused"]
+        parser.error(f"--arm={name}: {lines[-1].split('error: ', 1)[-1]}")
+
+
+def _compute(arm, overrides):
+    """The mixed precision an arm of `versus` trains in: its own flag's, or the
+    shared model's ('none' for the authors' float32 step)."""
+    if arm["authors"]:
+        return "none"
+    value = overrides.get("mixed_precision") or "none"
+    for token in arm["flags"]:
+        if token.startswith("--mixed_precision="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def _native_arms(parser, arms, overrides):
+    """`arms` without those in bfloat16 on a CPU without native bfloat16 (an AVX2-only
+    CPU emulates it: a step several times float32's, docs/performance.md), each left
+    out with one line; an error when that would leave out the reference (the first)."""
+    if machine.native_bfloat16():
+        return arms
+    kept = []
+    for index, arm in enumerate(arms):
+        if _compute(arm, overrides) != "bfloat16":
+            kept.append(arm)
+            continue
+        why = (f"arm {arm['name']} trains in bfloat16, which this CPU ({machine.cpu_kind()}) "
+               "has no native instructions for (avx512_bf16 or amx_bf16): emulated, its step "
+               "takes several times float32's")
+        if index == 0:
+            parser.error(f"{why}; the reference arm cannot be left out: run versus on a "
+                         "CPU with native bfloat16, or give float32 arms")
+        print(f"benchmark.py versus: {why}; left out", flush=True)
+    return kept
+
+
 def main(argv=None):
+    """The command line `argv`; a flag that run.py's rules refuse (a dataset that
+    cannot be read, a bad combination) is one line and exit status 2."""
+    from simclr_tf.config import ConfigError
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["collectives"]:  # its own flags; it splits the CPU before any op
         import collectives
         return collectives.main(argv[1:])
+    try:
+        return measure(argv)
+    except ConfigError as error:
+        print(f"benchmark.py: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def measure(argv):
+    """`main` but for the refusal of a flag."""
     args, settings, overrides = parse_args(argv)
     results = dict(device=device_name(), cpu_kind=machine.cpu_kind(),
                    tensorflow=tf.__version__, load_average_start=load_average(),
@@ -729,7 +864,7 @@ def main(argv=None):
         try:
             with script_io.Children() as children:
                 results["versus"] = side_by_side.run(
-                    settings["arms"], overrides, rounds=settings["rounds"],
+                    settings["arms"], settings["arm_overrides"], rounds=settings["rounds"],
                     children=children,
                     timing=dict(warmup=settings["warmup"], windows=settings["windows"],
                                 steps=settings["steps"],
@@ -746,10 +881,13 @@ def main(argv=None):
         summary = bench_profile(overrides, warmup=settings["warmup"],
                                 windows=settings["windows"], steps=settings["steps"],
                                 logdir=settings["logdir"],
-                                input_images=settings["input_images"])
+                                input_images=settings["input_images"],
+                                teacher_overrides=settings["teacher"],
+                                skip_update=settings["skip_update"], data=settings["data"])
         results["profile"] = summary
         print(f"\nWhere the step's time goes: {machine.cpu_kind()}, "
-              f"{summary['config']}")
+              f"{summary['config']}, data {summary['data']}"
+              + (", the update left out" if summary["skip_update"] else ""))
         print(f"step {summary['untraced_step_seconds']:.3g} s untraced, "
               f"{summary['wall_seconds_per_step']:.3g} s traced; op time "
               f"{summary['op_seconds_per_step']:.3g} s per step")
@@ -839,8 +977,14 @@ def main(argv=None):
             ("logits MB", "logits_mb"), ("memory", "peak_memory_kind"),
             ("load", "load_average")])
     if args.part == "memory":  # not in "all": whole steps in child processes
-        rows = bench_memory(overrides, sorted(settings["batch_sizes"]),
-                            settings["teacher"])
+        import script_io
+        try:
+            rows = bench_memory(overrides, sorted(settings["batch_sizes"]),
+                                settings["teacher"])
+        except script_io.Stopped as stop:  # the running step was stopped and waited for
+            print(f"benchmark.py memory: {stop}: the running step was stopped; no table",
+                  file=sys.stderr)
+            raise SystemExit(128 + stop.signum) from None
         results["memory"] = rows
         _print_table("Peak memory of one train step (each in a fresh process)", rows, [
             ("batch", "train_batch_size"), ("views", "views"), ("chunk", "grad_cache_chunk"),

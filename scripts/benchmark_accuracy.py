@@ -3,7 +3,9 @@
 
 Not a test: a measurement that writes its table into docs/benchmarks.md (between the
 `benchmark:begin` / `benchmark:end` markers, keeping the prose around them) and every
-number per seed into --json. Rows, each trained and evaluated once per seed:
+number per seed into --json. Only a run of every row over >= 3 seeds rewrites the page
+and its plot; a run of some rows or fewer seeds leaves them as they are, says so, and
+writes its numbers to --json alone. Rows, each trained and evaluated once per seed:
 
   random      a randomly initialised encoder (seeded like the others): the floor.
   supervised  the same encoder trained on all labels of the training subset
@@ -51,7 +53,8 @@ A cell (row, seed) is recorded in --workdir as <row>_seed<S>.json once finished;
 --resume reuses a cell whose record names the same settings, any other is run again.
 A non-empty --workdir is refused without --resume. Exit status 0 when every cell
 ran; 1 when one failed (its command and the end of its log are printed). SIGTERM or
-SIGINT (Ctrl-C) reaches the running training (run.py saves a checkpoint and exits);
+SIGINT (Ctrl-C) reaches the running training (run.py saves a checkpoint and exits;
+SIGHUP, a closed terminal, reaches it as SIGTERM and the script exits 129);
 the script waits for it and exits 128 + the signal (143, 130): the same command with
 --resume continues (finished cells are reused, the stopped one resumes).
 """
@@ -531,9 +534,13 @@ def plot_results(results, path, title):
 
 def goal_lines(results, fast):
     """One line per goal with its verdict; none at the fast budget, which checks the
-    path (its accuracies are no evidence either way)."""
+    path (its accuracies are no evidence either way). A verdict from one seed says
+    so: its means have no spread."""
+    seeds = min((len(values) for row in results.values() for values in row.values()),
+                default=0)
+    one = " (from 1 seed: no spread)" if seeds == 1 else ""
     return [f"- {text}: " + ("no verdict at the fast budget" if fast else "not measured"
-                             if met is None else ("met" if met else "**not met**"))
+                             if met is None else ("met" if met else "**not met**") + one)
             for text, met in goals(results)]
 
 
@@ -590,6 +597,25 @@ def settings_key(args, budget, row, seed):
     return key
 
 
+def refuse_unread(parser, args, given):
+    """An option that this command would not read is an error, not dropped: the
+    measurement must be what its command line says."""
+    if args.replot:
+        unread = sorted(given - {"replot", "doc", "plot"})
+        why = "--replot only draws --plot from --doc"
+    elif args.speed_rounds:
+        unread = sorted(given & {"rows", "seeds", "doc", "plot", "json"})
+        why = "--speed_rounds only times the two pretrainings, writing no table"
+    else:
+        unread = sorted(given & {"speed_epochs"})
+        why = "it sets the length of --speed_rounds' runs"
+        if "lightly_python" in given and "lightly" not in args.rows.split(","):
+            unread, why = ["lightly_python"], "no lightly row in --rows"
+    if unread:
+        parser.error(f"{', '.join('--' + name for name in unread)} would do nothing here "
+                     f"({why}); leave {'them' if len(unread) > 1 else 'it'} out")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
@@ -630,6 +656,7 @@ def parse_args(argv):
     parser.add_argument("--replot", action="store_true",
                         help="only draw --plot from --doc's per-seed table, run nothing")
     args = parser.parse_args(argv)
+    refuse_unread(parser, args, script_io.given_options(parser, argv))
     if args.replot:
         return args
     args.argv = list(argv)
@@ -718,6 +745,24 @@ def main(argv=None):
     return 1 if failed else 0
 
 
+# The page's table holds every row over at least this many seeds: its goals and
+# ratios compare the rows' means, so it is never rewritten from a part of them.
+PAGE_SEEDS = 3
+
+
+def page_incomplete(args):
+    """Why a run of `args.rows` over `args.seeds` cannot rewrite the page (the doc's
+    whole table, its goals, per-seed table and plot), or None for a full run."""
+    missing = [row for row in ROWS if row not in args.rows]
+    seeds = len(set(args.seeds))
+    if not missing and seeds >= PAGE_SEEDS:
+        return None
+    return (f"this run measured {len(ROWS) - len(missing)} of the page's {len(ROWS)} rows"
+            f"{' (not ' + ', '.join(missing) + ')' if missing else ''} over {seeds} "
+            f"seed(s); the page is rewritten only from every row over >= {PAGE_SEEDS} "
+            f"seeds (its goals compare the rows); this run's numbers are in {args.json}")
+
+
 def report_cells(cells, failed, args, budget):
     """Prints the table of `cells` and writes --json (and, for a full run without
     failures, the doc's section and its plot), each file whole."""
@@ -732,7 +777,10 @@ def report_cells(cells, failed, args, budget):
     script_io.write_text(args.json, json.dumps(dict(
         cells=cells, results=results, machine=cpu_kind(), budget=dataclasses.asdict(budget)),
         indent=1))
-    if not args.fast and not failed and args.mixed_precision == "none":
+    incomplete = page_incomplete(args)
+    if not args.fast and not failed and args.mixed_precision == "none" and incomplete:
+        print(f"{args.doc} and {args.plot} were left as they are: {incomplete}")
+    elif not args.fast and not failed and args.mixed_precision == "none":
         old = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
         script_io.write_text(args.doc, replace_section(old, text))
         print(f"Wrote the table into {args.doc}")

@@ -17,8 +17,10 @@ For each output it prints the largest absolute difference and that over the
 SavedModel's largest magnitude (relative), against --tolerance (on the relative
 difference, default 1e-4; a finite number >= 0); then one line per format, PASS or
 FAIL. FAIL: a relative difference over the tolerance, any non-finite value on either
-side, an output one side lacks, another step's SavedModel missing, a Flex op. Exit
-status 0 when every format passes, 1 when one fails, 2 on bad arguments.
+side, an output one side lacks, another step's SavedModel missing, a Flex op, a file
+its runtime cannot load or run (torn, damaged) or whose input has another size than
+the run's; the other formats are still checked. Exit status 0 when every format
+passes, 1 when one fails, 2 on bad arguments.
 
 Needs the export extra (`pip install -e '.[export,hub]'`).
 
@@ -77,18 +79,43 @@ def saved_model_outputs(loaded, images):
     return found
 
 
+class Unusable(Exception):
+    """An export that its runtime cannot load or run as the run's model: the reason."""
+
+
+def _check_size(shape, images):
+    """Unusable when the file's input `shape` [N, H, W, C] fixes another H or W than
+    the run's (a file of another export, or another run)."""
+    sizes = [dim for dim in list(shape)[1:3] if isinstance(dim, int) and dim > 0]
+    if any(dim != images.shape[1] for dim in sizes):
+        raise Unusable(f"input size {'x'.join(map(str, list(shape)[1:3]))}, the run's "
+                       f"{images.shape[1]}x{images.shape[2]}: not this run's model")
+
+
 def outputs(fmt, path, images):
-    """{output: numpy} of the export at `path` on `images`, in its own runtime."""
+    """{output: numpy} of the export at `path` on `images`, in its own runtime;
+    Unusable naming why the file cannot give them (torn, another size, refused by
+    its runtime)."""
     # pylint: disable=import-outside-toplevel
-    if fmt == "onnx":
-        import onnxruntime
-        session = onnxruntime.InferenceSession(os.path.join(path, "model.onnx"))
-        return dict(zip([o.name for o in session.get_outputs()],
-                        session.run(None, {"images": images})))
-    if fmt == "litert":
-        from ai_edge_litert import interpreter
-        runner = interpreter.Interpreter(os.path.join(path, "model.tflite")).get_signature_runner()
-        return dict(runner(images=images))
+    try:
+        if fmt == "onnx":
+            import onnxruntime
+            session = onnxruntime.InferenceSession(os.path.join(path, "model.onnx"))
+            _check_size(session.get_inputs()[0].shape, images)
+            return dict(zip([o.name for o in session.get_outputs()],
+                            session.run(None, {"images": images})))
+        if fmt == "litert":
+            from ai_edge_litert import interpreter
+            runner = interpreter.Interpreter(
+                os.path.join(path, "model.tflite")).get_signature_runner()
+            _check_size(runner.get_input_details()["images"]["shape"].tolist(), images)
+            return dict(runner(images=images))
+    except Unusable:
+        raise
+    except Exception as error:  # pylint: disable=broad-except  (any runtime's refusal)
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        raise Unusable(f"cannot be loaded or run by its runtime: {lines[-1][:200]}") \
+            from error
     import keras_hub
     import simclr_tf  # noqa: F401  (registers the preset's class)
     return {"embedding": keras_hub.models.Backbone.from_preset(path)(images).numpy()}
@@ -126,8 +153,12 @@ def compare(run_dir, *, count=16, seed=0):
                                                         dtype=np.float32)
             loaded[step] = (images, saved_model_outputs(model, images))
         images, expected = loaded[step]
-        with quiet.converters_quiet():  # LiteRT's delegate notice
-            got = outputs(fmt, entry["path"], images)
+        try:
+            with quiet.converters_quiet():  # LiteRT's delegate notice
+                got = outputs(fmt, entry["path"], images)
+        except Unusable as error:  # a FAIL of this format; the others are still checked
+            entry["problem"] = str(error)
+            continue
         wanted = ["embedding"] if fmt == "keras_hub" else sorted(expected)
         for name in sorted(set(wanted) | set(got)):
             if name not in got:

@@ -54,14 +54,24 @@ no TensorFlow (the paths, the .npz files, the flags) is checked before TensorFlo
 imported. out.npz is written whole (a temporary sibling renamed over --out): a failed
 write (a full disk) is such a line too, and leaves --out as it was.
 
+A flag that the chosen side does not read is refused (exit status 2): a step's flag
+given to `compare`, a tolerance given to the step.
+
 `compare` prints the five largest per-variable differences of the updates (after
 minus before, ours against the authors') relative to the size of the authors' update,
 the losses' relative differences and the tolerances, then one verdict line: PASS, or
 FAIL with its reasons (exit status 1): a difference over --update_tolerance (1e-3) or
---loss_tolerance (1e-5), a NaN or Inf anywhere in either file (a variable, a loss), a
-variable or scalar that one file lacks, a shape that differs. Exit status 2: a missing
-file or one that holds none of the step's scalars, no --checkpoint or one without the
-outputs' variables, a tolerance that is not a finite number >= 0.
+--loss_tolerance (1e-5), a variable one step left exactly unchanged (a frozen block, a
+head the mode does not train) and the other moved, by any amount (its ratio is then
+printed as inf), a NaN or Inf anywhere in either file (a variable, a loss), a variable
+or scalar that one file lacks, a shape that differs. Exit status 2: a missing file or
+one that holds none of the step's scalars, no --checkpoint or one without the outputs'
+variables, a tolerance that is not a finite number >= 0, and an output that is not one
+step from --checkpoint (more than half of the variables moved by at least their own
+size: another model's weights of the same architecture, which would inflate every
+update and pass a wrong step). A start only a little apart (a later checkpoint of the
+same run) is not told apart: --checkpoint must be the very model both steps started
+from.
 """
 import math
 import os
@@ -582,8 +592,8 @@ def _some(items, shown=5):
 def update_differences(ours, theirs, before):
     """Per variable both outputs hold with one shape, the difference of the updates
     relative to the authors' update: {name: (max|ours - theirs| / max|theirs|,
-    ||ours - theirs|| / ||theirs||)} (the absolute difference where theirs did not
-    move), and {scalar both hold: relative difference}. A NaN or Inf on either side
+    ||ours - theirs|| / ||theirs||)} (0 or infinite where theirs did not move:
+    `_relative`), and {scalar both hold: relative difference}. A NaN or Inf on either side
     makes its difference NaN or Inf (never within a tolerance); what is left out is
     `faults`'."""
     updates = {}
@@ -603,8 +613,37 @@ def update_differences(ours, theirs, before):
 
 
 def _relative(difference, size):
-    """`difference` relative to `size`; itself where the size is 0 (nothing moved)."""
-    return float(difference / size if size > 0 else difference)
+    """`difference` relative to `size`; where the size is 0 (the authors' step left the
+    variable unchanged), 0 if ours left it unchanged too, else infinite: no movement
+    there is within a tolerance."""
+    if size > 0:
+        return float(difference / size)
+    return 0.0 if difference == 0 else float("inf") if difference > 0 else float("nan")
+
+
+def unchanged_apart(ours, theirs, before, names):
+    """The variables among `names` that one side's step left exactly as they were at
+    the start and the other's moved: (moved by ours only, moved by the authors' only).
+    A variable a step does not train (a frozen block, a head outside the mode) keeps
+    its value to the bit on both sides: a movement is a fault whatever its size."""
+    left = {side: {name for name in names if np.array_equal(arrays[name], before[name])}
+            for side, arrays in (("ours", ours), ("theirs", theirs))}
+    return sorted(left["theirs"] - left["ours"]), sorted(left["ours"] - left["theirs"])
+
+
+def far_from_start(arrays, before):
+    """Where `arrays` (one side's output) is not one step from `before` (the
+    --checkpoint): the variables whose "update" is at least as large as their value
+    at the start, when they are more than half of those not zero at the start; else
+    an empty list. One step moves a variable by a fraction of itself (LARS by about
+    --learning_rate x 1e-3); another model's weights, or another start, by as much as
+    the weights (about 1.4 times for two independent initialisations), so every
+    "update" would be inflated and every relative difference with it."""
+    sized = [name for name in before if name in arrays and np.any(before[name])
+             and arrays[name].shape == before[name].shape]
+    far = [name for name in sized
+           if np.linalg.norm(arrays[name] - before[name]) >= np.linalg.norm(before[name])]
+    return far if 2 * len(far) > len(sized) else []
 
 
 def initial_values(checkpoint, wanted):
@@ -662,8 +701,24 @@ def compare(ours_path, theirs_path):
         raise InputError(f"--checkpoint={FLAGS.checkpoint} does not hold the outputs' "
                          f"variables: {_some(wrong)}; pass the model both steps started "
                          "from")
+    for role, path, arrays in (("OURS.npz", ours_path, ours),
+                               ("AUTHORS.npz", theirs_path, theirs)):
+        far = far_from_start(arrays, before)
+        if far:
+            raise InputError(
+                f"{role}={path} is not one step from --checkpoint={FLAGS.checkpoint}: "
+                f"{len(far)} variables ({_some(far, 2)}) moved by at least their own "
+                "size, as far as another model's weights; pass the model both steps "
+                "started from")
     found = faults(ours, theirs)
     updates, losses = update_differences(ours, theirs, before)
+    moved_by_ours, moved_by_theirs = unchanged_apart(ours, theirs, before, both)
+    if moved_by_ours:
+        found.append(f"ours moved {len(moved_by_ours)} variables the authors' step left "
+                     f"unchanged: {_some(moved_by_ours)}")
+    if moved_by_theirs:
+        found.append(f"ours left unchanged {len(moved_by_theirs)} variables the "
+                     f"authors' step moved: {_some(moved_by_theirs)}")
     largest = sorted(((name, value) for name, (value, _) in updates.items()),
                      key=_worst_first)
     print(f"{len(largest)} variables; largest update difference / update size: "
@@ -672,8 +727,9 @@ def compare(ours_path, theirs_path):
                                             for name, value in losses.items()))
     print(f"tolerances: --update_tolerance={FLAGS.update_tolerance:g} (on each variable's "
           f"max|difference| / max|update|), --loss_tolerance={FLAGS.loss_tolerance:g}")
+    apart = set(moved_by_ours) | set(moved_by_theirs)  # reported above
     over = [f"{name} {value:.2e}" for name, value in largest
-            if not value <= FLAGS.update_tolerance]
+            if not value <= FLAGS.update_tolerance and name not in apart]
     if over:
         found.append(f"{len(over)} of {len(largest)} update differences over "
                      f"--update_tolerance: {_some(over)}")
@@ -685,6 +741,26 @@ def compare(ours_path, theirs_path):
         found.append("no variable compared")
     print("FAIL: " + "; ".join(found) if found else "PASS")
     return 1 if found else 0
+
+
+COMPARE_FLAGS = ("checkpoint", "update_tolerance", "loss_tolerance")
+
+
+def refuse_unread(comparing):
+    """A flag given to the side that does not read it is an InputError, not dropped:
+    the step's flags to `compare` (which reads two finished outputs), the tolerances to
+    the step."""
+    given = [name for name in FLAGS if FLAGS[name].present]
+    if comparing:
+        unread = [name for name in given if name not in COMPARE_FLAGS]
+        where = "compare reads two finished steps' outputs: only --checkpoint and the "
+        where += "tolerances apply"
+    else:
+        unread = [name for name in given if name in COMPARE_FLAGS[1:]]
+        where = "the tolerances apply to compare only"
+    if unread:
+        raise InputError(f"{', '.join('--' + name for name in unread)} would do nothing "
+                         f"here ({where}); leave {'them' if len(unread) > 1 else 'it'} out")
 
 
 def main(argv):
@@ -699,7 +775,9 @@ def main(argv):
         except flags.Error as error:
             raise InputError(f"{error} (python scripts/one_step.py --help lists the "
                              "flags)") from error
-        if len(argv) > 1 and argv[1] == "compare":
+        comparing = len(argv) > 1 and argv[1] == "compare"
+        refuse_unread(comparing)
+        if comparing:
             if len(argv) != 4:
                 raise InputError("compare takes two .npz files: OURS.npz AUTHORS.npz")
             return compare(argv[2], argv[3])

@@ -59,6 +59,13 @@ def parse_args(argv):
     if bad or not only:
         parser.error(f"--only: expected a subset of {', '.join(PICTURES)}, got {args.only!r}")
     args.only = only
+    # An option of a picture not drawn is refused, not dropped.
+    readers = dict(views=("views",), split=("embeddings",), max_points=("embeddings",),
+                   method=("embeddings",), seed=("views", "embeddings"))
+    for name in sorted(script_io.given_options(parser, argv) & set(readers)):
+        if not set(readers[name]) & set(only):
+            parser.error(f"--{name} does nothing with --only={','.join(only)}: only "
+                         f"{' and '.join(readers[name])} read it")
     for name, low, high in (("views", 1, 32), ("max_points", 10, None), ("dpi", 50, 300)):
         value = getattr(args, name)
         if value < low or (high is not None and value > high):

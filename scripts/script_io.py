@@ -5,11 +5,14 @@
   `write_text` and `save_figure` (a matplotlib figure; `pyplot()` gets matplotlib)
   are its two uses.
 - `Children`: run.py processes that stop with the script. SIGTERM or SIGINT to the
-  script is forwarded to every child (run.py saves a checkpoint on both and exits);
-  the script waits for them, then stops with `Stopped`: a restart resumes the point.
+  script is forwarded to every child (run.py saves a checkpoint on both and exits),
+  and SIGHUP (a closed terminal or SSH session, which never reaches a child in its own
+  session) as SIGTERM, unless the script ignores SIGHUP (`nohup`); the script waits
+  for them, then stops with `Stopped`: a restart resumes the point.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -72,8 +75,22 @@ def write_text(path, text):
     return write_whole(path, write)
 
 
+def given_options(parser, argv):
+    """The dest names of what `argv` gives explicitly to the argparse `parser`
+    (abbreviated or not, `--name value` or `--name=value`; positionals too): what a
+    script must not drop where it does not read it."""
+    defaults = {action: action.default for action in parser._actions}  # pylint: disable=protected-access
+    try:
+        for action in defaults:
+            action.default = argparse.SUPPRESS
+        return set(vars(parser.parse_args(argv)))
+    finally:
+        for action, default in defaults.items():
+            action.default = default
+
+
 class Stopped(RuntimeError):
-    """The script was asked to stop (SIGTERM / SIGINT): its children were stopped and
+    """The script was asked to stop (SIGTERM / SIGINT / SIGHUP): its children were stopped and
     waited for. `signum` is the signal."""
 
     def __init__(self, signum):
@@ -95,7 +112,9 @@ class Children:
         self._old = {}
 
     def __enter__(self):
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # under nohup: a hangup is meant to change nothing
             self._old[signum] = signal.signal(signum, self._forward)
         return self
 
@@ -104,12 +123,18 @@ class Children:
             signal.signal(signum, handler)
         return False
 
+    @staticmethod
+    def _for_child(signum):
+        """The signal a child gets for `signum`: SIGHUP as SIGTERM (run.py saves a
+        checkpoint on SIGTERM and SIGINT)."""
+        return signal.SIGTERM if signum == signal.SIGHUP else signum
+
     def _forward(self, signum, frame):  # pylint: disable=unused-argument
         with self._lock:
             self.stopped_by = self.stopped_by or signum
             for child in self._running:
                 if child.poll() is None:
-                    child.send_signal(signum)
+                    child.send_signal(self._for_child(signum))
 
     def run(self, command, timeout=None, **kwargs):
         """subprocess.run(command, timeout=timeout, **kwargs)'s return code; Stopped
@@ -123,7 +148,7 @@ class Children:
             child = subprocess.Popen(command, start_new_session=True, **kwargs)
             self._running.add(child)
             if self.stopped_by:  # the signal came while it started (the main thread's)
-                child.send_signal(self.stopped_by)
+                child.send_signal(self._for_child(self.stopped_by))
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -91,7 +91,8 @@ Exit status 0 when every stage of every seed ran (whatever the verdicts), 1 when
 stage failed (its command and the end of its log are printed; the stages that do not
 need it and the other seeds still run), 2 for a refused --workdir. SIGTERM or SIGINT
 (Ctrl-C) reaches the running stage's run.py, which saves a checkpoint and exits; the
-script waits for it and exits 128 + the signal (143, 130): the same command with
+script waits for it and exits 128 + the signal (143, 130; SIGHUP, a closed terminal,
+reaches it as SIGTERM, 129): the same command with
 --resume continues (finished stages are reused, the stopped one resumes).
 """
 import argparse
@@ -177,6 +178,9 @@ def parse_args(argv=None):
     parser.add_argument("--stage_timeout", type=float, default=1800.0,
                         help="Seconds before a stage is killed (counted as failed).")
     args = parser.parse_args(argv)
+    if args.fast and "student_epochs" in script_io.given_options(parser, argv):
+        parser.error("--student_epochs would do nothing with --fast (its students train "
+                     "12 steps); leave one of them out")
     if args.seeds is None:  # --fast checks the path: one seed is enough
         args.seeds = (0,) if args.fast else (0, 1, 2)
     return args

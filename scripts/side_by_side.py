@@ -16,7 +16,7 @@ environment) or whitespace-separated tokens, each a flag of `benchmark.py train`
 (`--mixed_precision=bfloat16`) or an environment variable (`TF_NUM_INTEROP_THREADS=1`;
 `-NAME` removes one). A result of no finite time, or an arm that fails, is an error
 naming the arm, the command and the end of its output: never a ratio. A stop
-(SIGTERM, SIGINT) reaches the running arm's process and ends the comparison
+(SIGTERM, SIGINT, SIGHUP as SIGTERM) reaches the running arm's process and ends the comparison
 (`script_io.Children`).
 """
 import json
@@ -94,7 +94,13 @@ def parse_arms(specs, authors_dir=None, authors_python=None):
     return arms
 
 
+# `benchmark.py train`'s switches (store_true): given bare, never with a value.
+SWITCHES = ("skip_update",)
+
+
 def _flag(name, value):
+    if name in SWITCHES:
+        return f"--{name}"
     if isinstance(value, bool):
         return f"--{name}={'true' if value else 'false'}"
     return f"--{name}={value}"
@@ -109,6 +115,10 @@ def arm_command(arm, overrides, timing, json_path):
         for name, value in overrides.items():
             if name in AUTHORS_FLAGS:
                 command.append(_flag(name, value))
+            elif name == "data":
+                raise ArmFailed(f"the authors' baseline times a synthetic batch: "
+                                f"--data={value} cannot reach it; leave it out of a "
+                                "comparison with their code")
             elif name != "mixed_precision" or value not in (None, "none"):
                 raise ArmFailed(f"the authors' baseline has no --{name}: leave it out "
                                 "of the model flags of a comparison with their code")

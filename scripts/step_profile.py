@@ -124,11 +124,17 @@ def _union_seconds(intervals):
     return covered / 1e12
 
 
-def read_xspace(logdir):
-    """The XSpace of the newest trace under `logdir` (tf.profiler's plugins/profile)."""
+def traces(logdir):
+    """The paths of the traces (*.xplane.pb) under `logdir`, oldest first."""
+    return sorted(glob.glob(os.path.join(glob.escape(logdir), "**", "*.xplane.pb"),
+                            recursive=True), key=os.path.getmtime)
+
+
+def read_xspace(logdir, earlier=()):
+    """The XSpace of the newest trace under `logdir` (tf.profiler's plugins/profile)
+    that is not among `earlier` (`traces(logdir)` before the profiler ran)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=import-outside-toplevel
-    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True),
-                   key=os.path.getmtime)
+    paths = [path for path in traces(logdir) if path not in set(earlier)]
     if not paths:
         raise FileNotFoundError(f"no *.xplane.pb under {logdir}: the trace was not written")
     space = xplane_pb2.XSpace()

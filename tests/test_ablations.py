@@ -149,6 +149,15 @@ def test_a_torn_last_line_is_dropped_and_the_page_keeps_its_prose(tmp_path):
     (["--study=head", "--results={tmp}"], "is a directory; name a file"),
     (["--study=head", "--settings=nonlinear;deep"], "--settings: 'deep' not in --study=head"),
     (["--study=batch", "--settings=batch 64,5 epochs"], "'batch 64,5 epochs' not in"),
+    # An option the mode does not read (it was dropped: the page of every seed came
+    # out of `--report_only --seeds=0`).
+    (["--study=head", "--report_only", "--seeds=0"],
+     "--seeds does nothing with --report_only (the page's tables hold every seed"),
+    (["--study=head", "--report_only", "--jobs=2"], "--jobs does nothing with --report_only"),
+    (["--study=head", "--head_scale", "--doc={tmp}/p.md"],
+     "--doc does nothing with --head_scale (it writes no page)"),
+    (["--study=head", "--head_scale", "--report_only"],
+     "--report_only does nothing with --head_scale"),
 ])
 def test_bad_arguments_are_refused(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)  # relative paths as a user at the repository's root types them
@@ -466,6 +475,16 @@ def test_each_verdict_follows_the_stated_rule_on_planted_records():
     assert ablations.claim_verdict(nan, claim)[0] == "not measured"
     missing = table([(0.8, 0.7)] * 3, [])
     assert ablations.claim_verdict(missing, claim)[0] == "not measured"
+    # One seed a side: no spread, never 'reproduced' (it was, for +0.1 points).
+    one = table([(0.601, 0.602)], [(0.600, 0.600)])
+    assert ablations.claim_verdict(one, claim)[0] == "undecided (1 seed: no spread)"
+    rows = [_row("head", "nonlinear", 0, 0.602, knn=0.601),
+            _row("head", "linear", 0, 0.600, knn=0.600)]
+    page = ablations.claims_table(rows, "head", CPU)
+    assert ("| a nonlinear head beats a linear one | kNN +0.1 (no spread); probe +0.2 "
+            "(no spread) | undecided (1 seed: no spread) |") in page, page
+    uneven = table([(0.80, 0.70), (0.81, 0.71), (0.82, 0.72)], [(0.70, 0.60)])
+    assert ablations.claim_verdict(uneven, claim)[0].startswith("undecided (1 seed")
     for study, claims in ablations.CLAIMS.items():  # every claim names real settings
         settings = {p.setting for p in ablations.STUDIES[study]}
         for each in claims:
@@ -515,3 +534,28 @@ def test_head_scale_lists_a_point_still_training(tmp_path, capsys):
     out = capsys.readouterr()
     assert "No checkpoint yet (still training?): tau 0.05, l2 / seed 0" in out.out
     assert "no finished run of --study=temperature" in out.err
+
+
+def test_every_option_reaches_the_points_training_and_evaluation(tmp_path, monkeypatch):
+    """Recorders in place of run.py's process and of the evaluation: --seeds,
+    --settings, --data_dir, --threads and --workdir reach each point's command, its
+    environment and its scoring (a planted drop of any fails here)."""
+    import script_io  # pylint: disable=import-outside-toplevel
+    launched, scored = [], []
+    monkeypatch.setattr(script_io.Children, "run", lambda self, command, **kw: launched.append(
+        (command, kw["env"])) or 0)
+    monkeypatch.setattr(ablations.Runner, "_evaluate", lambda self, run_dir, seed, dataset,
+                        budget: scored.append((run_dir, seed, dataset)) or {
+                            "h": dict(knn=0.5, probe=0.6, probe_c=1.0, rankme=3.0)})
+    monkeypatch.setattr(ablations, "contrast_metrics",
+                        lambda run_dir: dict(contrast_acc=0.5, contrast_loss=4.0))
+    data, work = tmp_path / "data", tmp_path / "work"
+    assert ablations.main(["--study=head", "--settings=linear", "--seeds=4", "--threads=3",
+                           f"--data_dir={data}", f"--workdir={work}",
+                           f"--results={tmp_path / 'r.jsonl'}", "--doc="]) == 0
+    ((command, env),) = launched
+    assert "--seed=4" in command and f"--data_dir={data}" in command
+    assert {"--num_proj_layers=1", "--proj_head_mode=linear"} <= set(command)  # the setting
+    assert env["TF_NUM_INTRAOP_THREADS"] == "3"
+    ((run_dir, seed, _),) = scored
+    assert seed == 4 and run_dir.startswith(str(work))

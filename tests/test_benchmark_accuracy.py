@@ -251,3 +251,91 @@ def test_bfloat16_runs_are_their_own_cells_and_leave_the_page_alone(bench, tmp_p
     bench.report_cells([cell], [], args, budget)
     assert (tmp_path / "w" / "benchmark.json").exists()
     assert not doc.exists() and not (tmp_path / "p.png").exists()
+
+
+def _cells(rows, seeds):
+    return [dict(row=row, seed=seed, knn=0.7, probe=0.8, rankme=20.0,
+                 seconds_per_step=0.2, wall_seconds=100.0, load_average_before=[1.0],
+                 load_average_after=[1.0]) for seed in seeds for row in rows]
+
+
+def test_a_run_of_some_rows_or_seeds_leaves_the_page_and_its_plot_alone(
+        bench, tmp_path, monkeypatch, capsys):
+    """`--rows=random --seeds=0` replaced the page's four rows over three seeds (their
+    goals, per-seed table and plot) with its one row. Now only every row over >= 3
+    seeds rewrites them; a part says so and writes --json alone."""
+    doc, plot = tmp_path / "page.md", tmp_path / "p.png"
+    page = f"# Benchmarks\n{bench.BEGIN}\nthe four rows over three seeds\n{bench.END}\n"
+    monkeypatch.setattr(bench, "logged_times", lambda cell_dir, row: {})  # no run here
+    monkeypatch.setattr(bench, "plot_results", lambda results, path, title: open(
+        path, "w").write("drawn"))
+    lightly = f"--lightly_python={sys.executable}"
+    for rows, seeds in (("random", "0"), ("random", "0,1,2"),
+                        (",".join(bench.ROWS), "0,1")):
+        doc.write_text(page)
+        args = bench.parse_args([f"--rows={rows}", f"--seeds={seeds}"]
+                                + ([lightly] if "lightly" in rows else []) + [
+                                 f"--workdir={tmp_path / rows / seeds}", f"--doc={doc}",
+                                 f"--plot={plot}"])
+        bench.report_cells(_cells(args.rows, args.seeds), [], args, bench.BUDGETS["cpu"])
+        assert doc.read_text() == page and not plot.exists(), (rows, seeds)
+        assert f"{doc} and {plot} were left as they are: this run measured " in (
+            capsys.readouterr().out)
+        assert os.path.exists(args.json)
+    args = bench.parse_args(["--seeds=0,1,2", lightly, f"--workdir={tmp_path / 'all'}",
+                             f"--doc={doc}", f"--plot={plot}"])
+    bench.report_cells(_cells(bench.ROWS, [0, 1, 2]), [], args, bench.BUDGETS["cpu"])
+    assert doc.read_text() != page and plot.read_text() == "drawn"
+
+
+def test_a_goal_met_on_one_seed_says_so(bench):
+    one = dict(simclr_tf=dict(knn=[0.75], probe=[0.8]), random=dict(knn=[0.5], probe=[0.6]))
+    lines = bench.goal_lines(one, fast=False)
+    assert "- kNN: simclr_tf >= random init + 10 points: met (from 1 seed: no spread)" in lines
+    three = {row: {m: v * 3 for m, v in metrics.items()} for row, metrics in one.items()}
+    assert "- kNN: simclr_tf >= random init + 10 points: met" in bench.goal_lines(three, False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--replot", "--rows=simclr_tf"], "--rows would do nothing here (--replot only draws"),
+    (["--replot", "--seeds=0", "--fast"], "--fast, --seeds would do nothing here"),
+    (["--speed_rounds=1", "--seeds=0"], "--seeds would do nothing here (--speed_rounds "),
+    (["--speed_epochs=1", "--rows=random"], "--speed_epochs would do nothing here"),
+    (["--rows=random", "--lightly_python=/usr/bin/python3"],
+     "--lightly_python would do nothing here (no lightly row in --rows)"),
+])
+def test_an_option_the_command_would_not_read_is_refused(argv, message, bench, tmp_path,
+                                                         capsys):
+    """Each was dropped: `--replot --rows=simclr_tf` redrew every row, `--speed_rounds
+    --seeds=0` timed seed 0 whatever was given."""
+    with pytest.raises(SystemExit) as info:
+        bench.parse_args(argv + ([] if "--replot" in argv else [f"--workdir={tmp_path}"]))
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+class _Launched(Exception):
+    """Raised by the recorder in place of a training process: what it was given."""
+
+
+def test_every_option_reaches_the_cells_training(bench, tmp_path, monkeypatch):
+    """A recorder in place of the training process: --threads, --data_dir,
+    --mixed_precision and --budget reach the command and its environment (a planted
+    drop of any fails here)."""
+    class Feats:  # bench.Features' labels, enough to reach the training
+        def labels_and_images(self, split):
+            return np.zeros(4, np.int64), None
+
+    def launched(command, log_path, children, env=None):
+        raise _Launched(command, env)
+    monkeypatch.setattr(bench, "run_logged", launched)
+    args = bench.parse_args(["--rows=simclr_tf", "--seeds=4", "--threads=3",
+                             f"--data_dir={tmp_path / 'data'}", "--mixed_precision=bfloat16",
+                             "--budget=gpu", f"--workdir={tmp_path / 'w'}"])
+    budget = bench.BUDGETS[args.budget]
+    with pytest.raises(_Launched) as info:
+        bench.run_cell("simclr_tf", 4, args, budget, Feats(), str(tmp_path / "cell"), None)
+    command, env = info.value.args
+    assert {"--seed=4", f"--data_dir={tmp_path / 'data'}", "--mixed_precision=bfloat16",
+            f"--train_epochs={budget.epochs}", f"--train_batch_size={budget.batch_size}"
+            } <= set(command)
+    assert env["TF_NUM_INTRAOP_THREADS"] == "3"

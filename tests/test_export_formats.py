@@ -139,7 +139,21 @@ def _planted_faults_fail_the_parity_check(run_dir, tmp_path, capsys):
         model.graph.output.extend(kept)
         onnx.save(model, path)
 
+    def torn(copy):  # the first 10% of the file, as a copy cut short leaves it
+        path = copy / "onnx" / "4" / "model.onnx"
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 10])
+
+    def other_size(copy):  # an export of the same model at 24 px (2026-12-06's fault 11)
+        path = str(copy / "onnx" / "4" / "model.onnx")
+        model = onnx.load(path)
+        for dim in model.graph.input[0].type.tensor_type.shape.dim[1:3]:
+            dim.dim_value = 24
+        onnx.save(model, path)
+
     cases = {
+        # Were tracebacks, and litert got no verdict.
+        "torn": (torn, "onnx (step 4): FAIL (cannot be loaded or run by its runtime: "),
+        "other_size": (other_size, "onnx (step 4): FAIL (input size 24x24, the run's "),
         "nan": (onnx_weights(np.float32("nan")), "onnx (step 4): FAIL (embedding: "
                 "non-finite values"),
         "scaled": (onnx_weights(np.float32(1.01)), "onnx (step 4): FAIL (embedding: "),
@@ -614,3 +628,18 @@ def test_the_documented_recipe_into_onnx_gives_serving_default(tmp_path):
         with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
             interpreter.resize_tensor_input(detail["index"], list(small.shape), strict=True)
         assert "**Check the size yourself**" in _card(model_dir, "litert", 1)
+
+
+def test_parity_gives_every_option_to_what_it_measures(tmp_path, monkeypatch, capsys):
+    """A recorder in place of the comparison: --images, --seed and --tolerance arrive
+    (a planted drop of any fails here)."""
+    (tmp_path / "onnx").mkdir()
+    calls = {}
+    monkeypatch.setattr(export_parity, "compare", lambda run_dir, **kw: calls.update(
+        kw, run_dir=run_dir) or {"onnx": dict(step=4, saved_model="s", ops=None, problem=None,
+                                              rows=[("embedding", 1.0, 2e-3, None)])})
+    assert export_parity.main([str(tmp_path), "--images=3", "--seed=9",
+                               "--tolerance=1e-2"]) == 0  # 2e-3 within 1e-2
+    assert calls == dict(run_dir=str(tmp_path), count=3, seed=9)
+    assert "onnx (step 4): PASS" in capsys.readouterr().out
+    assert export_parity.main([str(tmp_path), "--tolerance=1e-3"]) == 1

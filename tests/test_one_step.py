@@ -393,6 +393,84 @@ def test_compare_refuses_bad_input_in_one_line(args, expected, authors_step, sma
     assert line.startswith("one_step.py: ") and expected in line, line
 
 
+def _frozen(before, after, names):
+    """`after` with `names` left exactly as they were (a step that froze them)."""
+    return dict(after, **{name: before[name] for name in names})
+
+
+def test_compare_fails_where_one_step_moved_what_the_other_left_unchanged(
+        authors_step, small_official, tmp_path, capsys):
+    """The authors' step leaves 25 variables (the stem and block_group1, as a frozen
+    fine-tune) unchanged; ours moves them by 5e-4, within --update_tolerance as an
+    absolute difference: FAIL naming them (before: PASS, the ratio printed over an
+    update of size 0). And the other way: ours leaves unchanged what theirs moved."""
+    before, after = authors_step
+    frozen = sorted(name for name in before
+                    if "block_group1/" in name or "initial_conv" in name)[:25]
+    assert len(frozen) == 25
+    theirs = _frozen(before, after, frozen)
+    ours = dict(theirs, **{name: (before[name] + np.float32(5e-4)).astype(np.float32)
+                           for name in frozen})
+    for mine, other, text in (
+            (ours, theirs, "ours moved 25 variables the authors' step left unchanged: "),
+            (theirs, ours, "ours left unchanged 25 variables the authors' step moved: ")):
+        files = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+        np.savez(files[0], **mine)
+        np.savez(files[1], **other)
+        assert run_tool("compare", *map(str, files), f"--checkpoint={small_official}") == 1
+        verdict = capsys.readouterr().out.strip().splitlines()[-1]
+        assert verdict.startswith("FAIL: ") and text in verdict, verdict
+        assert "update differences over" not in verdict  # said once, as moved
+    np.savez(files[0], **theirs)  # both left them unchanged: PASS
+    np.savez(files[1], **theirs)
+    assert run_tool("compare", *map(str, files), f"--checkpoint={small_official}") == 0
+
+
+def test_compare_refuses_a_checkpoint_the_steps_did_not_start_from(
+        authors_step, small_official, tmp_path, capsys):
+    """Ours 5% off the authors' on every update: FAIL from the start; from another
+    model's weights of the same architecture (every "update" as large as the weights)
+    the error drowns, and it passed (status 0). Now status 2, one line naming the
+    output and the checkpoint; the same for one side started elsewhere."""
+    before, after = authors_step
+    other = official_fixtures.write_small_official(
+        tmp_path / "other", seed=1, **dict(official_fixtures.SMALL_R50, encoder_options=dict(
+            depth=18, width_multiplier=0.125)))[0]
+    ours, theirs = tmp_path / "ours.npz", tmp_path / "theirs.npz"
+    after = _scaled(before, after, 0.01)  # updates of about 1e-4, as the report's
+    np.savez(ours, **_scaled(before, after, 1.05))
+    np.savez(theirs, **after)
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={small_official}") == 1
+    capsys.readouterr()
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={other}") == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"one_step.py: OURS.npz={ours} is not one step from "
+                           f"--checkpoint={other}: "), line
+    assert "pass the model both steps started from" in line
+    far = official_fixtures.read_values(other)  # the authors' side started elsewhere
+    np.savez(theirs, **dict(after, **{name: far[name] + after[name] - before[name]
+                                      for name in before}))
+    assert run_tool("compare", str(ours), str(theirs), f"--checkpoint={small_official}") == 2
+    assert _one_line(capsys).startswith(f"one_step.py: AUTHORS.npz={theirs} is not one "
+                                        "step from ")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["compare", "a.npz", "b.npz", "--checkpoint=c", "--learning_rate=0.1"],
+     "--learning_rate would do nothing here (compare reads two finished steps' outputs"),
+    (["compare", "a.npz", "b.npz", "--checkpoint=c", "--views=v.npz", "--float64"],
+     "--views, --float64 would do nothing here"),
+    (["--checkpoint=c", "--views=v.npz", "--out=o.npz", "--update_tolerance=0.1"],
+     "--update_tolerance would do nothing here (the tolerances apply to compare only)"),
+], ids=["step_flag_to_compare", "two_to_compare", "tolerance_to_the_step"])
+def test_a_flag_the_chosen_side_does_not_read_is_refused(args, expected, capsys):
+    """Before, `compare --learning_rate=0.1` compared as if it had not been given, and
+    the step took --update_tolerance without a word."""
+    assert run_tool(*args) == 2
+    line = _one_line(capsys)
+    assert line.startswith("one_step.py: ") and expected in line, line
+
+
 def test_errors_that_need_no_tensorflow_come_before_it_is_imported(tmp_path):
     """A missing path, a file that is no .npz, a bad flag or tolerance, an unknown
     subcommand: one line each, status 2, and TensorFlow (8-15 s to import here) never
@@ -489,3 +567,22 @@ def test_a_head_only_finetune_step_names_every_variable_and_follows_frozen_batch
         assert np.any(after[head[0]] != before[head[0]])
         moved[frozen] = [np.any(after[name] != before[name]) for name in stats]
     assert all(moved["batch"]) and not any(moved["moving"])
+
+
+def _unread(source, names):
+    """The flags among `names` that `source` never reads (FLAGS.name or FLAGS[name];
+    CONFIG_FLAGS are read together, into run.py's Config)."""
+    return [name for name in names if name not in one_step.CONFIG_FLAGS
+            and name not in one_step.IGNORED
+            and f"FLAGS.{name}" not in source and f'FLAGS["{name}"]' not in source]
+
+
+def test_every_flag_of_the_tool_is_read_or_named_as_no_effect():
+    """Each flag the tool defines reaches the step or the comparison, or is one of
+    IGNORED (the authors' run.py flags that change nothing in one step, documented).
+    The control: the source with one flag's reads removed is caught."""
+    with open(one_step.__file__) as f:
+        source = f.read()
+    assert _unread(source, list(one_step.FLAGS)) == []
+    planted = source.replace("FLAGS.ft_proj_selector", "0")
+    assert _unread(planted, list(one_step.FLAGS)) == ["ft_proj_selector"]

@@ -51,6 +51,13 @@ def test_the_three_pictures_of_a_run(tiny_run, tmp_path, capsys, monkeypatch):
     (["{run}", "--only", "curves,histogram"], "--only: expected a subset of curves, "
                                               "views, embeddings"),
     (["{run}", "--views", "0"], "--views: expected 1..32, got 0"),
+    # An option of a picture not drawn (it was dropped).
+    (["{run}", "--only", "curves", "--views", "4"],
+     "--views does nothing with --only=curves: only views read it"),
+    (["{run}", "--only", "curves,views", "--method=tsne"],
+     "--method does nothing with --only=curves,views: only embeddings read it"),
+    (["{run}", "--only", "curves", "--seed=3"],
+     "--seed does nothing with --only=curves: only views and embeddings read it"),
     # Fault 28 of 2026-12-05: a traceback (rc 1).
     (["{run}", "--only", "embeddings", "--split", "validation"],
      r"^plot_run.py: error: --split: Invalid split 'validation' for dataset 'digits'.*"
@@ -308,3 +315,32 @@ def test_a_picture_the_disk_cannot_hold_is_one_line_and_keeps_the_old_one(
                    "(No space left on device); the file there is as it was before"]
     assert (out / "training_curves.png").read_bytes() == b"the older picture"
     assert os.listdir(out) == ["training_curves.png"]
+
+
+def test_every_option_reaches_the_picture_that_reads_it(tiny_run, tmp_path, monkeypatch):
+    """Recorders in place of the three pictures: each option of the command line
+    arrives where it is drawn (a planted drop of any fails here)."""
+    calls = {}
+
+    def recorder(name, *keys):
+        def record(*args):
+            calls[name] = dict(zip(keys, args))
+            return None, "recorded"
+        return record
+    monkeypatch.setattr(plot_run, "plot_curves", recorder(
+        "curves", "plt", "run_dir", "train_mode", "out", "dpi"))
+    monkeypatch.setattr(plot_run, "plot_views", recorder(
+        "views", "plt", "config", "source", "count", "seed", "out", "dpi"))
+    monkeypatch.setattr(plot_run, "plot_embeddings", recorder(
+        "embeddings", "plt", "tf", "run_dir", "source", "split", "max_points", "method",
+        "seed", "out", "dpi"))
+    out = str(tmp_path / "pictures")
+    plot_run.main([tiny_run.directory, "--out", out, "--views=5", "--split=train[:40]",
+                   "--max_points=50", "--method=tsne", "--seed=4", "--dpi=60"])
+    assert {k: calls["curves"][k] for k in ("run_dir", "out", "dpi")} == dict(
+        run_dir=tiny_run.directory, out=out, dpi=60)
+    assert {k: calls["views"][k] for k in ("count", "seed", "out", "dpi")} == dict(
+        count=5, seed=4, out=out, dpi=60)
+    assert {k: calls["embeddings"][k] for k in ("split", "max_points", "method", "seed",
+                                                 "out", "dpi")} == dict(
+        split="train[:40]", max_points=50, method="tsne", seed=4, out=out, dpi=60)

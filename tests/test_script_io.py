@@ -50,11 +50,13 @@ PARENT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_signal_reaches_the_child_which_saves_before_the_parent_exits(
         tmp_path, signum):
     """Fault 18: SIGTERM to ablations.py orphaned its run.py, which kept the lock. The
-    signal is forwarded; the parent waits for the child to save, then exits 128 + n."""
+    signal is forwarded; the parent waits for the child to save, then exits 128 + n.
+    SIGHUP (a closed terminal; 2026-12-06's fault 9: the child, in its own session,
+    trained on to the end) reaches the child as SIGTERM."""
     started, saved = tmp_path / "started", tmp_path / "saved"
     parent = subprocess.Popen([sys.executable, "-c", PARENT.format(
         scripts=os.path.join(ROOT, "scripts"), started=str(started), saved=str(saved))],
@@ -66,7 +68,9 @@ def test_a_stop_signal_reaches_the_child_which_saves_before_the_parent_exits(
     parent.send_signal(signum)
     out, _ = parent.communicate(timeout=30)
     assert parent.returncode == 128 + signum and f"stopped {int(signum)}" in out
-    assert saved.read_text() == str(int(signum))  # the child saved before the parent left
+    # The child saved before the parent left; SIGHUP came to it as SIGTERM.
+    sent = signal.SIGTERM if signum == signal.SIGHUP else signum
+    assert saved.read_text() == str(int(sent))
 
 
 def test_a_child_past_its_timeout_is_killed_as_subprocess_run_does(tmp_path):
@@ -85,3 +89,49 @@ def test_nothing_starts_once_stopped():
         children.run([sys.executable, "-c", "raise SystemExit('must not run')"])
     with pytest.raises(script_io.Stopped):  # work in the script's own process
         children.check()
+
+
+def test_a_hangup_under_nohup_changes_nothing(tmp_path):
+    """A script started with `nohup` (SIGHUP ignored) keeps ignoring it: its child runs
+    on and it exits as the child does."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
+        import script_io
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with script_io.Children() as children:
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            print(children.run([sys.executable, "-c", "import os, signal, time; "
+                                "os.kill(os.getppid(), signal.SIGHUP); time.sleep(0.3)"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "0", result.stderr
+
+
+REMOVALS = ("rmtree(", "os.rmdir(", "os.removedirs(", "os.remove(", "os.unlink(",
+            ".unlink(")
+
+
+def _removals(source):
+    """The lines of `source` that remove a file or a folder."""
+    return [line.strip() for line in source.splitlines()
+            if any(call in line for call in REMOVALS) and not line.strip().startswith("#")]
+
+
+def test_no_script_removes_a_folder_or_file_it_was_given():
+    """2026-12-06's fault 7: `benchmark.py profile --logdir=<a run>` deleted the run's
+    checkpoints (shutil.rmtree on the user's path). No script removes anything but
+    script_io's own scratch file (a temporary sibling it made); temporary folders are
+    tempfile's, removed by it. The control: a planted rmtree is found."""
+    scripts = os.path.join(ROOT, "scripts")
+    found = {}
+    for name in sorted(os.listdir(scripts)):
+        if name.endswith(".py"):
+            with open(os.path.join(scripts, name)) as f:
+                lines = _removals(f.read())
+            if lines:
+                found[name] = lines
+    assert found == {"script_io.py": ["os.remove(scratch)"]}, found
+    assert _removals("    shutil.rmtree(logdir, ignore_errors=True)\n") == [
+        "shutil.rmtree(logdir, ignore_errors=True)"]

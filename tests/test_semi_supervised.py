@@ -107,6 +107,15 @@ def test_seeds_are_a_comma_separated_list(semi):
             semi.seed_list(bad)
 
 
+def test_a_student_budget_that_fast_would_drop_is_refused(semi, capsys):
+    """`--fast --student_epochs=5` trained the students 12 steps, as --fast does."""
+    with pytest.raises(SystemExit) as info:
+        semi.parse_args(["--fast", "--student_epochs=5"])
+    assert info.value.code == 2
+    assert "--student_epochs would do nothing with --fast" in capsys.readouterr().err
+    assert semi.parse_args(["--student_epochs=5"]).student_epochs == 5
+
+
 def _stages_in_process(semi, monkeypatch, processes):
     """The script's one launch of a stage (`run_stage`'s `children.run`) runs the
     command the script built in this process instead: run.py's main on its own
@@ -336,3 +345,26 @@ def test_a_report_that_fails_to_write_at_the_end_goes_to_the_workdir(semi, tmp_p
     assert f"Could not write the report: {taken} could not be written" \
         in capsys.readouterr().err
     assert os.listdir(taken) == [] and os.listdir(workdir) == ["semi_supervised.json"]
+
+
+def test_every_option_reaches_the_stages(semi, tmp_path):
+    """--seeds, --student_epochs and --stage_timeout reach every stage's command and
+    its launch (a recorder in place of the process: a planted drop of any fails)."""
+    args = semi.parse_args(["--seeds=7", "--student_epochs=5", "--stage_timeout=123",
+                            f"--workdir={tmp_path}"])
+    found, model_dir = semi.commands(args, 7, str(tmp_path), dict(num_train=1000,
+                                                                   num_labelled=100))
+    assert sorted(found) == ["a", "b", "c", "d", "e", "pretrain"]
+    steps = int(1000 * 5 // semi.BATCH_SIZE + 1)
+    for stage, command in found.items():
+        assert "--seed=7" in command, stage
+        if stage in ("a", "c", "d", "e"):
+            assert f"--train_steps={steps}" in command, stage
+
+    class Recorder:  # script_io.Children's run
+        def run(self, command, **kw):
+            self.kw = kw
+            return 1
+    children = Recorder()
+    semi.run_stage("a", found["a"], model_dir["a"], str(tmp_path), args, children)
+    assert children.kw["timeout"] == 123

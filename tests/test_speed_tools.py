@@ -376,3 +376,227 @@ def test_a_stop_reaches_the_running_arm_and_ends_the_comparison(side, monkeypatc
         side.run_arm(arm, {}, {}, children)
     assert info.value.signum == signal.SIGTERM
     assert time.monotonic() - start < 30  # the child stopped, not waited out
+
+
+# ------------------------------------------------------- every option reaches its part
+
+
+@pytest.mark.parametrize("part, option", [
+    ("profile", "--compare=none,bfloat16"), ("versus", "--train_modes=finetune"),
+    ("input", "--resnet_depth=18"), ("ntxent", "--logdir=/tmp/x"),
+    ("memory", "--skip_update"), ("memory", "--skip"), ("memory", "--data=dataset"),
+    ("train", "--arm=a:"), ("train", "--logdir=/tmp/x"), ("all", "--rounds=3"),
+    ("versus", "--input_images=8"),
+])
+def test_an_option_a_part_does_not_read_is_refused(part, option, capsys, tmp_path):
+    """Before, `profile` took --data and --skip_update and measured without them, and
+    `versus` took --data and gave it to no arm: an option that the part does not read
+    (abbreviated too) is one line, exit 2, before anything is measured."""
+    bench = load_script("benchmark")
+    with pytest.raises(SystemExit) as info:
+        bench.parse_args([part, "--preset=smoke", option, f"--json={tmp_path / 'b.json'}"])
+    assert info.value.code == 2
+    name = option.split("=")[0].replace("--skip", "--skip_update").replace(
+        "_update_update", "_update")
+    assert f"{name} does nothing in `{part}`: only " in capsys.readouterr().err
+
+
+def test_profile_refuses_jit_compile_whose_ops_it_cannot_split(capsys):
+    """Before: a table of zeros and a 99.5% idle step (the XLA cluster in no part)."""
+    bench = load_script("benchmark")
+    with pytest.raises(SystemExit) as info:
+        bench.parse_args(["profile", "--preset=smoke", "--jit_compile=true"])
+    assert info.value.code == 2
+    assert "--jit_compile: profile splits the step into TensorFlow's ops" in (
+        capsys.readouterr().err)
+    bench.parse_args(["profile", "--preset=smoke", "--jit_compile=false"])  # plain: fine
+
+
+RECORDED = ["--data=dataset", "--dataset=digits", "--skip_update",
+            "--teacher_width_multiplier=0.25", "--train_mode=distill"]
+
+
+@pytest.mark.parametrize("part", ["train", "profile", "versus"])
+def test_each_part_gives_the_options_it_takes_to_what_it_measures(part, side, monkeypatch,
+                                                                  tmp_path):
+    """The measured function of each part is replaced by a recorder: the data, the
+    update left out and the teacher reach it (before: `profile` and `versus` dropped
+    --data and --skip_update). `versus`' arms are parsed back as `train`'s command
+    lines: the values arrive there too."""
+    bench = load_script("benchmark")
+    calls = []
+    monkeypatch.setattr(bench, "matmul_peak", lambda *a, **k: 1.0)
+    monkeypatch.setattr(bench, "bench_train", lambda overrides, **kw: calls.append(
+        dict(kw, overrides=overrides)) or dict(config={}, teacher=None))
+    monkeypatch.setattr(bench, "_print_table", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "bench_profile", lambda overrides, **kw: calls.append(
+        dict(kw, overrides=overrides)) or dict(
+            config={}, data=kw["data"], skip_update=kw["skip_update"], rows=[],
+            untraced_step_seconds=1.0, wall_seconds_per_step=1.0, op_seconds_per_step=1.0,
+            no_op_seconds_per_step=0.0))
+    monkeypatch.setitem(sys.modules, "side_by_side", side)
+    monkeypatch.setattr(side, "run", lambda arms, overrides, **kw: calls.append(dict(
+        commands=[side.arm_command(arm, overrides, kw["timing"], "r.json")
+                  for arm in arms])) or {})
+    arms = ["--arm=a:"] if part == "versus" else []
+    bench.main([part, "--preset=smoke", *arms, *RECORDED, f"--json={tmp_path / 'b.json'}"])
+    (call,) = calls
+    if part == "versus":
+        (command,) = call["commands"]
+        assert command[2] == "train"
+        _, settings, overrides = bench.parse_args(command[2:])
+        call = dict(settings, teacher_overrides=settings["teacher"], overrides=overrides)
+    assert call["data"] == "dataset" and call["skip_update"] is True
+    assert call["teacher_overrides"] == {"teacher_width_multiplier": 0.25}
+    assert call["overrides"]["dataset"] == "digits"
+    assert call["overrides"]["train_mode"] == "distill"
+
+
+def test_the_authors_arm_refuses_the_options_their_baseline_cannot_take(side):
+    tf_dir = os.path.join(os.path.dirname(SCRIPTS), "tests")  # only named in the command
+    arm = dict(name="authors", authors=True, python=sys.executable, authors_dir=tf_dir,
+               flags=[], env={}, unset=[])
+    timing = dict(warmup=1, windows=1, steps=1)
+    for option, words in [(dict(data="dataset"), "--data=dataset cannot reach it"),
+                          (dict(skip_update=True), "has no --skip_update"),
+                          (dict(teacher_width_multiplier=0.25),
+                           "has no --teacher_width_multiplier")]:
+        with pytest.raises(side.ArmFailed, match=words):
+            side.arm_command(arm, option, timing, "r.json")
+
+
+def test_versus_leaves_out_a_bfloat16_arm_on_a_cpu_without_native_bfloat16(monkeypatch,
+                                                                           capsys):
+    """docs/performance.md's command on an AVX2-only EPYC ran its bfloat16 arm 17
+    minutes, with no line (the float32 arm 4). Now that arm is left out with one line;
+    a bfloat16 reference cannot be, and is refused; with native bfloat16 all run."""
+    bench = load_script("benchmark")
+    arms = ["--arm=ours:", "--arm=bf16:--mixed_precision=bfloat16"]
+    monkeypatch.setattr(bench.machine, "native_bfloat16", lambda *a: None)
+    _, settings, _ = bench.parse_args(["versus", "--preset=smoke", *arms])
+    assert [a["name"] for a in settings["arms"]] == ["ours"]
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("benchmark.py versus: arm bf16 trains in bfloat16, which this "
+                           "CPU (") and line.endswith("; left out")
+    for argv in (["--arm=bf16:--mixed_precision=bfloat16", "--arm=ours:"],
+                 ["--mixed_precision=bfloat16", "--arm=a:", "--arm=b:X=1"]):
+        with pytest.raises(SystemExit) as info:
+            bench.parse_args(["versus", "--preset=smoke", *argv])
+        assert info.value.code == 2
+        assert "the reference arm cannot be left out" in capsys.readouterr().err
+    monkeypatch.setattr(bench.machine, "native_bfloat16", lambda *a: "avx512_bf16")
+    _, settings, _ = bench.parse_args(["versus", "--preset=smoke", *arms])
+    assert [a["name"] for a in settings["arms"]] == ["ours", "bf16"]
+
+
+@pytest.mark.large  # a traced tiny step on run.py's pipeline, ~20 s
+def test_profile_keeps_what_its_logdir_held_and_measures_the_options_given(tmp_path):
+    """Before, `profile --logdir=<a run's folder>` deleted the folder (its checkpoints
+    lost) and measured the step with the update whatever --skip_update said."""
+    bench = load_script("benchmark")
+    logdir = tmp_path / "run"
+    (logdir / "plugins" / "profile" / "old").mkdir(parents=True)
+    (logdir / "ckpt-3.index").write_text("a checkpoint")
+    old_trace = logdir / "plugins" / "profile" / "old" / "h.xplane.pb"
+    old_trace.write_bytes(b"an earlier profile: not read")
+    os.utime(old_trace, (time.time() + 3600,) * 2)  # newer than the trace to come
+    summary = bench.bench_profile(
+        dict(encoder="tiny", image_size=16, train_batch_size=8, use_blur=False,
+             num_proj_layers=2, dataset="digits"), warmup=1, windows=1, steps=2,
+        logdir=str(logdir), input_images=8, skip_update=True, data="dataset")
+    assert (logdir / "ckpt-3.index").read_text() == "a checkpoint"
+    assert old_trace.read_bytes() == b"an earlier profile: not read"
+    rows = {r["part"]: r for r in summary["rows"]}
+    # The update's ops gone (LARS over the tiny model's variables: dozens a step); the
+    # weight-decay term of the loss, which the part counts too, is left (4 ops).
+    assert rows["optimizer update"]["ops_per_step"] <= 4, rows["optimizer update"]
+    assert rows["convolution forward"]["seconds_per_step"] > 0
+    assert summary["data"] == "dataset" and summary["skip_update"] is True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_reaches_the_memory_part_s_running_step(signum, monkeypatch, tmp_path):
+    """`memory`'s children ran through subprocess.run: a SIGTERM or SIGHUP to the
+    script left the running step's process on its own. Now it gets SIGTERM, and the
+    part stops (`script_io.Stopped`)."""
+    bench = load_script("benchmark")
+    got = tmp_path / "got"
+    monkeypatch.setattr(bench, "memory_command", lambda run, teacher: [
+        sys.executable, "-c",
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda s, f: (open({str(got)!r}, 'w').write("
+        "str(s)), sys.exit(143)))\n"
+        "time.sleep(60)"])
+    threading.Timer(1.0, os.kill, (os.getpid(), signum)).start()
+    start = time.monotonic()
+    with pytest.raises(script_io.Stopped) as info:
+        bench.bench_memory(dict(train_batch_size=4), [4])
+    assert info.value.signum == signum and time.monotonic() - start < 30
+    assert got.read_text() == str(int(signal.SIGTERM))
+
+
+def test_a_dataset_that_cannot_be_read_is_one_line(capsys, tmp_path):
+    """`profile --data=dataset --dataset=no_such_dataset` profiled a synthetic batch
+    (the dataset never read); now read, it is refused: one line, exit 2, before a
+    model is built, not a traceback."""
+    bench = load_script("benchmark")
+    with pytest.raises(SystemExit) as info:
+        bench.main(["profile", "--preset=smoke", "--encoder=tiny", "--data=dataset",
+                    "--dataset=no_such_dataset", f"--logdir={tmp_path / 'trace'}",
+                    f"--json={tmp_path / 'p.json'}"])
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("benchmark.py: error: --dataset: Unknown dataset "
+                           "'no_such_dataset'")
+    assert not (tmp_path / "trace").exists() and not (tmp_path / "p.json").exists()
+
+
+def test_an_arm_with_a_flag_train_refuses_is_named_before_any_arm_runs(capsys):
+    """A typo in the second arm's flags stopped `versus` only after the first arm ran
+    (minutes); now before any runs, naming the arm."""
+    bench = load_script("benchmark")
+    for arm, words in (("b:--mixed_precison=bfloat16", "unrecognized arguments: "
+                                                        "--mixed_precison=bfloat16"),
+                       ("b:--logdir=/tmp/x", "--logdir does nothing in `train`")):
+        with pytest.raises(SystemExit) as info:
+            bench.parse_args(["versus", "--preset=smoke", "--arm=a:", f"--arm={arm}"])
+        assert info.value.code == 2
+        (line,) = [l for l in capsys.readouterr().err.splitlines() if "error" in l]
+        assert "error: --arm=b: " in line and words in line, line
+
+
+@pytest.mark.parametrize("part", ["input", "ntxent", "memory"])
+def test_the_other_parts_give_their_options_to_what_they_measure(part, monkeypatch,
+                                                                  tmp_path):
+    """As above for `input`, `ntxent` and `memory` (recorders in place of them)."""
+    bench = load_script("benchmark")
+    calls = []
+    monkeypatch.setattr(bench, "_print_table", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "bench_input", lambda size, **kw: calls.append(
+        dict(kw, size=size)) or {})
+    monkeypatch.setattr(bench, "bench_ntxent", lambda batch: calls.append(batch) or {})
+    monkeypatch.setattr(bench, "bench_memory", lambda overrides, sizes, teacher: calls.append(
+        (overrides, sizes, teacher)) or [])
+    json_path = f"--json={tmp_path / 'b.json'}"
+    if part == "input":
+        bench.main(["input", "--image_sizes=24", "--input_images=5", json_path])
+        assert {(c["size"], c["num_images"]) for c in calls} == {(24, 5)}
+        assert len(calls) == 4  # decoded / encoded, host / device
+    elif part == "ntxent":
+        bench.main(["ntxent", "--batch_sizes=8,4", json_path])
+        assert calls == [4, 8]
+    else:
+        bench.main(["memory", "--batch_sizes=8", "--resnet_depth=18", "--grad_cache_chunk=2",
+                    "--teacher_width_multiplier=0.25", json_path])
+        ((overrides, sizes, teacher),) = calls
+        assert overrides == dict(resnet_depth=18, grad_cache_chunk=2) and sizes == [8]
+        assert teacher == {"teacher_width_multiplier": 0.25}
+
+
+def test_an_option_given_beats_the_preset_however_it_is_spelt():
+    """`--wind=5` (argparse's abbreviation) beside --preset=smoke: the preset's 2 won
+    (the option was looked for by its full name in argv)."""
+    bench = load_script("benchmark")
+    for spelt in (["--windows=5"], ["--windows", "5"], ["--wind=5"]):
+        _, settings, _ = bench.parse_args(["train", "--preset=smoke", *spelt])
+        assert settings["windows"] == 5, spelt

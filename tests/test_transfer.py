@@ -268,3 +268,30 @@ def test_transfer_table_refuses_overlapping_splits_before_any_feature(tiny_run, 
     assert "--splits digits: its test split 'train[90%:]' shares 144 of its 144 examples" \
         in error and "allow_overlap" not in error
     assert not os.listdir(tmp_path)
+
+
+def test_transfer_table_gives_every_option_to_the_protocols(tmp_path, monkeypatch):
+    """A recorder in place of the protocols and of the encoder: every option of the
+    command line reaches what is measured (a planted drop of any fails here)."""
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+    calls = []
+    monkeypatch.setattr(checkpoints, "open_encoder", lambda path: (None, 16, "an encoder"))
+    monkeypatch.setattr(checkpoints, "resolve", lambda path: type(
+        "Resolved", (), dict(prefix=str(tmp_path / "ckpt-1")))())
+    monkeypatch.setattr(transfer, "encoder_identity", lambda prefix: "id")
+    monkeypatch.setattr(transfer, "evaluate_protocols", lambda model, source, **kw: calls.append(
+        kw) or dict(knn_top_1=0.5, linear_probe_top_1=0.5, linear_probe_c=1.0,
+                    num_train=10, num_test=10, seconds=0.1))
+    monkeypatch.setattr(transfer, "write_table", lambda rows, out, title: (
+        calls.append(dict(title=title)) or (out, out)))
+    _transfer_table().main([
+        str(tmp_path), "--out", str(tmp_path / "t.md"), "--datasets", "digits",
+        "--splits", "digits=train[:50]:test[:20]", "--image_size=24", "--batch_size=7",
+        "--knn_k=3", "--knn_temperature=0.5", f"--cache_dir={tmp_path / 'cache'}",
+        "--seed=5", "--probe_c=0.5,2"])
+    protocols, table = calls
+    assert protocols == dict(
+        image_size=24, train_split="train[:50]", test_split="test[:20]", batch_size=7,
+        knn_k=3, knn_temperature=0.5, cache_dir=str(tmp_path / "cache"),
+        encoder_id="id@24px", seed=5, c_grid=(0.5, 2.0), allow_overlap=True)
+    assert "at 24 px (kNN k=3, T=0.5;" in table["title"]
