@@ -93,8 +93,8 @@ def run_workers(count, folder, work, repo, batch, epochs, extra, strace=True,
     """One run of `count` workers; a dict per worker."""
     ports = free_ports(count)
     cluster = [f"127.0.0.1:{port}" for port in ports]
-    model_dir = os.path.join(work, f"run_w{count}")
-    shutil.rmtree(model_dir, ignore_errors=True)
+    # A new folder each run: nothing in --work is ever removed or trained on again.
+    model_dir = tempfile.mkdtemp(prefix=f"run_w{count}_", dir=work)
     command = [sys.executable, os.path.join(repo, "run.py"), "--strategy=multiworker",
                f"--dataset=folder:{folder}", f"--model_dir={model_dir}",
                f"--train_batch_size={batch}", f"--train_epochs={epochs}", *RUN_FLAGS,
