@@ -102,3 +102,29 @@ def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
         collectives.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_every_flag_reaches_the_traced_step(monkeypatch):
+    """Each step flag the tool takes arrives in the step it traces (a planted drop
+    fails: the recorder sees what `main` passes)."""
+    seen = []
+    monkeypatch.setattr(collectives, "split_cpu", lambda replicas: None)
+    monkeypatch.setattr(collectives, "our_step", lambda overrides, replicas, mode, classes: (
+        seen.append((overrides, replicas, mode, classes)) or dict(
+            train_mode=mode, rows=[], trainable_variables=0, trainable_float32_bytes=1,
+            collectives=[dict(name="g", part="gradients", bytes_in=1,
+                              direction="update")])))
+    values = dict(encoder="resnet", resnet_depth=50, width_multiplier=2.0, sk_ratio=0.0625,
+                  se_ratio=0.25, image_size=64, train_batch_size=6, num_proj_layers=3,
+                  proj_out_dim=64, proj_head_mode="linear", use_blur=True,
+                  optimizer="momentum", stem="imagenet", augment_on="device",
+                  grad_cache_chunk=3, lineareval_while_pretraining=False, global_bn=False,
+                  mixed_precision="bfloat16")
+    assert set(values) == set(collectives.STEP_FLAGS)
+    argv = [f"--{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in values.items()]
+    collectives.main(argv + ["--replicas=4", "--train_modes=pretrain,finetune",
+                             "--num_classes=1000"])
+    assert [s[2] for s in seen] == ["pretrain", "finetune"]
+    for overrides, replicas, _, classes in seen:
+        assert overrides == values and replicas == 4 and classes == 1000

@@ -1,0 +1,66 @@
+"""scripts/workers.py's own parts, in process: how it counts a worker's reads from an
+strace log, what it reads from run.py's log, and that every flag reaches the runs
+(the runs themselves: docs/scaling.md, measured)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "scripts"))
+import workers  # noqa: E402  (scripts/)
+
+
+def test_reads_and_scans_are_told_apart(tmp_path):
+    folder = tmp_path / "images"
+    (folder / "a").mkdir(parents=True)
+    trace = tmp_path / "trace"
+    trace.write_text("\n".join([
+        f'7 openat(AT_FDCWD, "{folder}/a/1.jpg", O_RDONLY|O_CLOEXEC) = 3',  # scan
+        f'8 openat(AT_FDCWD, "{folder}/a/1.jpg", O_RDONLY) = 4',  # TF's read
+        f'9 openat(AT_FDCWD, "{folder}/a/2.jpg", O_RDONLY <unfinished ...>',
+        f'9 openat(AT_FDCWD, "{folder}/a", O_RDONLY|O_NONBLOCK|O_CLOEXEC|O_DIRECTORY) = 3',
+        f'9 openat(AT_FDCWD, "{folder}/a/3.jpg", O_RDONLY) = -1 ENOENT (No such file)',
+        f'9 openat(AT_FDCWD, "{tmp_path}/images2/a/1.jpg", O_RDONLY) = 5',  # another folder
+    ]))
+    assert workers.count_opens(str(trace), str(folder)) == (2, 1)
+
+
+def test_log_facts():
+    text = ("Training 31 steps (3.10 epochs of 600 examples; 0 done), checkpoint every\n"
+            "step 10/31 | loss 1 | 0.5 s/step (input wait 0%)\n"
+            "step 31/31 | loss 1 | 0.25 s/step (input wait 0%)\n")
+    assert workers._log_facts(text) == dict(steps=31, epochs=3.1, examples=600,  # pylint: disable=protected-access
+                                            seconds_per_step=0.25)
+    assert workers._log_facts("nothing") is None  # pylint: disable=protected-access
+
+
+def test_every_flag_reaches_the_runs(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(workers, "run_workers", lambda count, folder, work, repo, batch,
+                        epochs, extra, strace=True: seen.append(
+                            (count, folder, work, repo, batch, epochs, extra, strace)) or [
+                                dict(workers=count, worker=0, peak_rss_mb=1.0)])
+    folder = tmp_path / "images"
+    folder.mkdir()
+    workers.main([f"--folder={folder}", "--workers=2,4", "--train_batch_size=8",
+                  "--train_epochs=5", "--run_flag=--image_size=32", f"--work={tmp_path}",
+                  "--no_strace", f"--json={tmp_path / 'rows.json'}"])
+    assert [s[0] for s in seen] == [2, 4]
+    for _, got_folder, work, repo, batch, epochs, extra, strace in seen:
+        assert (got_folder, work, repo, batch, epochs, extra, strace) == (
+            str(folder), str(tmp_path), workers.REPO, 8, 5, ["--image_size=32"], False)
+    assert (tmp_path / "rows.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers=2,x"], "whole numbers"),
+    (["--workers=3", "--train_batch_size=8"], "does not divide"),
+    (["--folder=/no/such/folder"], "is not a folder"),
+    (["--run_flag=image_size=32"], "a run.py flag"),
+    (["--repo=/tmp"], "has no run.py"),
+])
+def test_bad_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        workers.parse_args(argv + ["--no_strace"])
+    assert message in capsys.readouterr().err
