@@ -101,3 +101,16 @@ def test_no_page_names_a_developers_machine_or_a_file_outside_the_clone():
 
 def test_the_readme_fits_its_budget():
     assert os.path.getsize(os.path.join(REPO, "README.md")) <= README_BUDGET
+
+
+def test_the_scaling_page_holds_its_models_output():
+    """docs/scaling.md's modelled tables are what scripts/scaling_model.py computes
+    from its inputs (a figure edited by hand, or an input changed without the page,
+    fails)."""
+    import sys  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    import scaling_model  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(REPO, "docs", "scaling.md"), encoding="utf-8") as f:
+        page = f.read().splitlines()
+    missing = [line for line in scaling_model.tables() if line and line not in page]
+    assert not missing, missing[:3]

@@ -41,8 +41,9 @@ from simclr_tf.data import sources
 from simclr_tf.data.sources import DatasetSource
 from simclr_tf.config.tables import train_modes
 
-# The shuffle buffer holds decoded images: 10k ImageNet images are ~1.5 GB of host
-# memory, the reference's choice; smaller datasets are shuffled whole.
+# The shuffle buffer holds decoded images: 10k ImageNet images (about 375x500) are
+# ~5.6 GB of host memory per input pipeline (docs/scaling.md); smaller shares are
+# shuffled whole.
 DEFAULT_SHUFFLE_BUFFER_SIZE = 10_000
 
 InputFn = Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
