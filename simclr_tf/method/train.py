@@ -24,7 +24,7 @@ from absl import logging
 from simclr_tf import augment
 from simclr_tf.config import rules
 from simclr_tf.config.tables import train_modes
-from simclr_tf.method import collectives, optimizers
+from simclr_tf.method import collectives, loss_decay
 
 
 # Every metric a step can return; which ones it does depends on train_mode, the
@@ -172,7 +172,7 @@ class Trainer:
         options: the step's `StepOptions` (train mode, temperature, blur, views,
             gradient caching, seed); None: `StepOptions()`, pretraining's defaults.
         weight_decay_loss: the weight decay that enters the loss, an
-            `optimizers.LossWeightDecay` (from `optimizers.build_optimization`,
+            `loss_decay.LossWeightDecay` (from `optimizers.build_optimization`,
             which resolves its variables once); None for none.
         steps_per_loop: training steps per call of the compiled function (fewer
             host round trips, e.g. on TPU); `simclr_tf.run.loop` sees every call.
@@ -211,7 +211,7 @@ class Trainer:
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
-        self.weight_decay_loss = weight_decay_loss or optimizers.LossWeightDecay([], 0.0)
+        self.weight_decay_loss = weight_decay_loss or loss_decay.LossWeightDecay([], 0.0)
         self.steps_per_loop = steps_per_loop
         self.jit_compile = jit_compile
         with strategy.scope():
