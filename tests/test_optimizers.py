@@ -325,7 +325,7 @@ def test_structural_exclusions_are_the_references_for_every_resnet(depth):
     for kwargs in cases:
         model = SimCLRModel(**dict(dict(encoder_options=resnet), **kwargs))
         model.build((None, 8, 8, 3))
-        got = {id(v) for v in lars.no_decay_variables(model)}
+        got = {id(v) for v in lars.lars_excluded_variables(model)}
         assert got == _reference_exclusions(model), (depth, kwargs)
         assert len(got) < len(model.weights)
 
@@ -339,7 +339,7 @@ def test_adamw_decays_decoupled_all_but_the_no_decay_variables():
     adamw.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))
     # Zero gradients: Adam's step is 0, so each variable moves only by its decay,
     # w <- w - lr * wd * w, or not at all.
-    no_decay = {id(v) for v in lars.no_decay_variables(model)} - {
+    no_decay = {id(v) for v in lars.lars_excluded_variables(model)} - {
         id(model.supervised_head.kernel)}
     for v, w in zip(variables, start):
         expected = w if id(v) in no_decay else w * (1 - 0.1 * 0.5)

@@ -4,7 +4,7 @@ from weight decay and trust-ratio scaling (`lars_excluded_variables`).
 Which variables are excluded is decided by the model's structure (a variable's rank,
 what the encoder declares, the supervised head), never by variable-name patterns,
 whose spelling changed between Keras versions. The rule holds for any encoder
-(ResNet, ViT, ...): see `no_decay_variables`.
+(ResNet, ViT, ...): see `lars_excluded_variables`.
 """
 import keras
 import tensorflow as tf
@@ -144,14 +144,19 @@ def _encoder_no_decay(model):
     return list(declared()) if declared is not None else []
 
 
-def no_decay_variables(model):
-    """Variables that LARS (and AdamW) must neither decay nor scale by trust ratio.
+def lars_excluded_variables(model):
+    """The variables LARS neither decays nor scales by trust ratio, by structure:
 
-    By structure, for any encoder: every variable with at most one dimension (norm
-    scales, offsets and statistics, biases), the encoder's `no_decay_variables()`
-    (e.g. a ViT's class token and position embedding), and all weights of
-    `model.supervised_head` when the model has one (not None). For ResNet this is
-    exactly the reference's set: batch-norm weights, biases and the head.
+    - every variable with at most one dimension: batch-norm scales, offsets and
+      statistics, biases (a ViT's LayerNorm too);
+    - the encoder's own `no_decay_variables()` (e.g. a ViT's class token and
+      position embedding);
+    - every weight of `model.supervised_head` when the model has one (not None):
+      its kernel decays in the loss instead (`loss_decay`).
+
+    For ResNet this is exactly the reference's set: batch-norm weights, biases and
+    the supervised head. AdamW (`optimizers.build_optimizer`) spares the same but the
+    head's kernel.
 
     Args:
         model: a Keras model (built, so that its variables exist).
@@ -165,8 +170,3 @@ def no_decay_variables(model):
     if head is not None:
         excluded += list(head.weights)
     return _unique(excluded)
-
-
-def lars_excluded_variables(model):
-    """What LARS excludes from decay and trust scaling: `no_decay_variables`."""
-    return no_decay_variables(model)

@@ -5,7 +5,7 @@ resolved once from the model's structure.
 import keras
 
 from simclr_tf.config import rules
-from simclr_tf.method.lars import LARS, lars_excluded_variables, no_decay_variables
+from simclr_tf.method.lars import LARS, lars_excluded_variables
 from simclr_tf.method.rate_multipliers import AdamWithRates, AdamWWithRates, NesterovSGD
 from simclr_tf.method.loss_decay import weight_decay_loss
 
@@ -101,7 +101,7 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
         head = getattr(model, "supervised_head", None)
         head_ids = {id(w) for w in (head.weights if head is not None else [])}
         optimizer.exclude_from_weight_decay(var_list=[
-            v for v in no_decay_variables(model)
+            v for v in lars_excluded_variables(model)
             if id(v) not in head_ids or len(v.shape) <= 1])
     else:
         if not head_variables:
