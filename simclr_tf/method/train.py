@@ -86,9 +86,9 @@ class StepOptions:
             one chunk; BN then normalises with per-chunk statistics. Pretraining only;
             must divide the per-replica batch.
         seed: the run's seed, for the blur's seeds.
-        distill_temperature: tau of `losses.distillation_loss` (distill only).
+        distill_temperature: tau of `objectives.distill.distillation_loss` (distill only).
         distill_alpha: weight of the distillation loss; 1 - alpha weighs
-            `losses.labelled_cross_entropy` (SimCLR v2, eq. 3). Distill only.
+            `objectives.distill.labelled_cross_entropy` (SimCLR v2, eq. 3). Distill only.
         objective_options: a registered objective's own options (its row's
             `options`): {name: value} or its (name, value) pairs, defaults filled in.
     """
