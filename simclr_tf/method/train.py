@@ -136,25 +136,6 @@ class Trainer:
         with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
             return self.objective.train_step(batch)
 
-    def optimize(self, compute_loss):
-        """Forward + weight decay under a tape, then one optimizer update.
-
-        Args:
-            compute_loss: `() -> (loss, metrics)`, the objective's forward and loss.
-
-        Returns:
-            `metrics` with the step's loss, weight decay, rate (and gradient norm).
-        """
-        # The rate of this update (the schedule reads the not yet incremented step).
-        learning_rate = tf.cast(self.optimizer.learning_rate, tf.float32)
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            loss, metrics = compute_loss()
-            loss, decay, scaled_loss = self.total_loss(loss)
-        grads = tape.gradient(scaled_loss, variables)
-        return self.apply(grads=grads, variables=variables, metrics=metrics, loss=loss,
-                          decay=decay, learning_rate=learning_rate)
-
     def total_loss(self, loss):
         """(loss + weight decay, the decay, the replica's scaled loss to differentiate)."""
         with tf.name_scope("weight_decay"):  # names only (scripts/step_profile.py)
