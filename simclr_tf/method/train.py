@@ -20,6 +20,10 @@ from absl import logging
 
 from simclr_tf.config.tables import train_modes
 from simclr_tf.method import collectives, loss_decay
+from simclr_tf.method.objectives.distill import Distill
+from simclr_tf.method.objectives.finetune import Finetune
+from simclr_tf.method.objectives.pair_losses import MarginTriplet, NTLogistic
+from simclr_tf.method.objectives.pretrain import Pretrain
 # The step's options (built from the Config by `simclr_tf.run.modes.parts.step_options`).
 from simclr_tf.method.step_options import StepOptions, given_options  # noqa: F401  pylint: disable=unused-import
 
@@ -49,6 +53,22 @@ def reduce_op(name):
     """How metric `name` of the replicas' steps combines into the global value."""
     return tf.distribute.ReduceOp.SUM if name in _SUMMED else tf.distribute.ReduceOp.MEAN
 
+
+
+# The built-in train modes' objectives (their steps), by --train_mode. What each asks
+# of the rest of the code is its row in the TF-free table
+# `simclr_tf.config.tables.train_modes`; a train mode registered from outside names its
+# class in its row ('module:Class').
+OBJECTIVES = {"pretrain": Pretrain, "finetune": Finetune, "distill": Distill,
+              "nt_logistic": NTLogistic, "margin_triplet": MarginTriplet}
+
+
+def objective_class(train_mode):
+    """The `objectives.base.Objective` subclass of `train_mode`: a built-in one's
+    (`OBJECTIVES`), else the one its registered row names, imported now."""
+    if train_mode in OBJECTIVES:
+        return OBJECTIVES[train_mode]
+    return train_modes.get(train_mode).objective_class()
 
 
 class Trainer:
@@ -113,7 +133,7 @@ class Trainer:
             optimizer.build(model.trainable_variables)
             # The train mode's loss (`simclr_tf.method.objectives`); its `state()` is saved
             # with the model's checkpoint.
-            self.objective = row.objective_class()(self, teacher=teacher)
+            self.objective = objective_class(row.name)(self, teacher=teacher)
         self._train_function = None
 
     @property
