@@ -1,7 +1,7 @@
 """What every mode builds from the Config: the model, the Trainer (its step options,
 blur and views), the training views (`view_options`, `draw_views`), the teacher, the
 encoder to evaluate. The evaluators a mode runs:
-`simclr_tf.run.modes.evaluators`; the export of a model: `simclr_tf.run.modes.export`."""
+`simclr_tf.run.modes.evaluations`; the export of a model: `simclr_tf.run.modes.export`."""
 import dataclasses
 import functools
 
