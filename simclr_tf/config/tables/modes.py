@@ -3,7 +3,7 @@
 
 This module imports nothing of TensorFlow (run.py checks the flags before TensorFlow
 is imported). The built-in modes' functions are called by name in
-`simclr_tf.run.experiment.MODE_FUNCTIONS` (a reader follows them there); a mode
+`simclr_tf.run.experiment.mode_functions` (a reader follows them there); a mode
 registered from outside names its functions as 'module:function', imported when the
 mode runs. A new mode is one `Mode` row (`register`) plus its function
 `(config, strategy, context) -> {name: value}` in its module.
@@ -22,7 +22,7 @@ class Mode:
         name: the value of --mode.
         parts: a registered mode's functions, 'module:function' each, in the order
             it runs them (a SIGTERM during training stops the rest). Empty for the
-            built-in modes: `simclr_tf.run.experiment.MODE_FUNCTIONS` calls theirs.
+            built-in modes: `simclr_tf.run.experiment.mode_functions` names theirs.
         help: one phrase for --help.
         trains: it trains a model. Its record is model_dir's flags.json /
             result.json (what `open_encoder` and users read; the other modes write
