@@ -179,7 +179,7 @@ def test_every_module_and_attribute_a_table_names_resolves(table):
         # tests' toy mode names its function as a mode registered from outside does.
         "modes": [part for row in (*mode_table.MODES.values(), toy_mode.MODE)
                   for part in row.parts],
-        # The built-in rows name none (method/train.py's OBJECTIVES holds theirs): a
+        # The built-in rows name none (method/train.py's objective_class names theirs): a
         # registered row's, here one like the tests' toy objective's.
         "train_modes": [row.objective for row in train_modes.TRAIN_MODES.values()
                         if row.objective] + ["simclr_tf.method.objectives.pretrain:Pretrain"],
@@ -193,13 +193,13 @@ def test_every_module_and_attribute_a_table_names_resolves(table):
 def test_the_built_in_modes_and_objectives_are_called_by_name():
     """The default path is calls an editor follows: each built-in --mode's functions
     (run/experiment.py's mode_functions) and --train_mode's objective (method/train.py's
-    OBJECTIVES) are named there, and the TF-free tables hold no 'module:attr' string
+    objective_class) are named there, and the TF-free tables hold no 'module:attr' string
     for them (one truth)."""
     from simclr_tf.method import train  # pylint: disable=import-outside-toplevel
     from simclr_tf.run import experiment  # pylint: disable=import-outside-toplevel
     for mode in mode_table.MODES.values():
         functions = experiment.mode_functions(mode)
         assert not mode.parts and functions and all(callable(f) for f in functions), mode
-    for name, cls in train.OBJECTIVES.items():
-        assert train_modes.get(name).objective == "" and train.objective_class(name) is cls
-    assert set(train.OBJECTIVES) >= {"pretrain", "finetune", "distill"}
+    for row in train_modes.TRAIN_MODES.values():
+        assert row.objective == "" and issubclass(train.objective_class(row.name), object)
+    assert train.objective_class("pretrain").__name__ == "Pretrain"

@@ -20,10 +20,7 @@ from absl import logging
 
 from simclr_tf.config.tables import train_modes
 from simclr_tf.method import collectives, loss_decay
-from simclr_tf.method.objectives.distill import Distill
-from simclr_tf.method.objectives.finetune import Finetune
-from simclr_tf.method.objectives.pair_losses import MarginTriplet, NTLogistic
-from simclr_tf.method.objectives.pretrain import Pretrain
+from simclr_tf.method.objectives import distill, finetune, pair_losses, pretrain
 # The step's options (built from the Config by `simclr_tf.run.modes.parts.step_options`).
 from simclr_tf.method.step_options import StepOptions, given_options  # noqa: F401  pylint: disable=unused-import
 
@@ -55,19 +52,16 @@ def reduce_op(name):
 
 
 
-# The built-in train modes' objectives (their steps), by --train_mode. What each asks
-# of the rest of the code is its row in the TF-free table
-# `simclr_tf.config.tables.train_modes`; a train mode registered from outside names its
-# class in its row ('module:Class').
-OBJECTIVES = {"pretrain": Pretrain, "finetune": Finetune, "distill": Distill,
-              "nt_logistic": NTLogistic, "margin_triplet": MarginTriplet}
-
-
 def objective_class(train_mode):
-    """The `objectives.base.Objective` subclass of `train_mode`: a built-in one's
-    (`OBJECTIVES`), else the one its registered row names, imported now."""
-    if train_mode in OBJECTIVES:
-        return OBJECTIVES[train_mode]
+    """The `objectives.base.Objective` subclass of `train_mode`, when a Trainer is
+    built: a built-in train mode's named here, one registered from outside names its
+    class in its row ('module:Class'). What each asks of the rest of the code is its
+    row in the TF-free table `simclr_tf.config.tables.train_modes`."""
+    built_in = {"pretrain": pretrain.Pretrain, "finetune": finetune.Finetune,
+                "distill": distill.Distill, "nt_logistic": pair_losses.NTLogistic,
+                "margin_triplet": pair_losses.MarginTriplet}
+    if train_mode in built_in:
+        return built_in[train_mode]
     return train_modes.get(train_mode).objective_class()
 
 

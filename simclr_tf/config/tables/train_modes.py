@@ -5,7 +5,7 @@ comparing the mode's name; each objective's step is one module of
 
 This module imports nothing of TensorFlow (run.py checks the flags before TensorFlow
 is imported): the built-in objectives' classes are named in
-`simclr_tf.method.train.OBJECTIVES`, which the Trainer calls; a registered row names
+`simclr_tf.method.train.objective_class`, which the Trainer calls; a registered row names
 its step class as 'module:Class', imported when a Trainer is built. A new objective is
 one file: its `TrainMode` row (`register`) and
 its `simclr_tf.method.objectives.base.Objective` subclass (its loss, its slice of the step
@@ -46,7 +46,7 @@ class TrainMode:
         name: the value of --train_mode.
         objective: 'module:Class' of its `simclr_tf.method.objectives.base.Objective`
             (a registered row); empty for the built-in rows, whose classes
-            `simclr_tf.method.train.OBJECTIVES` names.
+            `simclr_tf.method.train.objective_class` names.
         help: one phrase for --help.
         views: views per image in a batch: 2 gives `((view1, view2), labels)` of
             colour-distorted views (--augment_on=device: the step draws them from
@@ -137,9 +137,8 @@ class TrainMode:
         `simclr_tf.method.train.objective_class` answers for every row)."""
         if not self.objective:
             raise ValueError(f"train mode {self.name!r} names no objective class: a built-in "
-                             "one's is in simclr_tf.method.train.OBJECTIVES (ask "
-                             "simclr_tf.method.train.objective_class), a registered row "
-                             "names its own as 'module:Class'.")
+                             "one's is named by simclr_tf.method.train.objective_class, "
+                             "a registered row names its own as 'module:Class'.")
         module, _, name = self.objective.partition(":")
         return getattr(importlib.import_module(module), name)
 
