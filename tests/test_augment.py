@@ -67,8 +67,10 @@ AUGMENTATIONS = {
     "preprocess_for_eval_crop": lambda x: augment.preprocess_for_eval(x, 24, 24),
     "preprocess_for_eval_nocrop": lambda x: augment.preprocess_for_eval(
         x, 24, 24, crop=False),
-    "random_crop_with_resize": lambda x: augment.random_crop_with_resize(x, 24, 24),
-    "center_crop": lambda x: augment.center_crop(x, 24, 24),
+    # The crops are not clipped (the authors' order: the colour ops and the view clip).
+    "random_crop_with_resize": lambda x: tf.clip_by_value(
+        augment.random_crop_with_resize(x, 24, 24), 0, 1),
+    "center_crop": lambda x: tf.clip_by_value(augment.center_crop(x, 24, 24), 0, 1),
     "random_flip": augment.random_flip,
     "color_jitter": lambda x: augment.color_jitter(x, 1.0),
     "color_jitter_fixed_order": lambda x: augment.color_jitter(x, 1.0, random_order=False),
@@ -108,6 +110,30 @@ def test_batch_random_blur_eager_and_in_tf_function():
 
 
 # ------------------------------------------------------------ crop
+
+
+def test_the_crop_keeps_the_bicubic_overshoot_for_the_colour_ops_as_the_authors():
+    """The authors' crop (`crop_and_resize`, `random_crop_with_resize`) resizes
+    bicubically without a clip: the overshoot reaches the flip and the colour ops
+    (each clips after itself) and the view's one clip at the end (issue 71: this
+    code clipped right after the resize). Evaluation still ends clipped."""
+    board = (np.indices((8, 8)).sum(axis=0) % 2).astype(np.float32)  # bicubic overshoots
+    image = tf.constant(np.repeat(board[..., None], 3, axis=-1))
+    seed = tf.constant([3, 4], tf.int64)
+    whole = augment.random_crop_with_resize(image, 24, 24, p=0.0, seed=seed)
+    box = augment.crop_and_resize(image, 0, 0, 8, 8, 24, 24)
+    for crop in (whole, box):
+        assert float(tf.reduce_max(crop)) > 1.05 and float(tf.reduce_min(crop)) < -0.05
+    # One view: crop -> flip -> colour (each op clipped) -> the one clip at the end.
+    seeds = augment._seeds(seed, 3)  # pylint: disable=protected-access
+    want = augment.random_crop_with_resize(image, 24, 24, seed=seeds[0])
+    want = augment.random_color_jitter(augment.random_flip(want, seed=seeds[1]), 1.0,
+                                       seed=seeds[2])
+    np.testing.assert_array_equal(augment.preprocess_for_train(image, 24, 24, seed=seed),
+                                  tf.clip_by_value(want, 0.0, 1.0))
+    for crop in (True, False):
+        view = augment.preprocess_for_eval(image, 24, 24, crop=crop)
+        assert float(tf.reduce_min(view)) >= 0.0 and float(tf.reduce_max(view)) <= 1.0
 
 
 def test_crop_area_and_aspect_ranges_and_distribution():

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf.method import losses, optimizers, train
+from simclr_tf.method import optimizers, train
+from simclr_tf.method.objectives import distill as distill_objective
 from simclr_tf.run import experiment, preflight
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints, teacher
@@ -48,7 +49,7 @@ def test_distillation_loss_is_the_papers_cross_entropy(temperature):
                                * _log_softmax(s.astype(np.float64) / temperature), axis=1))
     teacher_logits, student_logits = tf.Variable(t), tf.Variable(s)
     with tf.GradientTape(persistent=True) as tape:
-        loss = losses.distillation_loss(teacher_logits, student_logits, temperature)
+        loss = distill_objective.distillation_loss(teacher_logits, student_logits, temperature)
     np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
     grad = tape.gradient(loss, student_logits).numpy()
     closed = (_softmax(s / temperature) - _softmax(t / temperature)) / (temperature * 6)
@@ -67,10 +68,10 @@ def test_a_student_equal_to_its_teacher_starts_at_the_teachers_entropy():
     for temperature in (0.5, 1.0):
         p = _softmax(t.astype(np.float64) / temperature)
         entropy = -np.mean(np.sum(p * np.log(p), axis=1))
-        np.testing.assert_allclose(float(losses.distillation_loss(t, t, temperature)),
+        np.testing.assert_allclose(float(distill_objective.distillation_loss(t, t, temperature)),
                                    entropy, rtol=1e-5)
         other = t + rng.normal(size=t.shape).astype(np.float32)
-        assert float(losses.distillation_loss(t, other, temperature)) > entropy
+        assert float(distill_objective.distillation_loss(t, other, temperature)) > entropy
 
 
 def test_the_labelled_term_is_summed_and_divided_by_the_whole_batch():
@@ -81,17 +82,17 @@ def test_the_labelled_term_is_summed_and_divided_by_the_whole_batch():
     labels = np.array([2, -1, 0, -1, -1, 3], np.int32)
     log_p = _log_softmax(logits.astype(np.float64))
     expected = -sum(log_p[i, y] for i, y in enumerate(labels) if y >= 0) / 6
-    np.testing.assert_allclose(float(losses.labelled_cross_entropy(labels, logits)),
+    np.testing.assert_allclose(float(distill_objective.labelled_cross_entropy(labels, logits)),
                                expected, rtol=1e-5)
-    assert float(losses.labelled_cross_entropy(np.full(6, -1, np.int32), logits)) == 0.0
-    np.testing.assert_allclose(float(losses.agreement(logits, logits)), 1.0)
+    assert float(distill_objective.labelled_cross_entropy(np.full(6, -1, np.int32), logits)) == 0.0
+    np.testing.assert_allclose(float(distill_objective.agreement(logits, logits)), 1.0)
 
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="distill_temperature must be > 0"):
-        losses.distillation_loss(np.zeros([2, 3]), np.zeros([2, 3]), 0.0)
+        distill_objective.distillation_loss(np.zeros([2, 3]), np.zeros([2, 3]), 0.0)
     with pytest.raises(ValueError, match="same classes"):
-        losses.distillation_loss(np.zeros([2, 3]), np.zeros([2, 4]), 1.0)
+        distill_objective.distillation_loss(np.zeros([2, 3]), np.zeros([2, 4]), 1.0)
     with pytest.raises(ValueError, match="distill_alpha must be in"):
         train.StepOptions(train_mode="distill", distill_alpha=1.5)
 

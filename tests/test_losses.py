@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf.method import losses
+from simclr_tf.method.objectives import pair_losses
 
 
 def _normalise(x):
@@ -247,12 +248,12 @@ def test_the_papers_table_2_losses_equal_numpy(hidden_norm):
     z1, z2 = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
     log_sigmoid = lambda x: -np.logaddexp(0.0, -x)  # noqa: E731
     t, m = 0.3, 0.4
-    logistic = losses.nt_logistic(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+    logistic = pair_losses.nt_logistic(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
                                   temperature=t, hidden_norm=hidden_norm)
     expected = _pair_reference(z1, z2, lambda p, neg: -log_sigmoid(p / t) - np.mean(
         log_sigmoid(-neg / t)), hidden_norm)
     np.testing.assert_allclose(logistic.loss.numpy(), expected, rtol=2e-5)
-    triplet = losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+    triplet = pair_losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
                                     margin=m, hidden_norm=hidden_norm)
     expected = _pair_reference(z1, z2, lambda p, neg: np.mean(np.maximum(neg - p + m, 0)),
                                hidden_norm)
@@ -264,5 +265,5 @@ def test_the_papers_table_2_losses_equal_numpy(hidden_norm):
     assert float(losses.contrast_acc(triplet)) == float(losses.contrast_acc(xent))
     for margin in (0, float("inf"), float("nan")):  # inf made the loss NaN
         with pytest.raises(ValueError, match="margin must be a finite number > 0"):
-            losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
+            pair_losses.margin_triplet(tf.constant(z1, tf.float32), tf.constant(z2, tf.float32),
                                   margin=margin)

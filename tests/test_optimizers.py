@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf.method import optimizers, schedules
+from simclr_tf.method import lars, loss_decay, optimizers, rate_multipliers, schedules
 from helpers.standin_model import make_model
 
 
@@ -55,7 +55,7 @@ def _run_eager(optimizer, weights, grads):
 def test_lars_equals_closed_form(nesterov, num_steps):
     weights, grads = _problem()
     grads = grads[:num_steps]
-    got = _run_eager(optimizers.LARS(0.5, weight_decay=1e-2, nesterov=nesterov),
+    got = _run_eager(lars.LARS(0.5, weight_decay=1e-2, nesterov=nesterov),
                      weights, grads)
     expected = numpy_lars(weights, grads, [0.5] * num_steps,
                           excluded=[False, True, False, False], weight_decay=1e-2,
@@ -67,7 +67,7 @@ def test_lars_equals_closed_form(nesterov, num_steps):
 def test_lars_follows_a_schedule_step_by_step():
     weights, grads = _problem(seed=1)
     schedule = schedules.WarmUpAndCosine(1.0, batch_size=256, warmup_steps=2, total_steps=4)
-    got = _run_eager(optimizers.LARS(schedule, momentum=0.8, eeta=0.01, weight_decay=1e-3),
+    got = _run_eager(lars.LARS(schedule, momentum=0.8, eeta=0.01, weight_decay=1e-3),
                      weights, grads)
     lrs = [float(schedule(s)) for s in range(4)]  # 0, 0.5, 1, 0.5
     expected = numpy_lars(weights, grads, lrs, excluded=[False, True, False, False],
@@ -78,7 +78,7 @@ def test_lars_follows_a_schedule_step_by_step():
 
 def test_excluded_variable_is_plain_momentum_sgd():
     weights, grads = _problem(seed=2)
-    got = _run_eager(optimizers.LARS(0.1, weight_decay=0.5), weights, grads)
+    got = _run_eager(lars.LARS(0.1, weight_decay=0.5), weights, grads)
     # Variable 1 is excluded: no decay, no trust ratio, i.e. heavy-ball SGD.
     w, v = np.float64(weights[1]), 0.0
     for step in grads:
@@ -92,7 +92,7 @@ def test_excluded_variable_is_plain_momentum_sgd():
 
 def test_exclusions_by_structure():
     model = make_model()
-    excluded = {id(v) for v in optimizers.lars_excluded_variables(model)}
+    excluded = {id(v) for v in lars.lars_excluded_variables(model)}
     expected_excluded = (
         [w for bn in (model.bn1, model.bn2, model.proj_bn) for w in bn.weights]
         + [model.conv1.bias] + list(model.supervised_head.weights))
@@ -101,7 +101,7 @@ def test_exclusions_by_structure():
     for kernel in (model.conv1.kernel, model.conv2.kernel, model.proj.kernel):
         assert id(kernel) not in excluded
     no_head = make_model(with_head=False)
-    assert len(optimizers.lars_excluded_variables(no_head)) == len(expected_excluded) - 2
+    assert len(lars.lars_excluded_variables(no_head)) == len(expected_excluded) - 2
 
 
 def test_exclusions_resolved_in_build_and_under_mirrored_strategy():
@@ -112,7 +112,7 @@ def test_exclusions_resolved_in_build_and_under_mirrored_strategy():
         optimizer = optimizers.build_optimizer("lars", 0.3, weight_decay=1e-2, model=model)
         optimizer.build(model.trainable_variables)
     variables = model.trainable_variables
-    excluded = {id(v) for v in optimizers.lars_excluded_variables(model)}
+    excluded = {id(v) for v in lars.lars_excluded_variables(model)}
     flags = [optimizer.is_excluded(v) for v in variables]
     assert flags == [id(v) in excluded for v in variables]
     # The optimizer holds no reference to model variables as its own state.
@@ -141,62 +141,62 @@ def test_exclusions_resolved_in_build_and_under_mirrored_strategy():
 def test_lars_config_round_trip():
     schedule = schedules.WarmUpAndCosine(0.3, batch_size=4096, warmup_steps=10,
                                          total_steps=100)
-    optimizer = optimizers.LARS(schedule, momentum=0.8, eeta=0.002, weight_decay=1e-6,
+    optimizer = lars.LARS(schedule, momentum=0.8, eeta=0.002, weight_decay=1e-6,
                                 nesterov=True, name="my_lars")
     config = optimizer.get_config()
     assert config["weight_decay"] == 1e-6 and config["eeta"] == 0.002
     assert config["momentum"] == 0.8 and config["nesterov"] is True
     # Keras' from_config deserializes the schedule in place: hand it a copy.
-    clone = optimizers.LARS.from_config(copy.deepcopy(config))
+    clone = lars.LARS.from_config(copy.deepcopy(config))
     assert clone.get_config() == config
     assert float(clone.learning_rate) == float(optimizer.learning_rate)  # schedule at step 0
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
-    assert isinstance(restored, optimizers.LARS)
+    assert isinstance(restored, lars.LARS)
     assert restored.get_config() == config
 
 
 def test_lars_bad_arguments():
     with pytest.raises(ValueError, match="momentum=1.5"):
-        optimizers.LARS(0.1, momentum=1.5)
+        lars.LARS(0.1, momentum=1.5)
     with pytest.raises(ValueError, match="eeta=0"):
-        optimizers.LARS(0.1, eeta=0)
+        lars.LARS(0.1, eeta=0)
     with pytest.raises(ValueError, match="weight_decay=-1"):
-        optimizers.LARS(0.1, weight_decay=-1)
+        lars.LARS(0.1, weight_decay=-1)
     with pytest.raises(ValueError, match="var_names"):
-        optimizers.LARS(0.1).exclude_from_weight_decay(var_names=["bias"])
+        lars.LARS(0.1).exclude_from_weight_decay(var_names=["bias"])
 
 
 def test_weight_decay_loss_rules():
     model = make_model()
     sq = lambda v: 0.5 * float(np.sum(np.float64(v.numpy()) ** 2))  # noqa: E731
     # LARS decays everything else itself: only the supervised head kernel is in the loss.
-    lars = optimizers.weight_decay_loss(model, "lars", 1e-3)().numpy()
-    np.testing.assert_allclose(lars, 1e-3 * sq(model.supervised_head.kernel), rtol=1e-6)
+    under_lars = loss_decay.weight_decay_loss(model, "lars", 1e-3)().numpy()
+    np.testing.assert_allclose(under_lars, 1e-3 * sq(model.supervised_head.kernel), rtol=1e-6)
     # Momentum / Adam: every trainable non-BN weight, biases included.
     non_bn = [model.conv1.kernel, model.conv1.bias, model.conv2.kernel, model.proj.kernel,
               model.supervised_head.kernel, model.supervised_head.bias]
     expected = 1e-3 * sum(sq(v) for v in non_bn)
     for name in ("momentum", "adam"):
-        got = optimizers.weight_decay_loss(model, name, 1e-3)().numpy()
+        got = loss_decay.weight_decay_loss(model, name, 1e-3)().numpy()
         np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert optimizers.weight_decay_loss(make_model(with_head=False), "lars", 1e-3)().numpy() == 0
-    assert optimizers.weight_decay_loss(model, "momentum", 0.0)().numpy() == 0
+    assert loss_decay.weight_decay_loss(make_model(with_head=False), "lars", 1e-3)().numpy() == 0
+    assert loss_decay.weight_decay_loss(model, "momentum", 0.0)().numpy() == 0
     with pytest.raises(ValueError, match="optimizer_name='sgd'"):
-        optimizers.weight_decay_loss(model, "sgd", 1e-3)
+        loss_decay.weight_decay_loss(model, "sgd", 1e-3)
 
 
 def test_weight_decay_loss_skips_frozen_weights():
     model = make_model()
     model.conv1.trainable = False
-    names = {id(v) for v in optimizers.weight_decay_loss_variables(model, "momentum")}
+    names = {id(v) for v in loss_decay.weight_decay_loss_variables(model, "momentum")}
     assert id(model.conv1.kernel) not in names and id(model.conv2.kernel) in names
 
 
 def test_build_optimizer():
     model = make_model()
-    lars = optimizers.build_optimizer("lars", 0.1, momentum=0.9, weight_decay=1e-4,
-                                      model=model)
-    assert isinstance(lars, optimizers.LARS) and lars.lars_weight_decay == 1e-4
+    built = optimizers.build_optimizer("lars", 0.1, momentum=0.9, weight_decay=1e-4,
+                                       model=model)
+    assert isinstance(built, lars.LARS) and built.lars_weight_decay == 1e-4
     sgd = optimizers.build_optimizer("momentum", 0.1, momentum=0.8, weight_decay=1e-4)
     assert isinstance(sgd, keras.optimizers.SGD) and sgd.momentum == 0.8
     assert sgd.nesterov  # the authors' SGD(momentum, nesterov=True)
@@ -239,23 +239,23 @@ def test_rate_multiplier_in_closed_form_and_others_unchanged():
     """LARS: the multiplied variable (excluded from trust scaling) is heavy-ball SGD
     at factor x lr; every other variable ends bit-exact as without multipliers."""
     weights, grads = _problem(seed=4)
-    plain = _run_eager(optimizers.LARS(0.3, weight_decay=1e-2), weights, grads)
+    plain = _run_eager(lars.LARS(0.3, weight_decay=1e-2), weights, grads)
     variables = [keras.Variable(w) for w in weights]
-    lars = optimizers.LARS(0.3, weight_decay=1e-2, excluded_variables=[variables[1]])
-    lars.set_rate_multiplier([variables[1]], 0.05)
+    optimizer = lars.LARS(0.3, weight_decay=1e-2, excluded_variables=[variables[1]])
+    optimizer.set_rate_multiplier([variables[1]], 0.05)
     for step in grads:
-        lars.apply_gradients(zip([tf.constant(g) for g in step], variables))
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step], variables))
     np.testing.assert_allclose(variables[1].numpy(),
                                _heavy_ball(weights[1], [s[1] for s in grads], 0.3 * 0.05),
                                rtol=1e-6)
     for i in (0, 2, 3):
         np.testing.assert_array_equal(variables[i].numpy(), plain[i])
-    assert lars.rate_multiplier(variables[1]) == 0.05
-    assert lars.rate_multiplier(variables[0]) == 1.0
+    assert optimizer.rate_multiplier(variables[1]) == 0.05
+    assert optimizer.rate_multiplier(variables[0]) == 1.0
     with pytest.raises(ValueError, match="before build"):
-        lars.set_rate_multiplier([variables[0]], 2.0)
+        optimizer.set_rate_multiplier([variables[0]], 2.0)
     with pytest.raises(ValueError, match="factor=0.0"):
-        optimizers.LARS(0.1).set_rate_multiplier([variables[0]], 0.0)
+        lars.LARS(0.1).set_rate_multiplier([variables[0]], 0.0)
 
 
 @pytest.mark.parametrize("name", ["momentum", "adam"])
@@ -280,7 +280,7 @@ def test_head_rate_multiplier_scales_the_heads_step(name):
     plain_optimizer, plain = step(1.0)
     scaled_optimizer, scaled = step(0.25)
     assert type(plain_optimizer) in (keras.optimizers.SGD, keras.optimizers.Adam)
-    assert isinstance(scaled_optimizer, optimizers.RateMultipliers)
+    assert isinstance(scaled_optimizer, rate_multipliers.RateMultipliers)
     head = {id(v) for v in model.supervised_head.trainable_weights}
     for v, a, b in zip(model.trainable_variables, plain, scaled):
         if id(v) in head:
@@ -325,7 +325,7 @@ def test_structural_exclusions_are_the_references_for_every_resnet(depth):
     for kwargs in cases:
         model = SimCLRModel(**dict(dict(encoder_options=resnet), **kwargs))
         model.build((None, 8, 8, 3))
-        got = {id(v) for v in optimizers.no_decay_variables(model)}
+        got = {id(v) for v in lars.lars_excluded_variables(model)}
         assert got == _reference_exclusions(model), (depth, kwargs)
         assert len(got) < len(model.weights)
 
@@ -333,13 +333,13 @@ def test_structural_exclusions_are_the_references_for_every_resnet(depth):
 def test_adamw_decays_decoupled_all_but_the_no_decay_variables():
     model = make_model()
     adamw = optimizers.build_optimizer("adamw", 0.1, weight_decay=0.5, model=model)
-    assert optimizers.weight_decay_loss_variables(model, "adamw") == []
+    assert loss_decay.weight_decay_loss_variables(model, "adamw") == []
     variables = model.trainable_variables
     start = [v.numpy() for v in variables]
     adamw.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))
     # Zero gradients: Adam's step is 0, so each variable moves only by its decay,
     # w <- w - lr * wd * w, or not at all.
-    no_decay = {id(v) for v in optimizers.no_decay_variables(model)} - {
+    no_decay = {id(v) for v in lars.lars_excluded_variables(model)} - {
         id(model.supervised_head.kernel)}
     for v, w in zip(variables, start):
         expected = w if id(v) in no_decay else w * (1 - 0.1 * 0.5)

@@ -21,7 +21,9 @@ batched on the device (`device.make_view_fn`); step 4 runs in the train step on 
 accelerator, expensive on the input host.
 
 Every function takes and returns float32 RGB images with values in [0, 1] (uint8 input
-is converted by `to_float_image`); nothing is ever mean/std normalised, so exported
+is converted by `to_float_image`), but the crops (`random_crop_with_resize`,
+`center_crop`), whose bicubic overshoot is clipped, as the authors', by the colour
+ops after themselves and at the end of a view; nothing is ever mean/std normalised, so exported
 models expect the same [0, 1] pixels. The functions work eagerly, inside `tf.function`
 and inside `tf.data` maps.
 

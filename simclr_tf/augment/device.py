@@ -213,7 +213,7 @@ def crop_resize_flip(images, boxes, out_height: int, out_width: int, flip=None):
       flip: optional bool [n], flip these left-right.
 
     Returns:
-      float32 [n, out_height, out_width, 3] in [0, 1].
+      float32 [n, out_height, out_width, 3], the bicubic overshoot of [0, 1] kept.
     """
     images = augment.to_float_image(images)
     rows = resize_matrix(boxes[:, 0], boxes[:, 2], out_height, images.shape[1])
@@ -221,8 +221,9 @@ def crop_resize_flip(images, boxes, out_height: int, out_width: int, flip=None):
     if flip is not None:
         cols = tf.where(flip[:, None, None], tf.reverse(cols, axis=[1]), cols)
     out = tf.einsum("nos,nswc->nowc", rows, images)
-    out = tf.einsum("npw,nowc->nopc", cols, out)
-    return tf.clip_by_value(out, 0.0, 1.0)
+    # Not clipped, as the host's crop (the authors' order): `augment_views` clips the
+    # view at its end, the colour ops after themselves.
+    return tf.einsum("npw,nowc->nopc", cols, out)
 
 
 # ------------------------------------------------------------------ colour

@@ -25,12 +25,13 @@ def crop_and_resize(image: tf.Tensor, offset_height, offset_width, crop_height,
                     crop_width, height: int, width: int) -> tf.Tensor:
     """Crops a box out of `image` and resizes it bicubically to [height, width].
 
-    Bicubic interpolation overshoots, so the result is clipped back to [0, 1].
+    Bicubic interpolation overshoots [0, 1] near edges; as in the authors' code the
+    result is not clipped here: the colour ops clip after themselves and a view (or
+    an evaluation image) is clipped once at its end.
     """
     image = tf.image.crop_to_bounding_box(image, offset_height, offset_width,
                                           crop_height, crop_width)
-    image = tf.image.resize(image, [height, width], method="bicubic")
-    return tf.clip_by_value(image, 0.0, 1.0)
+    return tf.image.resize(image, [height, width], method="bicubic")
 
 
 def distorted_bounding_box_crop(
@@ -85,7 +86,7 @@ def random_crop_with_resize(image: tf.Tensor, height: int, width: int,
       seed: stateless seed; drawn if None.
 
     Returns:
-      A [height, width, 3] float32 image in [0, 1].
+      A [height, width, 3] float32 image, not clipped: bicubic overshoots [0, 1].
     """
     _check_size(height, width)
     aspect = width / height
@@ -98,8 +99,9 @@ def random_crop_with_resize(image: tf.Tensor, height: int, width: int,
                                            seed=seeds[0])
 
     image = random_apply(crop, p, to_float_image(image), seed=seeds[1])
-    image = tf.image.resize(image, [height, width], method="bicubic")
-    return tf.clip_by_value(image, 0.0, 1.0)
+    # Not clipped (the authors' order): the bicubic overshoot reaches the colour ops,
+    # which clip after themselves, and the view's clip at its end.
+    return tf.image.resize(image, [height, width], method="bicubic")
 
 
 def random_flip(image: tf.Tensor, p: float = FLIP_PROBABILITY, *, seed=None
@@ -141,7 +143,7 @@ def center_crop(image: tf.Tensor, height: int, width: int,
       crop_proportion: in (0, 1].
 
     Returns:
-      A [height, width, 3] float32 image in [0, 1].
+      A [height, width, 3] float32 image, not clipped: bicubic overshoots [0, 1].
     """
     _check_size(height, width)
     if not 0.0 < crop_proportion <= 1.0:
@@ -253,8 +255,7 @@ def preprocess_for_train(image: tf.Tensor, height: int, width: int, *,
     if crop:
         image = random_crop_with_resize(image, height, width, seed=seeds[0])
     else:
-        image = tf.clip_by_value(
-            tf.image.resize(image, [height, width], method="bicubic"), 0.0, 1.0)
+        image = tf.image.resize(image, [height, width], method="bicubic")
     if flip:
         image = random_flip(image, seed=seeds[1])
     if color_distort and color_jitter_strength > 0:
@@ -310,9 +311,8 @@ def preprocess_for_eval(image: tf.Tensor, height: int, width: int,
     if crop:
         image = center_crop(image, height, width, EVAL_CROP_PROPORTION)
     else:
-        image = tf.clip_by_value(
-            tf.image.resize(image, [height, width], method="bicubic"), 0.0, 1.0)
-    return tf.reshape(image, [height, width, 3])
+        image = tf.image.resize(image, [height, width], method="bicubic")
+    return tf.clip_by_value(tf.reshape(image, [height, width, 3]), 0.0, 1.0)
 
 
 def preprocess_image(image: tf.Tensor, height: int, width: int,

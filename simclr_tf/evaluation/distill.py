@@ -11,6 +11,7 @@ has one too); the accuracies count the labelled ones.
 import tensorflow as tf
 
 from simclr_tf.method import losses
+from simclr_tf.method.objectives.distill import same_class
 from simclr_tf.weights import checkpoints
 from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import LOGITS
@@ -31,7 +32,7 @@ def distill_counts(student, teacher, images, labels, ids):
     student_logits = tf.cast(student(images, training=False)[LOGITS], tf.float32)
     teacher_logits = tf.cast(teacher(images), tf.float32)
     real = tf.cast(ids >= 0, tf.float32)
-    same = losses.same_class(teacher_logits, student_logits)
+    same = same_class(teacher_logits, student_logits)
     return dict(student_correct=losses.top_k_correct(labels, student_logits, 1),
                 teacher_correct=losses.top_k_correct(labels, teacher_logits, 1),
                 agreed=tf.reduce_sum(same * real),

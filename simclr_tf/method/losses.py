@@ -1,11 +1,12 @@
-"""SimCLR's NT-Xent contrastive loss, the supervised loss, and their metrics; the
-paper's Table 2 alternatives to NT-Xent (NT-Logistic, margin triplet).
+"""The paper's losses: SimCLR's NT-Xent contrastive loss, the supervised loss, and their
+metrics. The alternatives live with the objectives that use them: the paper's Table 2
+(NT-Logistic, margin triplet) in `simclr_tf.method.objectives.pair_losses`, SimCLR v2's
+distillation losses in `simclr_tf.method.objectives.distill`.
 
 Every loss here returns the value one replica contributes *before* the division by
 `num_replicas_in_sync` that the train step does inside the tape: summing the
 divided per-replica values over replicas gives the global-batch loss.
 """
-import math
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -106,70 +107,6 @@ def _gathered(z1, z2, hidden_norm, gather_fn):
     return z1, z2, gather_fn(z1), gather_fn(z2), labels
 
 
-def _pair_loss(z1, z2, per_anchor, *, scale, hidden_norm, gather_fn):
-    """The two directions' mean of `per_anchor(positive [n], candidates [n, 2N],
-    negative_mask [n, 2N]) -> [n]`, over the similarities of each anchor (a view of
-    this replica) with its positive (the other view of its image) and its 2N - 2
-    negatives (every other view of the global batch), as `nt_xent` gathers them."""
-    z1, z2, z1_all, z2_all, labels = _gathered(z1, z2, hidden_norm, gather_fn)
-    positive_mask = tf.one_hot(labels, tf.shape(z1_all)[0], dtype=tf.float32)  # [n, N]
-    # In the other view's block the positive is no negative; in the same view's, the
-    # anchor itself is none.
-    negative_mask = tf.concat([1.0 - positive_mask, 1.0 - positive_mask], axis=1)
-
-    def direction(anchors, others_all, same_all):
-        cross = tf.matmul(anchors, others_all, transpose_b=True)  # [n, N]
-        same = tf.matmul(anchors, same_all, transpose_b=True)
-        positive = tf.reduce_sum(cross * positive_mask, axis=1)
-        return cross, per_anchor(positive, tf.concat([cross, same], axis=1), negative_mask)
-
-    sim_ab, loss_a = direction(z1, z2_all, z1_all)
-    _, loss_b = direction(z2, z1_all, z2_all)
-    return ContrastiveOutput(loss=tf.reduce_mean(loss_a + loss_b),
-                             logits_ab=sim_ab * scale, labels=labels)
-
-
-def _masked_mean(values, mask):
-    return tf.reduce_sum(values * mask, axis=1) / tf.reduce_sum(mask, axis=1)
-
-
-def nt_logistic(z1, z2, *, temperature, hidden_norm=True,
-                gather_fn=collectives.cross_replica_concat):
-    """NT-Logistic, the paper's Table 2: per anchor, -log sigmoid(s+ / t) minus the
-    mean over its negatives of log sigmoid(-s- / t) (the negatives averaged, so that
-    they weigh as much as the positive), both directions summed, as `nt_xent`.
-
-    Returns:
-        A `ContrastiveOutput` (`logits_ab`: similarities / temperature).
-    """
-    rules.check_temperature(temperature)
-    inv_t = 1.0 / float(temperature)
-
-    def per_anchor(positive, candidates, negative_mask):
-        return (-tf.math.log_sigmoid(positive * inv_t)
-                - _masked_mean(tf.math.log_sigmoid(-candidates * inv_t), negative_mask))
-    return _pair_loss(z1, z2, per_anchor, scale=inv_t, hidden_norm=hidden_norm,
-                      gather_fn=gather_fn)
-
-
-def margin_triplet(z1, z2, *, margin, hidden_norm=True,
-                   gather_fn=collectives.cross_replica_concat):
-    """Margin triplet, the paper's Table 2: per anchor, the mean over its negatives
-    of max(s- - s+ + margin, 0) (no negative mining), both directions summed.
-
-    Returns:
-        A `ContrastiveOutput` (`logits_ab`: the similarities).
-    """
-    if not (math.isfinite(margin) and margin > 0):  # inf: the first loss is NaN
-        raise ValueError(f"margin must be a finite number > 0. Received: margin={margin!r}")
-
-    def per_anchor(positive, candidates, negative_mask):
-        return _masked_mean(tf.nn.relu(candidates - positive[:, None] + margin),
-                            negative_mask)
-    return _pair_loss(z1, z2, per_anchor, scale=1.0, hidden_norm=hidden_norm,
-                      gather_fn=gather_fn)
-
-
 def contrast_acc(output):
     """Fraction of this replica's anchors whose most similar second view is the positive.
 
@@ -247,71 +184,3 @@ def top_k_correct(labels, logits, k):
     else:
         hit = tf.math.in_top_k(targets=tf.maximum(labels, 0), predictions=logits, k=k)
     return tf.reduce_sum(tf.cast(tf.logical_and(hit, labels >= 0), tf.float32))
-
-
-def distillation_loss(teacher_logits, student_logits, temperature):
-    """SimCLR v2's distillation loss (Chen et al. 2020b, eq. 2) over this replica's
-    examples: the cross-entropy of the student's tempered softmax against the
-    teacher's, -sum_y P_T(y|x; tau) log P_S(y|x; tau), averaged over the examples.
-
-    The mean over the replica's n examples, like `nt_xent`: the train step divides it
-    by `num_replicas_in_sync` inside the tape, so the sum over replicas is the mean
-    over the global batch. No tau^2 factor (the paper's equation; the authors' colab
-    `add_kd_loss` multiplies by tau^2, the same at tau = 1: docs/distillation.md).
-    The teacher receives no gradient.
-
-    Args:
-        teacher_logits: [n, C] logits of the fixed teacher (any float dtype).
-        student_logits: [n, C] logits of the student (computed in float32).
-        temperature: tau > 0, the same for both softmaxes.
-
-    Returns:
-        A float32 scalar.
-    """
-    rules.check_distill_temperature(temperature)
-    teacher_logits = tf.stop_gradient(tf.cast(teacher_logits, tf.float32))
-    student_logits = tf.cast(student_logits, tf.float32)
-    if teacher_logits.shape[-1] is not None and student_logits.shape[-1] is not None \
-            and teacher_logits.shape[-1] != student_logits.shape[-1]:
-        raise ValueError("The teacher and the student must score the same classes. "
-                         f"Received: teacher_logits.shape={teacher_logits.shape}, "
-                         f"student_logits.shape={student_logits.shape}")
-    inv_t = 1.0 / float(temperature)
-    teacher_probs = tf.nn.softmax(teacher_logits * inv_t, axis=-1)
-    per_example = tf.nn.softmax_cross_entropy_with_logits(
-        labels=teacher_probs, logits=student_logits * inv_t)
-    return tf.reduce_mean(per_example)
-
-
-def labelled_cross_entropy(labels, logits):
-    """The cross-entropy on the labelled examples (label >= 0) of this replica,
-    summed and divided by all n of its examples: the term over D^L of SimCLR v2's
-    eq. 3, whose sums over D^L and D share the batch's size as normaliser (so its
-    weight is the batch's labelled share). As `distillation_loss`, the train step's
-    division by the replicas makes the sum over replicas the global-batch value.
-
-    Args:
-        labels: int [n] class ids, -1 for unlabelled.
-        logits: [n, C] (computed in float32).
-
-    Returns:
-        A float32 scalar (0 when no example is labelled).
-    """
-    logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
-    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.maximum(labels, 0), logits=logits)
-    total = tf.reduce_sum(tf.where(labels >= 0, per_example, 0.0))
-    return total / tf.cast(tf.maximum(tf.shape(labels)[0], 1), tf.float32)
-
-
-def same_class(teacher_logits, student_logits):
-    """Per example, 1.0 where the student's argmax is the teacher's, else 0.0."""
-    same = tf.equal(tf.argmax(tf.cast(teacher_logits, tf.float32), -1, output_type=tf.int32),
-                    tf.argmax(tf.cast(student_logits, tf.float32), -1, output_type=tf.int32))
-    return tf.cast(same, tf.float32)
-
-
-def agreement(teacher_logits, student_logits):
-    """Fraction of this replica's examples whose student argmax is the teacher's."""
-    return tf.reduce_mean(same_class(teacher_logits, student_logits))

@@ -1,9 +1,9 @@
 """One run of `run.py`: dispatches `--mode` and assembles the parts from the Config.
 
 `run(config)`: seeds, strategy, `preflight` (every check before a model exists, no
-side effects), model_dir and its flags record, then the functions of the mode's row
-in `simclr_tf.config.tables.modes.MODES` (one module each of `simclr_tf.run.modes`),
-then optionally the final linear probe, and the result record (both written by
+side effects), model_dir and its flags record, then the mode's functions
+(`mode_functions`: one module each of `simclr_tf.run.modes`; pretraining is
+`simclr_tf.run.modes.train.train`), then optionally the final linear probe, and the result record (both written by
 `simclr_tf.rundir.records`: flags.json, result.json). The modes assemble their parts
 (`simclr_tf.run.modes.parts`: the model, the Trainer); checkpoints
 (`simclr_tf.weights.checkpoints`), the loop (`simclr_tf.run.loop`) and the evaluators
@@ -22,10 +22,11 @@ from simclr_tf.config.tables import evaluators as evaluator_table
 from simclr_tf.config.tables import modes
 from simclr_tf.run import run_lock
 from simclr_tf.config import ConfigError, rules
-from simclr_tf.run.modes import evaluations, linear_probe, train
+from simclr_tf.run.modes import embed, evaluate, evaluations, linear_probe, train
 from simclr_tf.run.modes import export as export_mode
 
 ExportError = export_mode.ExportError  # run.py catches it as experiment.ExportError
+
 
 
 def run(config):
@@ -74,7 +75,7 @@ def _run(config, mode, strategy):
             record = records.start_run_record(config, continues=latest is not None)
         context = context.replace(flags_record=record)
         results = {}
-        for part in mode.functions():
+        for part in mode_functions(mode):
             results.update(part(config, strategy, context))
             if results.get("interrupted"):
                 break
@@ -97,6 +98,22 @@ def _run(config, mode, strategy):
     if results.get(export_mode.EXPORT_FAILED):
         raise ExportError(results[export_mode.EXPORT_FAILED])
     return results
+
+
+def mode_functions(mode):
+    """The functions `mode` (a `tables.modes.Mode`) runs, in order (a SIGTERM during
+    training stops the rest): a built-in mode's named here, a mode registered from
+    outside names its own in its row (`Mode.functions`). What each mode needs (lock,
+    checkpoint, labels) is its row in the TF-free table `simclr_tf.config.tables.modes`."""
+    built_in = {
+        "train": (train.train,),
+        "eval": (evaluate.evaluate,),
+        "train_then_eval": (train.train, evaluate.evaluate),
+        "export": (export_mode.export_latest,),
+        "linear_probe": (linear_probe.linear_probe_mode,),
+        "embed": (embed.embed_mode,),
+    }
+    return built_in.get(mode.name) or mode.functions()
 
 
 # What a training command measures after training, with the flag of the split each

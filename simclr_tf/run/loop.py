@@ -3,8 +3,8 @@
     train(trainer=..., iterator=..., checkpoints=..., total_steps=..., hooks=[...])
       while step < total_steps:
         segment = steps up to the next checkpoint, hook cadence or the end
-        run_steps: compiled calls of `trainer.train_steps`; after every call:
-                   progress, the loss must be finite, SIGTERM stops
+        _run_calls: compiled calls of `trainer.train_steps`; after every call:
+                    progress, the loss must be finite, SIGTERM stops
         at a checkpoint step (or the last step): save
         every hook whose cadence divides the step (or at the last step)
       every hook's `end` (export, last kNN result, ...)

@@ -2,9 +2,11 @@
 `preflight` and `experiment`; each mode's code is one module of `simclr_tf.run.modes`.
 
 This module imports nothing of TensorFlow (run.py checks the flags before TensorFlow
-is imported); a mode's functions are named as 'module:function' and imported when the
-mode runs. A new mode is one `Mode` row (`register`, or a line of `MODES` below) plus
-its function `(config, strategy, context) -> {name: value}` in its module.
+is imported). The built-in modes' functions are called by name in
+`simclr_tf.run.experiment.mode_functions` (a reader follows them there); a mode
+registered from outside names its functions as 'module:function', imported when the
+mode runs. A new mode is one `Mode` row (`register`) plus its function
+`(config, strategy, context) -> {name: value}` in its module.
 """
 import dataclasses
 import importlib
@@ -18,8 +20,9 @@ class Mode:
 
     Attributes:
         name: the value of --mode.
-        parts: 'module:function' of each function it runs, in order; a SIGTERM
-            during training stops the rest.
+        parts: a registered mode's functions, 'module:function' each, in the order
+            it runs them (a SIGTERM during training stops the rest). Empty for the
+            built-in modes: `simclr_tf.run.experiment.mode_functions` names theirs.
         help: one phrase for --help.
         trains: it trains a model. Its record is model_dir's flags.json /
             result.json (what `open_encoder` and users read; the other modes write
@@ -65,23 +68,20 @@ class Mode:
         return found
 
 
-_PACKAGE = "simclr_tf.run.modes"
-
 MODES = {mode.name: mode for mode in (
-    Mode("train", (f"{_PACKAGE}.train:train",), "train", trains=True),
-    Mode("eval", (f"{_PACKAGE}.evaluate:evaluate",),
+    Mode("train", (), "train", trains=True),
+    Mode("eval", (),
          "eval (the supervised head of model_dir's latest checkpoint on --eval_split)",
          needs_model_dir=False, takes_lock=False, needs_checkpoint=True, evaluators=("supervised",)),
-    Mode("train_then_eval", (f"{_PACKAGE}.train:train", f"{_PACKAGE}.evaluate:evaluate"),
-         "train_then_eval", trains=True, evaluators=("supervised",)),
-    Mode("export", (f"{_PACKAGE}.export:export_latest",),
+    Mode("train_then_eval", (), "train_then_eval", trains=True, evaluators=("supervised",)),
+    Mode("export", (),
          "export (the --export_format exports of the latest checkpoint; a SavedModel "
          "by default)", needs_checkpoint=True, exports=True),
-    Mode("linear_probe", (f"{_PACKAGE}.linear_probe:linear_probe_mode",),
+    Mode("linear_probe", (),
          "linear_probe (kNN and the L-BFGS probe on frozen h)", needs_model_dir=False,
          needs_checkpoint=True, labelled_splits=("train_split", "eval_split"),
          evaluators=("linear_probe",)),
-    Mode("embed", (f"{_PACKAGE}.embed:embed_mode",),
+    Mode("embed", (),
          "embed (h of a split to .npz/.parquet)", needs_model_dir=False,
          needs_checkpoint=True),
 )}

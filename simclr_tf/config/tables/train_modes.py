@@ -4,8 +4,10 @@ comparing the mode's name; each objective's step is one module of
 `simclr_tf.method.objectives`.
 
 This module imports nothing of TensorFlow (run.py checks the flags before TensorFlow
-is imported); an objective's step class is named as 'module:Class' and imported when
-a Trainer is built. A new objective is one file: its `TrainMode` row (`register`) and
+is imported): the built-in objectives' classes are named in
+`simclr_tf.method.train.objective_class`, which the Trainer calls; a registered row names
+its step class as 'module:Class', imported when a Trainer is built. A new objective is
+one file: its `TrainMode` row (`register`) and
 its `simclr_tf.method.objectives.base.Objective` subclass (its loss, its slice of the step
 options). A file outside simclr_tf is loaded with `load_module(path)`
 (`--objective_module=path.py` on run.py's command line), which runs it: its
@@ -42,7 +44,9 @@ class TrainMode:
 
     Attributes:
         name: the value of --train_mode.
-        objective: 'module:Class' of its `simclr_tf.method.objectives.base.Objective`.
+        objective: 'module:Class' of its `simclr_tf.method.objectives.base.Objective`
+            (a registered row); empty for the built-in rows, whose classes
+            `simclr_tf.method.train.objective_class` names.
         help: one phrase for --help.
         views: views per image in a batch: 2 gives `((view1, view2), labels)` of
             colour-distorted views (--augment_on=device: the step draws them from
@@ -129,41 +133,45 @@ class TrainMode:
         return {name: given.get(name, default) for name, default in self.options}
 
     def objective_class(self):
-        """The `Objective` subclass of `objective`, imported now."""
+        """The `Objective` subclass of `objective`, imported now (a registered row's;
+        `simclr_tf.method.train.objective_class` answers for every row)."""
+        if not self.objective:
+            raise ValueError(f"train mode {self.name!r} names no objective class: a built-in "
+                             "one's is named by simclr_tf.method.train.objective_class, "
+                             "a registered row names its own as 'module:Class'.")
         module, _, name = self.objective.partition(":")
         return getattr(importlib.import_module(module), name)
 
 
-_PACKAGE = "simclr_tf.method.objectives"
 _STEP_METRICS = ("loss", "weight_decay", "grad_norm", "learning_rate", "num_examples")
 
 TRAIN_MODES = {row.name: row for row in (
-    TrainMode("pretrain", f"{_PACKAGE}.pretrain:Pretrain",
+    TrainMode("pretrain", "",
               "pretrain: the contrastive objective (and the online linear head on "
               "stop_gradient(h))",
               views=2, labels="none", online_head=True, blur=True, grad_cache=True,
               contrastive_batch=True, knn_monitor=True,
               metrics=("contrast_loss", "contrast_acc", "contrast_entropy",
                        "supervised_loss", "supervised_acc")),
-    TrainMode("finetune", f"{_PACKAGE}.finetune:Finetune",
+    TrainMode("finetune", "",
               "finetune: the supervised loss on labels",
               labels="required", freezes=True,
               metrics=("supervised_loss", "supervised_acc")),
-    TrainMode("distill", f"{_PACKAGE}.distill:Distill",
+    TrainMode("distill", "",
               "distill: SimCLR v2's third stage, a student trained on every training "
               "image to match the fixed --teacher's tempered softmax",
               labels="optional", needs_teacher=True, freezes=True, monitors=("distill",),
               metrics=("distill_loss", "teacher_agreement", "supervised_loss",
                        "supervised_acc")),
-    *(TrainMode(name, f"{_PACKAGE}.pair_losses:{cls}", help_, views=2, labels="none",
+    *(TrainMode(name, "", help_, views=2, labels="none",
                 online_head=True, blur=True, grad_cache=True, contrastive_batch=True,
                 knn_monitor=True, options=options,
                 metrics=("contrast_loss", "contrast_acc", "contrast_entropy",
                          "supervised_loss", "supervised_acc"))
-      for name, cls, help_, options in (
-          ("nt_logistic", "NTLogistic", "nt_logistic: pretraining with the paper's "
+      for name, help_, options in (
+          ("nt_logistic", "nt_logistic: pretraining with the paper's "
            "NT-Logistic loss instead of NT-Xent (its Table 2)", ()),
-          ("margin_triplet", "MarginTriplet", "margin_triplet: pretraining with the "
+          ("margin_triplet", "margin_triplet: pretraining with the "
            "paper's margin triplet loss (its Table 2; --triplet_margin)",
            dict(triplet_margin=option(0.5, bounds.positive("e.g. 0.5")))))),
 )}

@@ -3,10 +3,9 @@
 A `simclr_tf.method.train.Trainer` owns the model, the optimizer and the compiled loop; it
 builds the objective of its `StepOptions.train_mode` (`simclr_tf.config.tables.train_modes`' row
 names the class) and calls `train_step(batch)` in each replica's context. The
-built-in objectives write their step out (forward under a tape, `trainer.total_loss`,
-`trainer.apply`); a new one may compute its loss under
-`trainer.optimize(compute_loss)`, which does the same around it. Either returns this
-replica's metrics.
+objectives write their step out: the rate of the update, the forward and the loss under
+a tape, `trainer.total_loss` (+ weight decay, this replica's share), the gradients,
+`trainer.apply` (the update); each returns this replica's metrics.
 """
 import tensorflow as tf
 
@@ -19,7 +18,7 @@ class Objective:
 
     Args:
         trainer: the `simclr_tf.method.train.Trainer` it runs on (model, optimizer,
-            `optimize`, `options`).
+            `total_loss`, `apply`, `options`).
         teacher: the fixed teacher (a row with `needs_teacher`), else None.
 
     Subclasses implement `train_step`; one that owns state (an EMA target, a queue)

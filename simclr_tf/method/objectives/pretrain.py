@@ -82,7 +82,7 @@ class Pretrain(base.Objective):
         return loss, metrics
 
     def _optimize_cached(self, images, labels):
-        """The Trainer's `optimize` by gradient caching over chunks of
+        """`train_step`'s update by gradient caching over chunks of
         `grad_cache_chunk` images (`grad_cache.chunked_pair_gradients`)."""
         has_head = self.model.supervised_head is not None
         names = (Z, LOGITS) if has_head else (Z,)

@@ -1,7 +1,7 @@
 """What every mode builds from the Config: the model, the Trainer (its step options,
 blur and views), the training views (`view_options`, `draw_views`), the teacher, the
 encoder to evaluate. The evaluators a mode runs:
-`simclr_tf.run.modes.evaluators`; the export of a model: `simclr_tf.run.modes.export`."""
+`simclr_tf.run.modes.evaluations`; the export of a model: `simclr_tf.run.modes.export`."""
 import dataclasses
 import functools
 
@@ -17,7 +17,8 @@ from simclr_tf.data import pipeline
 from simclr_tf.augment import device as device_augment
 from simclr_tf.models import SimCLRModel, freeze_for_finetuning
 from simclr_tf.config.tables import train_modes
-from simclr_tf.method.train import StepOptions, Trainer
+from simclr_tf.method.step_options import StepOptions
+from simclr_tf.method.train import Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
