@@ -32,7 +32,7 @@ CORES_PER_CHIP, CORES_PER_HOST = 2, 8
 # NVLink per GPU, both directions together (NVIDIA): V100 300 GB/s, A100 600 GB/s.
 NVLINK = {"8x V100 (NVLink 2)": 300e9, "8x A100 (NVLink 3)": 600e9}
 
-# Published (SimCLR v1, section 2.2; ../shared/REFERENCE.md): ResNet-50, batch 4096,
+# Published (SimCLR v1, section 2.2): ResNet-50, batch 4096,
 # 100 epochs on 128 TPU v3 cores in about 1.5 hours.
 PAPER_IMAGES_PER_SEC_PER_CORE = 100 * IMAGENET_TRAIN / (1.5 * 3600) / 128
 # Measured here (docs/performance.md, "Input pipeline"): images per second on one
