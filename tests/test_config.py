@@ -482,6 +482,18 @@ def test_an_options_rules_are_its_declaration():
      "--lineareval_while_pretraining=true it would do nothing"),
     (["--nolineareval_while_pretraining", "--head_learning_rate=0.1"], "head_learning_rate",
      "--lineareval_while_pretraining=false it would do nothing"),
+    # 2026-12-06, 2: trained on this machine's CPU, exit 0.
+    (["--tpu_name=my-tpu", "--tpu_zone=us-central1-a", "--gcp_project=proj"], "tpu_name",
+     "applies only to a TPU run (--use_tpu or --strategy=tpu), so with --use_tpu=false, "
+     "--strategy=auto it would do nothing: drop it, or add --use_tpu."),
+    (["--tpu_zone=us-central1-a"], "tpu_zone", "applies only to a TPU run"),
+    (["--gcp_project=proj"], "gcp_project", "applies only to a TPU run"),
+    (["--master=grpc://10.0.0.2:8470", "--strategy=mirrored"], "master",
+     "--strategy=mirrored it would do nothing"),
+    # 2026-12-06, 4: evaluated as without it.
+    (["--mode=eval", "--jit_compile"], "jit_compile",
+     "applies only to training (--mode=train or train_then_eval), so with --mode=eval "
+     "it would do nothing: drop it, or train (--mode=train)."),
 ])
 def test_a_flag_given_where_it_would_do_nothing_is_refused(argv, flag, where, tmp_path):
     """One rule (`validation.check_inert_flags`): each field declares where it applies,
@@ -501,6 +513,12 @@ def test_where_those_flags_apply_they_are_taken():
     assert _from_flags(finetune + ["--label_fraction=0.1"]).label_fraction == 0.1
     assert _from_flags(["--head_learning_rate=0.1", "--model_dir=/tmp/x"]
                        ).head_learning_rate == 0.1
+    assert _from_flags(["--use_tpu", "--tpu_name=my-tpu", "--tpu_zone=z", "--gcp_project=p",
+                        "--model_dir=/tmp/x"]).tpu_name == "my-tpu"
+    assert _from_flags(["--strategy=tpu", "--master=grpc://10.0.0.2:8470",
+                        "--model_dir=/tmp/x"]).master == "grpc://10.0.0.2:8470"
+    assert _from_flags(["--mode=train_then_eval", "--jit_compile", "--model_dir=/tmp/x"]
+                       ).jit_compile
 
 
 def test_those_flags_read_from_a_record_are_left_as_recorded(tmp_path):

@@ -21,6 +21,12 @@ from simclr_tf.config.errors import ConfigError  # noqa: F401
 from simclr_tf.config.fields import AUTHORS_FLAGS  # noqa: F401
 from simclr_tf.config.record_types import RecordError  # noqa: F401
 
+# --tpu_name, --tpu_zone, --gcp_project and --master name the TPU of a TPU run; without
+# one the run is on this machine (fault 2 of 2026-12-06: they trained on the CPU).
+ON_A_TPU = bounds.applies(("use_tpu", "strategy"),
+                          lambda use_tpu, strategy: use_tpu or strategy == "tpu",
+                          "to a TPU run (--use_tpu or --strategy=tpu)", "add --use_tpu")
+
 # A field is declared by its --help topic's function (`fields.HELP_GROUPS`, in
 # order): a new flag is one field, its help group included.
 _run = functools.partial(fields.field, fields.HELP_GROUPS[0])  # Run
@@ -109,7 +115,8 @@ class Config(fields.FlagTable):
         "and the moving averages keep updating (their Keras 2 freezing does not reach "
         "the batch norm inside a block; docs/fidelity.md). Weights never train either way.",
         rules.FROZEN_BATCH_NORMS, applies=train_modes.FROZEN_BLOCKS)
-    master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.")
+    master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.",
+                                applies=ON_A_TPU)
     model_dir: Optional[str] = _run(None, "The run's directory: checkpoints, "
                                     "summaries, exports and its records.")
     break_lock: bool = _run(
@@ -138,13 +145,14 @@ class Config(fields.FlagTable):
                         "ours is False so GPU and CPU users need no flag).")
     tpu_name: Optional[str] = _hw(
         None, "The Cloud TPU to use for training: its name, its grpc://address, or "
-        "'local' (the TPU of a Cloud TPU VM, which --use_tpu alone finds; docs/tpu.md).")
+        "'local' (the TPU of a Cloud TPU VM, which --use_tpu alone finds; docs/tpu.md).",
+        applies=ON_A_TPU)
     tpu_zone: Optional[str] = _hw(
         None, "GCE zone where the Cloud TPU is located (with a --tpu_name that is a name; "
-        "unset: asked of the GCE metadata server).")
+        "unset: asked of the GCE metadata server).", applies=ON_A_TPU)
     gcp_project: Optional[str] = _hw(
         None, "Project name for the Cloud TPU (with a --tpu_name that is a name; unset: "
-        "asked of the GCE metadata server).")
+        "asked of the GCE metadata server).", applies=ON_A_TPU)
     optimizer: str = _optim(
         "lars", "Optimizer to use. adamw (ours, for ViT recipes): Adam with decoupled "
         "weight decay of all but norms, biases and the encoder's declared variables "
@@ -242,7 +250,7 @@ class Config(fields.FlagTable):
         ("none", "bfloat16", "float16"))
     jit_compile: bool = _hw(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
-        "and it fails under MirroredStrategy on CPU.")
+        "and it fails under MirroredStrategy on CPU.", applies=modes.TRAINING)
     augmentations: str = _aug(
         "", "Comma-separated transformations of a training view: crop (random resized "
         "crop; else the whole image resized), flip, color (jitter and grayscale at "
