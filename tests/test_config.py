@@ -506,6 +506,25 @@ def test_a_flag_given_where_it_would_do_nothing_is_refused(argv, flag, where, tm
         assert info.value.flag == flag and where in str(info.value), str(info.value)
 
 
+@pytest.mark.parametrize("argv, words", [
+    # 2026-12-06, 3: no line in 180 s (TensorFlow making a million logical devices).
+    (["--cpu_replicas=1000000"], "--cpu_replicas: must be from 0 (off) to 512"),
+    # ... and "not divisible" came from preflight, 22 s later (after the CPU was split).
+    (["--cpu_replicas=3", "--train_batch_size=16"],
+     "--train_batch_size: 16 is not divisible by the 3 replicas (--cpu_replicas=3); use "
+     "a multiple of 3."),
+])
+def test_cpu_replicas_the_flags_refuse_are_refused_by_the_flags(argv, words):
+    """What the flags alone decide about --cpu_replicas is refused with them, before
+    TensorFlow splits the CPU."""
+    with pytest.raises(ConfigError) as info:
+        _from_flags(["--strategy=mirrored", "--model_dir=/tmp/x"] + argv)
+    assert str(info.value).startswith(words), str(info.value)
+    # An evaluation does not train: its batches need not divide.
+    assert _from_flags(["--strategy=mirrored", "--cpu_replicas=3", "--mode=eval",
+                        "--model_dir=/tmp/x"]).cpu_replicas == 3
+
+
 def test_where_those_flags_apply_they_are_taken():
     finetune = ["--train_mode=finetune", "--model_dir=/tmp/x"]
     assert _from_flags(finetune + ["--fine_tune_after_block=4",

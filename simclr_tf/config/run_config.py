@@ -244,7 +244,7 @@ class Config(fields.FlagTable):
         "multi-replica run on one machine (8: a TPU v3-8's replicas; docs/tpu.md). "
         "Same batch, loss and update as one device, slower. 0 = TensorFlow's one CPU "
         "device.",
-        checks=(bounds.at_least(0),))
+        checks=(bounds.rule(rules.check_cpu_replicas),))
     mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",
         ("none", "bfloat16", "float16"))
