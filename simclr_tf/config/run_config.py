@@ -236,7 +236,8 @@ class Config(fields.FlagTable):
         "of TF_CONFIG to answer on their ports (progress every 30 s; a SIGTERM stops "
         "the wait) before TensorFlow connects them; then the run stops naming each "
         "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
-        "waits without bound.",
+        "waits without bound. A TPU run waits as long for its TPU to connect and "
+        "start (0: without bound), then stops with one line (exit 2).",
         checks=(bounds.at_least(0),))
     cpu_replicas: int = _hw(
         0, "With --strategy=mirrored and no GPU: split the host CPU into this many "
