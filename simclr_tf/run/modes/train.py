@@ -302,7 +302,10 @@ def describe_teacher(config, info):
     """The line naming the teacher a distillation run learns from."""
     size = "" if info.image_size in (None, config.image_size) else (
         f"; trained at {info.image_size} px, it sees the student's {config.image_size} px")
-    return (f"Teacher: {info.description} ({info.num_classes} classes, inference "
+    labels = "" if info.head_labels is None else (
+        f", its head trained on {teacher_module.share_of_labels(info.head_labels[0])} of "
+        f"{info.head_labels[1]!r}")
+    return (f"Teacher: {info.description} ({info.num_classes} classes{labels}, inference "
             f"mode{size}); distillation temperature {config.distill_temperature:g}, "
             f"alpha {config.distill_alpha:g}.")
 

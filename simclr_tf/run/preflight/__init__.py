@@ -10,6 +10,7 @@ import contextlib
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from simclr_tf.config import architecture, rules, run_dirs
 from simclr_tf.rundir import records
@@ -292,7 +293,32 @@ def _check_teacher(config, source):
                           "student learns the teacher's classes from this dataset's "
                           "images, so both must be the same; pass a teacher fine-tuned "
                           "on this dataset.")
+    _check_teacher_labels(config, info)
     return info
+
+
+def _check_teacher_labels(config, info):
+    """A teacher whose head trained on more labels than this run has: refused when
+    --label_fraction says the experiment has fewer (the labels would reach the student
+    through the teacher), else said (a pretraining run's online head saw every label:
+    a fully supervised teacher, not the semi-supervised one of a 1%/10% experiment)."""
+    if info.head_labels is None:
+        return
+    fraction, split, dataset, how = info.head_labels
+    seen = (f"{config.teacher!r} is {how} whose head trained on "
+            f"{teacher.share_of_labels(fraction)} of {split!r} of {dataset}")
+    if fraction > config.label_fraction:
+        raise ConfigError("teacher", f"{seen}, and this run's --label_fraction is "
+                          f"{config.label_fraction:.3g}: the student would learn those "
+                          "labels through the teacher. Distil from a teacher fine-tuned "
+                          f"on {config.label_fraction:.3g} of the labels (--train_mode="
+                          f"finetune --label_fraction={config.label_fraction:.3g}), or "
+                          "drop --label_fraction.")
+    if how == teacher.ONLINE_HEAD:
+        logging.warning("--teacher: %s: the student learns from all the "
+                        "labels. For a semi-supervised result (the paper's 1%%/10%%), "
+                        "distil from the fine-tune on those labels "
+                        "(docs/distillation.md).", seen)
 
 
 def _check_evaluating(config, source):
