@@ -31,7 +31,7 @@ from absl import app, flags, logging
 from simclr_tf.config import inherit, run_dirs
 from simclr_tf.run import quiet
 from simclr_tf.config import Config, ConfigError
-from simclr_tf.config.errors import disk_full
+from simclr_tf.config.errors import disk_full, remote_path_error
 from simclr_tf.config.tables import train_modes
 
 FLAGS = flags.FLAGS
@@ -196,10 +196,20 @@ def main(argv):
         # Quiet by default: what a run does is printed; TensorFlow's and our INFO
         # lines (checkpoint sharding, SavedModel assets, ...) need --verbosity=0.
         logging.set_verbosity(logging.WARNING)
+    if any(run_dirs.is_remote(FLAGS[name].value) for name in _RECORD_PATHS
+           if FLAGS[name].value):
+        # Its record is read with TensorFlow's file API: imported here, quietly.
+        with quiet.tensorflow_start_up_filtered(), _sigterm_held_back():
+            import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     try:
         config, inherited = _config_and_record(FLAGS, report=print)
     except ConfigError as error:
         _error(error)
+    except Exception as error:  # pylint: disable=broad-except
+        remote = remote_path_error(error)  # a record read on gs:// (TensorFlow's API)
+        if remote is None:
+            raise
+        _error(remote)
     missing = run_dirs.missing_run_directory(config)  # a typo: said before TensorFlow
     if missing is not None:
         _error(missing)
@@ -231,12 +241,19 @@ def main(argv):
         # A full disk under any writer (a record, embeddings, a table, TensorBoard):
         # its file and the space left, not a traceback.
         full = disk_full(error)
-        if full is None:
+        if full is not None:
+            _error(full, status=1)
+        remote = remote_path_error(error)
+        if remote is None:
             raise
-        _error(full, status=1)
+        _error(remote)
     if results.get("interrupted"):
         # Stopped by SIGTERM or SIGINT after saving a checkpoint: not finished.
         sys.exit(interrupted_exit_status(results["signal"]))
+
+
+# The flags naming a run whose record `_config_and_record` reads.
+_RECORD_PATHS = ("model_dir", "checkpoint", "teacher")
 
 
 @contextlib.contextmanager
