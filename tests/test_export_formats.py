@@ -635,6 +635,32 @@ def test_the_documented_recipe_is_the_eval_preprocessing_without_tensorflow():
     assert np.abs(pil - recipe["preprocess"](io.BytesIO(data), 16)).max() > 0.1
 
 
+def test_the_documented_recipe_decodes_16_bit_pngs_as_tensorflow_does():
+    """2026-12-06, 10: on a 16-bit grey PNG the recipe's `convert("RGB")` clipped the
+    values (the embedding 181% away, another class); TensorFlow scales them by
+    1/65535, as the recipe now does. A 16-bit RGB PNG Pillow opens with 8 bits a
+    channel: within 1/255, as docs/serving.md says. And the doc names the crop rule:
+    `preprocess_for_eval`'s default crops at 16 px, which the export does not."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import augment  # pylint: disable=import-outside-toplevel
+    recipe = documented_recipe()
+    rng = np.random.default_rng(1)
+    grey = tf.io.encode_png(rng.integers(0, 65536, (40, 30, 1), dtype=np.uint16)).numpy()
+    rgb = tf.io.encode_png(rng.integers(0, 65536, (40, 30, 3), dtype=np.uint16)).numpy()
+    for data, tolerance in ((grey, 1e-6), (rgb, 1 / 255)):
+        decoded = tf.io.decode_image(data, channels=3, dtype=tf.float32)
+        for size in (16, 40):
+            expected = augment.preprocess_for_eval(
+                decoded, size, size, crop=augment.eval_center_crop_enabled(size)).numpy()
+            got = recipe["preprocess"](io.BytesIO(data), size)
+            np.testing.assert_allclose(got, expected, atol=tolerance)
+    with open(SERVING_DOC) as f:
+        text = " ".join(f.read().split())
+    assert ("`augment.preprocess_for_eval(image, S, S, crop=augment."
+            "eval_center_crop_enabled(S))`") in text
+    assert "This NumPy + Pillow recipe is `augment.preprocess_for_eval`," not in text
+
+
 @pytest.mark.large  # 13-20 s: a tiny model at 16 and 40 px as SavedModel, ONNX, LiteRT
 def test_the_documented_recipe_into_onnx_gives_serving_default(tmp_path):
     """The issue's check: a PNG decoded by Pillow and preprocessed by docs/serving.md's

@@ -114,6 +114,7 @@ def export_card(fmt, *, step, image_size, widths, crop=None, max_pixels=0,
         run: the run's record (`RunRecord`).
     """
     size, flags = image_size, run.flags
+    cropped = augment.eval_center_crop_enabled(size) if crop is None else bool(crop)
     prepared = preprocessing(size, crop)
     images = (f"| `{IMAGES_INPUT}` | [N, {size}, {size}, 3], any N | float32 | RGB in "
               "[0, 1], preprocessed as below |")
@@ -145,8 +146,9 @@ on preprocessed float32 images returns their feature dict (`final_avg_pool`,
         inputs = f"| input | shape | dtype | values |\n|---|---|---|---|\n{images}"
         preprocess = (
             f"The caller's: the file holds the model alone. Decode to RGB, scale to "
-            f"[0, 1], then apply {prepared}, as `augment.preprocess_for_eval` and the "
-            f"SavedModel's signatures do. Without TensorFlow: docs/serving.md, "
+            f"[0, 1], then apply {prepared}, as the SavedModel's signatures do "
+            f"(`augment.preprocess_for_eval` with crop={cropped}). Without "
+            f"TensorFlow: docs/serving.md, "
             f"\"Preprocessing without TensorFlow\" (NumPy and Pillow), which matches "
             f"`{SERVING_DEFAULT}` on PNG files; PIL's own resize does not (it "
             f"antialiases when it shrinks, and rounds uint8 images).")
