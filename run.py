@@ -210,7 +210,8 @@ def main(argv):
         if remote is None:
             raise
         _error(remote)
-    missing = run_dirs.missing_run_directory(config)  # a typo: said before TensorFlow
+    # A typo: said before TensorFlow.
+    missing = run_dirs.missing_run_directory(config) or run_dirs.missing_weights(config)
     if missing is not None:
         _error(missing)
     # Imported late so that --help and flag errors never wait for TensorFlow.
