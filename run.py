@@ -383,10 +383,42 @@ def parse_flags(argv):
     except flags.Error as error:
         message = re.sub(r"^(ERROR::\s*|flag (?=--))", "", str(error).strip())
         if message.startswith("Unknown command line flag"):
-            message += " (run.py --help lists the flags)"
+            message = _flags_meant(message) + " (run.py --help lists the flags)"
+        message += _flagfile_hint(message)
         if re.match(r"[A-Z][a-z]", message):
             message = message[0].lower() + message[1:]
         _error(message)
+
+
+def _flags_meant(message):
+    """absl's unknown-flag message, its 'Did you mean' replaced by our flags whose
+    name holds the one typed (--batch_size: train_batch_size, eval_batch_size; absl
+    suggested batch_norm_decay, by spelling)."""
+    typed = re.match(r"Unknown command line flag '([^']+)'", message)
+    if typed is None:
+        return message
+    name = typed.group(1)
+    holding = [f.name for f in Config.flag_fields()
+               if re.search(rf"(^|_){re.escape(name)}(_|$)", f.name)]
+    if not holding:
+        return message
+    return (re.sub(r"\s*Did you mean:.*$", "", message).rstrip(". ")
+            + f". Did you mean: {', '.join(holding)}?")
+
+
+def _flagfile_hint(message):
+    """For a relative --flagfile not found from here whose path names one of the
+    checkout's flagfiles (`simclr-tf --flagfile=flags/quickstart.flags` run outside
+    the checkout): where it is; else ''."""
+    missing = re.search(r"unable to open flagfile: .*No such file or directory: "
+                        r"'([^']+)'", message, re.IGNORECASE)
+    if missing is None or os.path.isabs(missing.group(1)):
+        return ""
+    checkout = os.path.join(os.path.dirname(os.path.abspath(__file__)), missing.group(1))
+    if not os.path.exists(checkout):
+        return ""
+    return (f" (a relative path is read from the current directory, {os.getcwd()}; the "
+            f"checkout's is --flagfile={checkout})")
 
 
 def console_main():

@@ -190,3 +190,22 @@ def test_a_missing_checkpoint_is_named_before_tensorflow_is_imported(tmp_path):
         "directory, a prefix such as '/run/ckpt-1000', or a SavedModel directory. Did "
         f"you mean --checkpoint={tmp_path}/simclr_quickstart? It holds checkpoints."]
     assert not (tmp_path / "ft").exists()
+
+
+def test_flag_typos_get_the_flags_they_mean(tmp_path):
+    """Newcomer 2026-12-06, M08: --batch_size (every other framework's) was offered
+    batch_norm_decay, by spelling; the flags whose name holds it are offered. M21:
+    `simclr-tf --flagfile=flags/quickstart.flags` outside the checkout said only that
+    the file is missing; the checkout's path is named."""
+    message = ("Unknown command line flag 'batch_size'. Did you mean: batch_norm_decay ?")
+    assert run._flags_meant(message) == (  # pylint: disable=protected-access
+        "Unknown command line flag 'batch_size'. Did you mean: train_batch_size, "
+        "eval_batch_size?")
+    spelt = "Unknown command line flag 'learnng_rate'. Did you mean: learning_rate ?"
+    assert run._flags_meant(spelt) == spelt  # pylint: disable=protected-access
+    result = subprocess.run([sys.executable, os.path.join(REPO, "run.py"),
+                             "--flagfile=flags/quickstart.flags"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.rstrip().endswith(
+        f"the checkout's is --flagfile={os.path.join(REPO, 'flags', 'quickstart.flags')})")

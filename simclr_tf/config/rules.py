@@ -405,9 +405,7 @@ def _subset(flag, value, choices, example, *, empty_allowed, also=""):
     names = [name.strip() for name in str(value).split(",") if name.strip()]
     unknown = [name for name in names if name not in choices]
     if unknown or not (names or empty_allowed):
-        meant = {name: next(iter([_ALIASES.get(name.lower())] if _ALIASES.get(
-            name.lower()) in choices else difflib.get_close_matches(
-                name.lower().replace("-", "_"), choices, n=1)), None) for name in unknown}
+        meant = {name: _meant(name, choices) for name in unknown}
         hints = [f"{name!r} unknown" + (f": did you mean {meant[name]}?" if meant[name]
                                          else "") for name in unknown]
         raise ValueError(
@@ -415,6 +413,17 @@ def _subset(flag, value, choices, example, *, empty_allowed, also=""):
             f"(e.g. {example}). Received: {flag}={value!r}"
             + (f" ({'; '.join(hints)})" if unknown else ""))
     return tuple(name for name in choices if name in names)
+
+
+def _meant(name, choices):
+    """The choice an unknown `name` most likely means: the one its alias names, or the
+    closest choice or alias (a typo of 'tflite' means litert); None."""
+    key = name.lower().replace("-", "_")
+    if _ALIASES.get(key) in choices:
+        return _ALIASES[key]
+    names = list(choices) + [alias for alias, to in _ALIASES.items() if to in choices]
+    close = difflib.get_close_matches(key, names, n=1)
+    return _ALIASES.get(close[0], close[0]) if close else None
 
 
 # Other names users give the formats and transformations (TFLite is LiteRT's old name).

@@ -158,20 +158,27 @@ def _check_encoder(config):
 
 def _check_export_formats(config, mode):
     """The packages each format of --export_format needs import (an optional extra),
-    before a training run spends its time and fails at its end; `--mode=export` has
-    a format to write."""
+    before a training run spends its time and fails at its end, every missing one in
+    one error (one round trip, not one per extra); `--mode=export` has a format to
+    write."""
     formats = rules.export_formats(config.export_format)
     if not formats and mode.exports:
         raise ConfigError("export_format", f"--mode={config.mode} writes the exports of "
                           "--export_format, and 'none' names no format; name the ones to "
                           "write, e.g. --export_format=saved_model or saved_model,onnx.")
+    missing = []
     if "keras_hub" in formats:
-        _require_keras_hub("export_format", "keras_hub")
+        try:
+            _require_keras_hub("export_format", "keras_hub")
+        except ConfigError as error:
+            missing.append(str(error).split(": ", 1)[1])
     if "onnx" in formats:
         try:
             portable.require("onnx")
         except ImportError as error:
-            raise ConfigError("export_format", str(error)) from None
+            missing.append(str(error))
+    if missing:
+        raise ConfigError("export_format", "; ".join(missing))
 
 
 def _require_keras_hub(flag, subject):
