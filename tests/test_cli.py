@@ -209,3 +209,22 @@ def test_flag_typos_get_the_flags_they_mean(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.rstrip().endswith(
         f"the checkout's is --flagfile={os.path.join(REPO, 'flags', 'quickstart.flags')})")
+
+
+def test_tf_datas_generator_notice_is_dropped_and_other_lines_kept(capfd):
+    """Newcomer 2026-12-06: the TPU rehearsal (8 CPU replicas, Fashion-MNIST) printed
+    TensorFlow's `W0000 ... dataset.cc:997] Input of GeneratorDatasetOp::Dataset will
+    not be optimized ...` (nothing to act on). The training mode makes its iterator
+    inside `quiet.dataset_notices_dropped`: that line goes, every other stays."""
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
+    with quiet.dataset_notices_dropped():
+        os.write(2, b"W0000 00:00:1796561944.815794    5357 dataset.cc:997] Input of "
+                    b"GeneratorDatasetOp::Dataset will not be optimized because the "
+                    b"dataset does not implement the AsGraphDefInternal() method needed "
+                    b"to apply optimizations.\n")
+        os.write(2, b"E0000 00:00:1796561944.9 5357 other.cc:1] a real error\n")
+    err = capfd.readouterr().err
+    assert "GeneratorDatasetOp" not in err and "a real error" in err, err
+    with open(os.path.join(REPO, "simclr_tf", "run", "modes", "train.py")) as f:
+        assert "with quiet.dataset_notices_dropped():\n        iterator = iter(dataset)" \
+            in f.read()

@@ -11,7 +11,7 @@ from tensorboard.plugins.hparams import api as hparams_api
 
 from simclr_tf.config import rules
 from simclr_tf.method import schedules
-from simclr_tf.run import distribute, loop, machine, preflight
+from simclr_tf.run import distribute, loop, machine, preflight, quiet
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints
 from simclr_tf.weights import teacher as teacher_module
@@ -120,7 +120,9 @@ def train(config, strategy, context):
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
     saving = _RecordsFlagsWhenSaving(state, context.flags_record)
-    results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=saving,
+    with quiet.dataset_notices_dropped():
+        iterator = iter(dataset)
+    results = loop.train(trainer=trainer, iterator=iterator, checkpoints=saving,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, progress=progress)
     if results["interrupted"]:
