@@ -338,7 +338,8 @@ def _declared(kind):
 
 @pytest.mark.parametrize("name", _declared("_Positive") + _declared("_AtLeast"))
 def test_every_declared_bound_is_checked_by_the_one_loop(name):
-    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 14
+    # --cpu_replicas is bounded above too: its own rule (rules.check_cpu_replicas).
+    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 13
     with pytest.raises(ConfigError) as info:
         Config.from_dict(_bad(**{name: -1})).validate()
     assert info.value.flag == name
@@ -490,6 +491,9 @@ def test_an_options_rules_are_its_declaration():
     (["--gcp_project=proj"], "gcp_project", "applies only to a TPU run"),
     (["--master=grpc://10.0.0.2:8470", "--strategy=mirrored"], "master",
      "--strategy=mirrored it would do nothing"),
+    (["--peer_wait_secs=60"], "peer_wait_secs",
+     "applies only to a run that waits for peers (--strategy=multiworker, or a TPU: "
+     "--use_tpu)"),
     # 2026-12-06, 4: evaluated as without it.
     (["--mode=eval", "--jit_compile"], "jit_compile",
      "applies only to training (--mode=train or train_then_eval), so with --mode=eval "

@@ -238,7 +238,12 @@ class Config(fields.FlagTable):
         "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
         "waits without bound. A TPU run waits as long for its TPU to connect and "
         "start (0: without bound), then stops with one line (exit 2).",
-        checks=(bounds.at_least(0),))
+        checks=(bounds.at_least(0),),
+        applies=bounds.applies(("strategy", "use_tpu"),
+                               lambda strategy, use_tpu: use_tpu or strategy in (
+                                   "multiworker", "tpu"),
+                               "to a run that waits for peers (--strategy=multiworker, "
+                               "or a TPU: --use_tpu)", "pass --strategy=multiworker"))
     cpu_replicas: int = _hw(
         0, "With --strategy=mirrored and no GPU: split the host CPU into this many "
         "logical devices before TensorFlow starts, one replica each, to rehearse a "
