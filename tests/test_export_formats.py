@@ -574,6 +574,14 @@ def test_an_older_steps_card_gives_the_flags_of_that_step(tmp_path, fake_writers
     assert "| `--train_steps` | `1` |" in _card(cfg.model_dir, "onnx", 1)
     assert "| `--train_steps` | `3` |" in _card(cfg.model_dir, "onnx", 3)
     assert "may have had their earlier values" not in _card(cfg.model_dir, "onnx", 1)
+    # The fault's own case: the newest checkpoint damaged (the export fell back to the
+    # older one, which `checkpoints.latest` then returns).
+    data = os.path.join(cfg.model_dir, "ckpt-3.data-00000-of-00001")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    shutil.rmtree(os.path.join(cfg.model_dir, "onnx", "1"))
+    export_mode.export_model(None, extended, 1)
+    assert "| `--train_steps` | `1` |" in _card(cfg.model_dir, "onnx", 1)
     del history[-1]["from_step"]  # a history written before it recorded the step
     (tmp_path / "run" / records.HISTORY_FILE).write_text(json.dumps(history))
     shutil.rmtree(os.path.join(cfg.model_dir, "onnx", "1"))

@@ -82,13 +82,14 @@ def _run_record(config, step):
                 into.update(records.read_json(path))
             except (ValueError, OSError):
                 pass
-    flags = flags or config.to_dict()
-    latest = checkpoints.latest(config.model_dir)
-    if latest is not None and step >= checkpoints.step_of(latest, 0):
-        return cards.RunRecord(flags=flags, result=result)
     flags, unknown = records.flags_of_step(
-        flags, records.read_history(config.model_dir), step)
-    return cards.RunRecord(flags=flags, result=result, unknown_changes=tuple(unknown))
+        flags or config.to_dict(), records.read_history(config.model_dir), step)
+    # A change at a step the history does not name matters below the newest
+    # checkpoint (damaged or not: an export falls back past a damaged one).
+    prefixes, _ = checkpoints.candidates(config.model_dir)
+    newest = max((checkpoints.step_of(p, -1) for p in prefixes), default=-1)
+    return cards.RunRecord(flags=flags, result=result,
+                           unknown_changes=tuple(unknown) if step < newest else ())
 
 
 def _exports_without_checkpoint(config, fmt):
