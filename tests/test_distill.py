@@ -272,7 +272,7 @@ def test_a_teacher_that_saw_more_labels_than_the_run_has_is_refused_or_said(
 
     info = check(tmp_path / "pretrained")
     assert info.head_labels == (1.0, "train", "digits", teacher.ONLINE_HEAD)
-    assert (f"--teacher: '{tmp_path / 'pretrained'}' is pretraining's online head whose "
+    assert (f"--teacher: '{tmp_path / 'pretrained'}' is a pretraining run whose online "
             "head trained on every label of 'train' of digits: the student learns from "
             "all the labels") in caplog.text
     with pytest.raises(ConfigError, match=r"^--teacher: .* every label of 'train' of "

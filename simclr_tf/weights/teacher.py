@@ -81,8 +81,8 @@ class TeacherInfo:
 
 
 # How the head of a teacher's run trained, by its train mode's row.
-ONLINE_HEAD = "pretraining's online head"
-FINE_TUNED = "a fine-tune"
+ONLINE_HEAD = "a pretraining run whose online head"
+FINE_TUNED = "a fine-tune whose head"
 
 
 def share_of_labels(fraction):

@@ -312,7 +312,7 @@ def _check_teacher_labels(config, info):
     if info.head_labels is None:
         return
     fraction, split, dataset, how = info.head_labels
-    seen = (f"{config.teacher!r} is {how} whose head trained on "
+    seen = (f"{config.teacher!r} is {how} trained on "
             f"{teacher.share_of_labels(fraction)} of {split!r} of {dataset}")
     if fraction > config.label_fraction:
         raise ConfigError("teacher", f"{seen}, and this run's --label_fraction is "
