@@ -35,6 +35,8 @@ from simclr_tf.config.errors import disk_full, remote_path_error
 from simclr_tf.config.tables import train_modes
 
 FLAGS = flags.FLAGS
+# How errors name the command: `simclr-tf` when run as it (`console_main`).
+PROGRAM = "run.py"
 
 
 class _NumberParser(flags.ArgumentParser):
@@ -230,11 +232,11 @@ def main(argv):
         _error(error, status=1)
     except WaitInterrupted as error:
         # SIGTERM while a multi-worker run waited for its peers: nothing was trained.
-        print(f"run.py: {error}", file=sys.stderr)
+        print(f"{PROGRAM}: {error}", file=sys.stderr)
         sys.exit(interrupted_exit_status(error.signum))
     except KeyboardInterrupt:
         # Ctrl-C outside the training steps (which save a checkpoint and return).
-        print("run.py: interrupted (SIGINT) outside the training steps; the checkpoints "
+        print(f"{PROGRAM}: interrupted (SIGINT) outside the training steps; the checkpoints "
               "already written are kept: run the same command again to resume.",
               file=sys.stderr)
         sys.exit(interrupted_exit_status(signal.SIGINT))
@@ -281,7 +283,7 @@ def interrupted_exit_status(signum):
 def _error(message, status=2):
     """Every error run.py reports, in one format: a bad command line, flag or input
     exits 2, a fault of the run or the machine 1."""
-    print(f"run.py: error: {message}", file=sys.stderr)
+    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -423,6 +425,9 @@ def _flagfile_hint(message):
 
 def console_main():
     """The `simclr-tf` command (setup.py entry point): run.py's flags and flagfiles."""
+    global PROGRAM  # pylint: disable=global-statement
+    if os.path.basename(sys.argv[0]).startswith("simclr-tf"):
+        PROGRAM = "simclr-tf"  # its errors name the command typed
     if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
         print(grouped_help())
         sys.exit(0)

@@ -40,7 +40,7 @@ def test_the_installed_command_takes_the_same_flags():
     assert result.returncode == 0 and "\nData:\n" in result.stdout, result.stderr
     bad = subprocess.run([command, "--temperature=0", "--model_dir=/tmp/x"],
                          capture_output=True, text=True, timeout=60, cwd="/")
-    assert bad.returncode == 2 and "run.py: error: --temperature" in bad.stderr
+    assert bad.returncode == 2 and "simclr-tf: error: --temperature" in bad.stderr
 
 
 def test_tensorflow_start_up_lines_follow_tf_cpp_min_log_level():
@@ -209,6 +209,15 @@ def test_flag_typos_get_the_flags_they_mean(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.rstrip().endswith(
         f"the checkout's is --flagfile={os.path.join(REPO, 'flags', 'quickstart.flags')})")
+    # As the simclr-tf command: its errors name it (they said run.py).
+    code = ("import sys; sys.argv = ['/venv/bin/simclr-tf', "
+            "'--flagfile=flags/quickstart.flags']; import run; run.console_main()")
+    command = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                             env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                             text=True, timeout=60)
+    assert command.returncode == 2, command.stderr
+    assert command.stderr.startswith("simclr-tf: error: unable to open flagfile"), \
+        command.stderr
 
 
 def test_tf_datas_generator_notice_is_dropped_and_other_lines_kept(capfd):
