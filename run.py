@@ -35,8 +35,6 @@ from simclr_tf.config.errors import disk_full, remote_path_error
 from simclr_tf.config.tables import train_modes
 
 FLAGS = flags.FLAGS
-# How errors name the command: `simclr-tf` when run as it (`console_main`).
-PROGRAM = "run.py"
 
 
 class _NumberParser(flags.ArgumentParser):
@@ -255,6 +253,8 @@ def main(argv):
         sys.exit(interrupted_exit_status(results["signal"]))
 
 
+# How errors name the command: `simclr-tf` when run as it (`console_main`).
+PROGRAM = "run.py"
 # The flags naming a run whose record `_config_and_record` reads.
 _RECORD_PATHS = ("model_dir", "checkpoint", "teacher")
 
