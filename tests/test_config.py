@@ -494,6 +494,11 @@ def test_an_options_rules_are_its_declaration():
     (["--peer_wait_secs=60"], "peer_wait_secs",
      "applies only to a run that waits for peers (--strategy=multiworker, or a TPU: "
      "--use_tpu)"),
+    # The same kind: training's own flags given to a mode that does not train.
+    (["--mode=eval", "--allow_changed_flags"], "allow_changed_flags",
+     "applies only to training"),
+    (["--mode=linear_probe", "--grad_cache_chunk=8"], "grad_cache_chunk",
+     "applies only to training"),
     # 2026-12-06, 4: evaluated as without it.
     (["--mode=eval", "--jit_compile"], "jit_compile",
      "applies only to training (--mode=train or train_then_eval), so with --mode=eval "

@@ -129,7 +129,8 @@ class Config(fields.FlagTable):
         "other settings of the optimisation or the data (--train_mode, "
         "--learning_rate, --train_batch_size, --dataset, ...; without this flag that "
         "is an error naming each). The changes are recorded in model_dir's "
-        "flags_history.json; flags.json then holds the new settings.")
+        "flags_history.json; flags.json then holds the new settings.",
+        applies=modes.TRAINING)
     reevaluate: bool = _run(
         False, "Measure again what a finished run recorded. Without it, a training "
         "command run again on a finished run (its newest checkpoint is the last step "
@@ -284,7 +285,7 @@ class Config(fields.FlagTable):
         "per chunk, ~1.33x compute. Must divide the per-replica batch.",
         checks=(bounds.rule(rules.check_grad_cache_chunk),
                 bounds.rule(train_modes.check_grad_cache_mode, "grad_cache_chunk",
-                            "train_mode")))
+                            "train_mode")), applies=modes.TRAINING)
     log_every_steps: Optional[int] = _run(
         None, "Steps between TensorBoard scalars (the authors' train/* names, as means "
         "over the interval), metrics.jsonl lines and progress lines; one is also "
