@@ -272,6 +272,9 @@ def test_a_teacher_that_saw_more_labels_than_the_run_has_is_refused_or_said(
 
     info = check(tmp_path / "pretrained")
     assert info.head_labels == (1.0, "train", "digits", teacher.ONLINE_HEAD)
+    from simclr_tf.run.modes import train as train_mode  # pylint: disable=import-outside-toplevel
+    assert "10 classes, its head trained on every label of 'train', inference mode" in \
+        train_mode.describe_teacher(_distill_config(tmp_path, tmp_path / "pretrained"), info)
     assert (f"--teacher: '{tmp_path / 'pretrained'}' is a pretraining run whose online "
             "head trained on every label of 'train' of digits: the student learns from "
             "all the labels") in caplog.text
