@@ -31,7 +31,7 @@ from absl import app, flags, logging
 from simclr_tf.config import inherit, run_dirs
 from simclr_tf.run import quiet
 from simclr_tf.config import Config, ConfigError
-from simclr_tf.config.errors import disk_full
+from simclr_tf.config.errors import disk_full, remote_path_error
 from simclr_tf.config.tables import train_modes
 
 FLAGS = flags.FLAGS
@@ -196,11 +196,22 @@ def main(argv):
         # Quiet by default: what a run does is printed; TensorFlow's and our INFO
         # lines (checkpoint sharding, SavedModel assets, ...) need --verbosity=0.
         logging.set_verbosity(logging.WARNING)
+    if any(run_dirs.is_remote(FLAGS[name].value) for name in _RECORD_PATHS
+           if FLAGS[name].value):
+        # Its record is read with TensorFlow's file API: imported here, quietly.
+        with quiet.tensorflow_start_up_filtered(), _sigterm_held_back():
+            import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     try:
         config, inherited = _config_and_record(FLAGS, report=print)
     except ConfigError as error:
         _error(error)
-    missing = run_dirs.missing_run_directory(config)  # a typo: said before TensorFlow
+    except Exception as error:  # pylint: disable=broad-except
+        remote = remote_path_error(error)  # a record read on gs:// (TensorFlow's API)
+        if remote is None:
+            raise
+        _error(remote)
+    # A typo: said before TensorFlow.
+    missing = run_dirs.missing_run_directory(config) or run_dirs.missing_weights(config)
     if missing is not None:
         _error(missing)
     # Imported late so that --help and flag errors never wait for TensorFlow.
@@ -219,11 +230,11 @@ def main(argv):
         _error(error, status=1)
     except WaitInterrupted as error:
         # SIGTERM while a multi-worker run waited for its peers: nothing was trained.
-        print(f"run.py: {error}", file=sys.stderr)
+        print(f"{PROGRAM}: {error}", file=sys.stderr)
         sys.exit(interrupted_exit_status(error.signum))
     except KeyboardInterrupt:
         # Ctrl-C outside the training steps (which save a checkpoint and return).
-        print("run.py: interrupted (SIGINT) outside the training steps; the checkpoints "
+        print(f"{PROGRAM}: interrupted (SIGINT) outside the training steps; the checkpoints "
               "already written are kept: run the same command again to resume.",
               file=sys.stderr)
         sys.exit(interrupted_exit_status(signal.SIGINT))
@@ -231,12 +242,21 @@ def main(argv):
         # A full disk under any writer (a record, embeddings, a table, TensorBoard):
         # its file and the space left, not a traceback.
         full = disk_full(error)
-        if full is None:
+        if full is not None:
+            _error(full, status=1)
+        remote = remote_path_error(error)
+        if remote is None:
             raise
-        _error(full, status=1)
+        _error(remote)
     if results.get("interrupted"):
         # Stopped by SIGTERM or SIGINT after saving a checkpoint: not finished.
         sys.exit(interrupted_exit_status(results["signal"]))
+
+
+# How errors name the command: `simclr-tf` when run as it (`console_main`).
+PROGRAM = "run.py"
+# The flags naming a run whose record `_config_and_record` reads.
+_RECORD_PATHS = ("model_dir", "checkpoint", "teacher")
 
 
 @contextlib.contextmanager
@@ -263,7 +283,7 @@ def interrupted_exit_status(signum):
 def _error(message, status=2):
     """Every error run.py reports, in one format: a bad command line, flag or input
     exits 2, a fault of the run or the machine 1."""
-    print(f"run.py: error: {message}", file=sys.stderr)
+    print(f"{PROGRAM}: error: {message}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -365,14 +385,49 @@ def parse_flags(argv):
     except flags.Error as error:
         message = re.sub(r"^(ERROR::\s*|flag (?=--))", "", str(error).strip())
         if message.startswith("Unknown command line flag"):
-            message += " (run.py --help lists the flags)"
+            message = _flags_meant(message) + " (run.py --help lists the flags)"
+        message += _flagfile_hint(message)
         if re.match(r"[A-Z][a-z]", message):
             message = message[0].lower() + message[1:]
         _error(message)
 
 
+def _flags_meant(message):
+    """absl's unknown-flag message, its 'Did you mean' replaced by our flags whose
+    name holds the one typed (--batch_size: train_batch_size, eval_batch_size; absl
+    suggested batch_norm_decay, by spelling)."""
+    typed = re.match(r"Unknown command line flag '([^']+)'", message)
+    if typed is None:
+        return message
+    name = typed.group(1)
+    holding = [f.name for f in Config.flag_fields()
+               if re.search(rf"(^|_){re.escape(name)}(_|$)", f.name)]
+    if not holding:
+        return message
+    return (re.sub(r"\s*Did you mean:.*$", "", message).rstrip(". ")
+            + f". Did you mean: {', '.join(holding)}?")
+
+
+def _flagfile_hint(message):
+    """For a relative --flagfile not found from here whose path names one of the
+    checkout's flagfiles (`simclr-tf --flagfile=flags/quickstart.flags` run outside
+    the checkout): where it is; else ''."""
+    missing = re.search(r"unable to open flagfile: .*No such file or directory: "
+                        r"'([^']+)'", message, re.IGNORECASE)
+    if missing is None or os.path.isabs(missing.group(1)):
+        return ""
+    checkout = os.path.join(os.path.dirname(os.path.abspath(__file__)), missing.group(1))
+    if not os.path.exists(checkout):
+        return ""
+    return (f" (a relative path is read from the current directory, {os.getcwd()}; the "
+            f"checkout's is --flagfile={checkout})")
+
+
 def console_main():
     """The `simclr-tf` command (setup.py entry point): run.py's flags and flagfiles."""
+    global PROGRAM  # pylint: disable=global-statement
+    if os.path.basename(sys.argv[0]).startswith("simclr-tf"):
+        PROGRAM = "simclr-tf"  # its errors name the command typed
     if any(arg in ("--help", "-h", "-?", "--helpshort") for arg in sys.argv[1:]):
         print(grouped_help())
         sys.exit(0)

@@ -338,7 +338,8 @@ def _declared(kind):
 
 @pytest.mark.parametrize("name", _declared("_Positive") + _declared("_AtLeast"))
 def test_every_declared_bound_is_checked_by_the_one_loop(name):
-    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 14
+    # --cpu_replicas is bounded above too: its own rule (rules.check_cpu_replicas).
+    assert len(_declared("_Positive")) == 7 and len(_declared("_AtLeast")) == 13
     with pytest.raises(ConfigError) as info:
         Config.from_dict(_bad(**{name: -1})).validate()
     assert info.value.flag == name
@@ -482,6 +483,26 @@ def test_an_options_rules_are_its_declaration():
      "--lineareval_while_pretraining=true it would do nothing"),
     (["--nolineareval_while_pretraining", "--head_learning_rate=0.1"], "head_learning_rate",
      "--lineareval_while_pretraining=false it would do nothing"),
+    # 2026-12-06, 2: trained on this machine's CPU, exit 0.
+    (["--tpu_name=my-tpu", "--tpu_zone=us-central1-a", "--gcp_project=proj"], "tpu_name",
+     "applies only to a TPU run (--use_tpu or --strategy=tpu), so with --use_tpu=false, "
+     "--strategy=auto it would do nothing: drop it, or add --use_tpu."),
+    (["--tpu_zone=us-central1-a"], "tpu_zone", "applies only to a TPU run"),
+    (["--gcp_project=proj"], "gcp_project", "applies only to a TPU run"),
+    (["--master=grpc://10.0.0.2:8470", "--strategy=mirrored"], "master",
+     "--strategy=mirrored it would do nothing"),
+    (["--peer_wait_secs=60"], "peer_wait_secs",
+     "applies only to a run that waits for peers (--strategy=multiworker, or a TPU: "
+     "--use_tpu)"),
+    # The same kind: training's own flags given to a mode that does not train.
+    (["--mode=eval", "--allow_changed_flags"], "allow_changed_flags",
+     "applies only to training"),
+    (["--mode=linear_probe", "--grad_cache_chunk=8"], "grad_cache_chunk",
+     "applies only to training"),
+    # 2026-12-06, 4: evaluated as without it.
+    (["--mode=eval", "--jit_compile"], "jit_compile",
+     "applies only to training (--mode=train or train_then_eval), so with --mode=eval "
+     "it would do nothing: drop it, or train (--mode=train)."),
 ])
 def test_a_flag_given_where_it_would_do_nothing_is_refused(argv, flag, where, tmp_path):
     """One rule (`validation.check_inert_flags`): each field declares where it applies,
@@ -494,6 +515,25 @@ def test_a_flag_given_where_it_would_do_nothing_is_refused(argv, flag, where, tm
         assert info.value.flag == flag and where in str(info.value), str(info.value)
 
 
+@pytest.mark.parametrize("argv, words", [
+    # 2026-12-06, 3: no line in 180 s (TensorFlow making a million logical devices).
+    (["--cpu_replicas=1000000"], "--cpu_replicas: must be from 0 (off) to 512"),
+    # ... and "not divisible" came from preflight, 22 s later (after the CPU was split).
+    (["--cpu_replicas=3", "--train_batch_size=16"],
+     "--train_batch_size: 16 is not divisible by the 3 replicas (--cpu_replicas=3); use "
+     "a multiple of 3."),
+])
+def test_cpu_replicas_the_flags_refuse_are_refused_by_the_flags(argv, words):
+    """What the flags alone decide about --cpu_replicas is refused with them, before
+    TensorFlow splits the CPU."""
+    with pytest.raises(ConfigError) as info:
+        _from_flags(["--strategy=mirrored", "--model_dir=/tmp/x"] + argv)
+    assert str(info.value).startswith(words), str(info.value)
+    # An evaluation does not train: its batches need not divide.
+    assert _from_flags(["--strategy=mirrored", "--cpu_replicas=3", "--mode=eval",
+                        "--model_dir=/tmp/x"]).cpu_replicas == 3
+
+
 def test_where_those_flags_apply_they_are_taken():
     finetune = ["--train_mode=finetune", "--model_dir=/tmp/x"]
     assert _from_flags(finetune + ["--fine_tune_after_block=4",
@@ -501,6 +541,12 @@ def test_where_those_flags_apply_they_are_taken():
     assert _from_flags(finetune + ["--label_fraction=0.1"]).label_fraction == 0.1
     assert _from_flags(["--head_learning_rate=0.1", "--model_dir=/tmp/x"]
                        ).head_learning_rate == 0.1
+    assert _from_flags(["--use_tpu", "--tpu_name=my-tpu", "--tpu_zone=z", "--gcp_project=p",
+                        "--model_dir=/tmp/x"]).tpu_name == "my-tpu"
+    assert _from_flags(["--strategy=tpu", "--master=grpc://10.0.0.2:8470",
+                        "--model_dir=/tmp/x"]).master == "grpc://10.0.0.2:8470"
+    assert _from_flags(["--mode=train_then_eval", "--jit_compile", "--model_dir=/tmp/x"]
+                       ).jit_compile
 
 
 def test_those_flags_read_from_a_record_are_left_as_recorded(tmp_path):

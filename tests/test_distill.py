@@ -255,6 +255,43 @@ def _preflight(cfg):
     return preflight.check(cfg, tf.distribute.get_strategy(), preflight.load_source(cfg))
 
 
+def test_a_teacher_that_saw_more_labels_than_the_run_has_is_refused_or_said(
+        tmp_path, caplog):
+    """2026-12-06 (newcomer M14): the quick start's distillation from the pretraining
+    run, whose online head trained on every label, was accepted without a word in a
+    1%/10% experiment. A teacher whose head saw more labels than --label_fraction gives
+    is refused; a pretraining run's head otherwise is said (a fully supervised
+    teacher); a fine-tune on the run's own fraction passes in silence."""
+    run_fixtures.write_run(tmp_path / "pretrained")  # the online head: every label
+    _teacher_run(tmp_path / "ft10", label_fraction=0.1)
+
+    def check(teacher_dir, **student):
+        cfg = _distill_config(tmp_path, teacher_dir, **student)
+        info = teacher.inspect_teacher(str(teacher_dir))
+        preflight._check_teacher_labels(cfg, info)  # pylint: disable=protected-access
+        return info
+
+    info = check(tmp_path / "pretrained")
+    assert info.head_labels == (1.0, "train", "digits", teacher.ONLINE_HEAD)
+    from simclr_tf.run.modes import train as train_mode  # pylint: disable=import-outside-toplevel
+    assert "10 classes, its head trained on every label of 'train', inference mode" in \
+        train_mode.describe_teacher(_distill_config(tmp_path, tmp_path / "pretrained"), info)
+    assert (f"--teacher: '{tmp_path / 'pretrained'}' is a pretraining run whose online "
+            "head trained on every label of 'train' of digits: the student learns from "
+            "all the labels") in caplog.text
+    with pytest.raises(ConfigError, match=r"^--teacher: .* every label of 'train' of "
+                       r"digits, and this run's --label_fraction is 0.1: the student "
+                       "would learn those labels through the teacher"):
+        check(tmp_path / "pretrained", label_fraction=0.1, distill_alpha=0.5)
+    caplog.clear()
+    assert check(tmp_path / "ft10", label_fraction=0.1, distill_alpha=0.5).head_labels == (
+        0.1, "train", "digits", teacher.FINE_TUNED)
+    assert "--teacher" not in caplog.text
+    with pytest.raises(ConfigError, match="on 0.1 of the labels of 'train' of digits, and "
+                       "this run's --label_fraction is 0.01"):
+        check(tmp_path / "ft10", label_fraction=0.01, distill_alpha=0.5)
+
+
 @pytest.mark.large  # 12 s beside another job
 def test_bad_teachers_are_flag_errors_before_anything_is_built(tmp_path):
     """A missing path, a run without a supervised head, a head of other classes and

@@ -341,6 +341,35 @@ def test_a_folder_spelt_otherwise_is_the_weights_own_dataset(image_folder, tmp_p
         str(run), f"folder:{root}", "train[:50%]", True)
 
 
+def test_a_subfolder_of_the_training_folder_holds_its_training_files(tmp_path):
+    """2026-12-06, 17: weights trained on folder:<root> (its train/ split), probed on
+    folder:<root>/train with --train_split='train[:50%]' --eval_split='train[50%:]',
+    scored the training files: the identity is the folder's real path, and the
+    subfolder's differs. A folder inside the other is compared file by file."""
+    root = tmp_path / "images"
+    for split, count in (("train", 8), ("val", 4)):
+        for c in range(2):
+            for i in range(count):
+                _png(str(root / split / f"c{c}" / f"{i}.png"), 60 * c + i + 20 * (split == "val"))
+    run = tmp_path / "pretrained"
+    write_run(run, dataset=f"folder:{root}", train_split="train")
+    probe = dict(mode="linear_probe", checkpoint=str(run), model_dir=str(tmp_path / "p"),
+                 evaluators="linear_probe")
+    with pytest.raises(ConfigError) as raised:
+        _check(**probe, dataset=f"folder:{root}/train", train_split="train[:50%]",
+               eval_split="train[50%:]")
+    assert str(raised.value).startswith(
+        "--eval_split: 'train[50%:]' shares 8 of its 8 image files (all of them) with "
+        f"--train_split='train' (what trained the weights: its flags.json in {run})"), \
+        str(raised.value)
+    # The other way round: trained on the subfolder, evaluated on the folder's train/.
+    inner = tmp_path / "inner"
+    write_run(inner, dataset=f"folder:{root}/train", train_split="train[:50%]")
+    with pytest.raises(ConfigError, match="^--eval_split: 'train' shares 8 of its 16"):
+        _check(**dict(probe, checkpoint=str(inner)), dataset=f"folder:{root}",
+               train_split="val", eval_split="train")
+
+
 def test_the_grey_images_of_a_tinted_run_are_its_training_images(tmp_path):
     """Item 13: 'fashion_mnist' holds the examples of 'fashion_mnist_tinted' (the same
     ids, tinted): a grey evaluation of the tinted run's training images is refused."""

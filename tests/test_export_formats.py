@@ -5,24 +5,28 @@ interpreter, keras-hub in a new process) on images the model never saw and compa
 it with the SavedModel; the rest are the flag, the retention rules and the errors,
 without converting a model.
 """
+import dataclasses
 import errno
 import io
 import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import run
-from simclr_tf.config import ConfigError
+from simclr_tf.config import Config, ConfigError
 from simclr_tf.config.tables import modes
 from simclr_tf.run import experiment, preflight
 from simclr_tf.run.modes import export as export_mode
+from simclr_tf.rundir import records
 from simclr_tf.weights import cards, export, portable
 from helpers import cli_flags, run_fixtures
 
@@ -241,7 +245,9 @@ def test_the_flag_takes_a_subset_in_any_order_and_names_an_unknown_format():
         with pytest.raises(ConfigError, match="export_format.*saved_model, onnx, litert, "
                                               "keras_hub"):
             run_fixtures.config(model_dir="/tmp/run", export_format=bad)
-    for bad, meant in (("tflite", "litert"), ("keras-hub", "keras_hub"), ("onx", "onnx")):
+    # A typo of an alias means what the alias means (2026-12-06: 'tfile' got no hint).
+    for bad, meant in (("tflite", "litert"), ("keras-hub", "keras_hub"), ("onx", "onnx"),
+                       ("tfile", "litert"), ("savemodel", "saved_model")):
         with pytest.raises(ConfigError, match=f"'{bad}' unknown: did you mean {meant}\\?"):
             run_fixtures.config(model_dir="/tmp/run", export_format=bad)
 
@@ -258,6 +264,26 @@ def test_a_missing_extra_is_refused_before_training(monkeypatch, tmp_path):
                                           r"pip install -e '\.\[export\]'"):
         experiment.run(cfg)
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_every_missing_extra_is_named_in_one_error(monkeypatch):
+    """Newcomer 2026-12-06: the README's export line without the extras named keras-hub
+    only (21 s), then, once keras_hub was dropped, tf2onnx: one round trip per extra.
+    One error names both."""
+    def missing(fmt):
+        raise ImportError(f"{fmt} needs tf2onnx, an optional extra")
+    monkeypatch.setattr(portable, "require", missing)
+
+    def no_hub(flag, subject):
+        raise ConfigError(flag, f"{subject} needs keras-hub, an optional extra")
+    monkeypatch.setattr(preflight, "_require_keras_hub", no_hub)
+    with pytest.raises(ConfigError) as info:
+        preflight._check_export_formats(  # pylint: disable=protected-access
+            run_fixtures.config(model_dir="/tmp/run", mode="export",
+                                export_format="saved_model,onnx,litert,keras_hub"),
+            modes.get("export"))
+    assert str(info.value) == ("--export_format: keras_hub needs keras-hub, an optional "
+                               "extra; onnx needs tf2onnx, an optional extra")
 
 
 def test_an_export_failing_after_training_keeps_the_runs_record(tiny_run, tmp_path,
@@ -510,6 +536,75 @@ def test_the_recipe_names_the_flags_its_encoder_and_step_plan_used():
         "dataset", "train_mode", "encoder", "vit_pool", "train_steps"]
 
 
+def test_the_recipe_names_the_data_and_the_start_a_fine_tune_was_made_of():
+    """2026-12-06, 12: a fine-tune's card left out --label_fraction=0.1 and the run it
+    was fine-tuned from (--checkpoint), and the quick start's dropped --warmup_epochs
+    and --head_learning_rate, a bfloat16 run's --mixed_precision. Every flag that
+    changes the optimisation or the data is on it when not at its default; where the
+    run is, how it is evaluated and exported (`records.FREE_FLAGS`) are not."""
+    fine_tune = dict(Config().to_dict(), dataset="digits", train_mode="finetune",
+                     checkpoint="/runs/simclr_quickstart", label_fraction=0.1,
+                     fine_tune_after_block=2, ft_proj_selector=1, encoder="tiny",
+                     train_steps=30, model_dir="/runs/ft", eval_split="test",
+                     export_format="onnx", mixed_precision="bfloat16")
+    recipe = cards.recipe_flags(fine_tune)
+    for flag in ("checkpoint", "label_fraction", "fine_tune_after_block",
+                 "ft_proj_selector", "mixed_precision"):
+        assert flag in recipe, (flag, recipe)
+    assert list(recipe)[:4] == ["dataset", "train_split", "train_mode", "checkpoint"]
+    for flag in ("model_dir", "eval_split", "export_format", "train_epochs"):
+        assert flag not in recipe, (flag, recipe)
+    quick_start = dict(Config().to_dict(), warmup_epochs=5.0, head_learning_rate=0.1)
+    assert {"warmup_epochs", "head_learning_rate"} <= set(cards.recipe_flags(quick_start))
+
+
+def _second_checkpoint(model_dir, step):
+    """model_dir's ckpt-1 again as ckpt-`step`, its newest checkpoint (a run extended)."""
+    for name in os.listdir(model_dir):
+        if name.startswith("ckpt-1."):
+            shutil.copy(os.path.join(model_dir, name),
+                        os.path.join(model_dir, name.replace("ckpt-1.", f"ckpt-{step}.")))
+    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.join(model_dir, f"ckpt-{step}"),
+                                     [os.path.join(model_dir, "ckpt-1")])
+
+
+def test_an_older_steps_card_gives_the_flags_of_that_step(tmp_path, fake_writers):
+    """2026-12-06, 13: a 2-step run extended to 4 steps; an export of ckpt-2 (the newest
+    damaged) said `--train_steps 4`, flags.json's, which wrote ckpt-4 only. The card
+    of an older step undoes the changes flags_history.json records from that step on
+    (each entry now says the step its run started from); an entry without that step
+    (written before) leaves the value unknown, and the card says so."""
+    cfg = run_fixtures.write_run(tmp_path / "run", train_steps=1, export_format="onnx",
+                                 keep_hub_module_max=3)
+    _second_checkpoint(cfg.model_dir, 3)
+    extended = dataclasses.replace(cfg, train_steps=3)
+    record = records.start_run_record(extended, continues=True, from_step=1)
+    record.write()
+    history = json.loads((tmp_path / "run" / records.HISTORY_FILE).read_text())
+    assert history[-1]["from_step"] == 1
+    assert history[-1]["changed"] == {"train_steps": {"recorded": 1, "given": 3}}
+    export_mode.export_model(None, extended, 1)
+    export_mode.export_model(None, extended, 3)
+    assert "| `--train_steps` | `1` |" in _card(cfg.model_dir, "onnx", 1)
+    assert "| `--train_steps` | `3` |" in _card(cfg.model_dir, "onnx", 3)
+    assert "may have had their earlier values" not in _card(cfg.model_dir, "onnx", 1)
+    # The fault's own case: the newest checkpoint damaged (the export fell back to the
+    # older one, which `checkpoints.latest` then returns).
+    data = os.path.join(cfg.model_dir, "ckpt-3.data-00000-of-00001")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    shutil.rmtree(os.path.join(cfg.model_dir, "onnx", "1"))
+    export_mode.export_model(None, extended, 1)
+    assert "| `--train_steps` | `1` |" in _card(cfg.model_dir, "onnx", 1)
+    del history[-1]["from_step"]  # a history written before it recorded the step
+    (tmp_path / "run" / records.HISTORY_FILE).write_text(json.dumps(history))
+    shutil.rmtree(os.path.join(cfg.model_dir, "onnx", "1"))
+    export_mode.export_model(None, extended, 1)
+    assert ("flags_history.json records changes of `--train_steps` at steps it does not "
+            "name: at step 1 they may have had their earlier values") in _card(
+                cfg.model_dir, "onnx", 1)
+
+
 def test_a_card_that_cannot_be_written_leaves_the_previous_export(tmp_path, fake_writers,
                                                                   monkeypatch):
     """The card is part of the atomic export: if it fails, no folder is renamed into
@@ -582,6 +677,32 @@ def test_the_documented_recipe_is_the_eval_preprocessing_without_tensorflow():
     pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB").resize(
         (16, 16), Image.BICUBIC), np.float32) / 255
     assert np.abs(pil - recipe["preprocess"](io.BytesIO(data), 16)).max() > 0.1
+
+
+def test_the_documented_recipe_decodes_16_bit_pngs_as_tensorflow_does():
+    """2026-12-06, 10: on a 16-bit grey PNG the recipe's `convert("RGB")` clipped the
+    values (the embedding 181% away, another class); TensorFlow scales them by
+    1/65535, as the recipe now does. A 16-bit RGB PNG Pillow opens with 8 bits a
+    channel: within 1/255, as docs/serving.md says. And the doc names the crop rule:
+    `preprocess_for_eval`'s default crops at 16 px, which the export does not."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from simclr_tf import augment  # pylint: disable=import-outside-toplevel
+    recipe = documented_recipe()
+    rng = np.random.default_rng(1)
+    grey = tf.io.encode_png(rng.integers(0, 65536, (40, 30, 1), dtype=np.uint16)).numpy()
+    rgb = tf.io.encode_png(rng.integers(0, 65536, (40, 30, 3), dtype=np.uint16)).numpy()
+    for data, tolerance in ((grey, 1e-6), (rgb, 1 / 255)):
+        decoded = tf.io.decode_image(data, channels=3, dtype=tf.float32)
+        for size in (16, 40):
+            expected = augment.preprocess_for_eval(
+                decoded, size, size, crop=augment.eval_center_crop_enabled(size)).numpy()
+            got = recipe["preprocess"](io.BytesIO(data), size)
+            np.testing.assert_allclose(got, expected, atol=tolerance)
+    with open(SERVING_DOC) as f:
+        text = " ".join(f.read().split())
+    assert ("`augment.preprocess_for_eval(image, S, S, crop=augment."
+            "eval_center_crop_enabled(S))`") in text
+    assert "This NumPy + Pillow recipe is `augment.preprocess_for_eval`," not in text
 
 
 @pytest.mark.large  # 13-20 s: a tiny model at 16 and 40 px as SavedModel, ONNX, LiteRT

@@ -782,3 +782,36 @@ def test_multiworker_run_killed_and_restarted_matches_an_uninterrupted_one(tmp_p
     # Worker 1 saved into its scratch directory only, and removed it at the end.
     assert not [n for n in os.listdir(resumed) if n.startswith(".scratch")]
     assert len([n for n in os.listdir(resumed) if n.startswith("events.out")]) == 2
+
+
+# ------------------------------------------------------------ a gs:// path unread
+
+
+@pytest.mark.parametrize("model_dir, planted", [
+    # docs/tpu.md's Cloud TPU command with $BUCKET unset: TensorFlow refuses the path
+    # itself (no network).
+    ("gs:///runs/simclrv1_r50_1x", None),
+    # A bucket named, no network or credentials here: the error TensorFlow raised then
+    # (newcomer 2026-12-06, 25b), planted (no test reaches the network).
+    ("gs://my-simclr-bucket/runs/simclrv1_r50_1x", tf.errors.FailedPreconditionError(
+        None, None, "Error executing an HTTP request: libcurl code 6 meaning 'Couldn't "
+        "resolve host name', error details: Could not resolve host: www.googleapis.com "
+        "when reading metadata of gs://my-simclr-bucket/runs/simclrv1_r50_1x/flags.json")),
+])
+def test_a_gs_path_that_cannot_be_read_is_one_line(model_dir, planted, monkeypatch, capsys):
+    """2026-12-06 (newcomer 25, 25b): docs/tpu.md's own command ended in a 20-line
+    traceback through inherit -> run_dirs.exists -> gfile. One line, exit 2, naming
+    the path and what to check."""
+    if planted is not None:
+        def unreachable(path):
+            raise planted
+        monkeypatch.setattr(tf.io.gfile, "exists", unreachable)
+    status = cli_flags.run_main(monkeypatch, ["--dataset=digits", "--encoder=tiny",
+                                              f"--model_dir={model_dir}"])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"run.py: error: {model_dir}/flags.json cannot be read or "
+                          "written ("), err
+    for words in ("BUCKET unset", "credentials"):
+        assert words in err, (words, err)

@@ -216,3 +216,15 @@ def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
         timer.cancel()
         deadline.cancel()
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_message_for_imagenet_not_prepared_does_not_offer_a_download():
+    """Newcomer 2026-12-06, 13: ImageNet's message said 'Download it here with
+    --tfds_download (the default)' (on already; TFDS cannot download ImageNet), then
+    that it needs a manual download, then 'This machine cannot download it'. For a
+    dataset of a manual download, only the way that works is said."""
+    from simclr_tf.data import tfds_source  # pylint: disable=import-outside-toplevel
+    imagenet = tfds_source.not_prepared_message("imagenet2012", None, "/d/imagenet2012")
+    assert "Download it here" not in imagenet and "manual download" in imagenet
+    cifar = tfds_source.not_prepared_message("cifar10", None, "/d/cifar10")
+    assert "Download it here with --tfds_download (the default)" in cifar

@@ -9,11 +9,15 @@
 - The paper's batch split as a TPU v3-8 splits it: 8 replicas (`--cpu_replicas`) of a
   global batch equal one replica on it (loss, gradient, update, BN statistics).
 """
+import _thread
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import keras
 import numpy as np
@@ -158,6 +162,70 @@ def test_a_tpu_that_does_not_answer_is_one_error_naming_the_flags(
     assert message.startswith("--tpu_name: the TPU") and "\n" not in message, message
     for word in words:
         assert word in message, (word, message)
+
+
+def _closed_port():
+    """A port of 127.0.0.1 where nothing listens (connections refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _hanging_resolver(monkeypatch, seconds=20.0):
+    """TPUClusterResolver's stand-in that waits as TensorFlow's connection does for a
+    TPU that never answers (it released the GIL: measured), then fails."""
+    calls = []
+
+    def resolver(tpu=None, zone=None, project=None):
+        calls.append(tpu)
+        time.sleep(seconds)
+        raise tf.errors.UnavailableError(None, None, "never answered")
+
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", resolver)
+    return calls
+
+
+def test_a_grpc_tpu_address_that_nothing_answers_is_one_line_at_once(monkeypatch, capsys):
+    """2026-12-06, 1: --tpu_name=grpc://127.0.0.1:1 printed nothing for 5+ minutes
+    (TensorFlow's connection waits without a deadline). The address is tried first:
+    refused, one error naming it, and TensorFlow is not reached."""
+    monkeypatch.setattr(distribute, "local_tpu_devices", lambda root="/": [])
+    calls = _hanging_resolver(monkeypatch)
+    name = f"grpc://127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        experiment.create_strategy(config(use_tpu=True, tpu_name=name, model_dir="x"))
+    assert time.monotonic() - start < 5 and calls == []
+    message = str(info.value)
+    assert message.startswith(f"--tpu_name: the TPU {name!r} did not answer") \
+        and "connection refused" in message and "check the address" in message, message
+
+
+def test_a_tpu_that_answers_but_never_starts_is_bounded_said_and_interruptible(
+        monkeypatch, capsys):
+    """A TPU address that accepts connections but whose TensorFlow never answers (a
+    port of something else, a TPU stuck starting): a line says what the run waits for
+    and for how long (--peer_wait_secs), the wait ends in one error, and Ctrl-C stops
+    it meanwhile."""
+    monkeypatch.setattr(distribute, "local_tpu_devices", lambda root="/": [])
+    calls = _hanging_resolver(monkeypatch)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        name = f"grpc://127.0.0.1:{listener.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(ConfigError) as info:
+            experiment.create_strategy(config(use_tpu=True, tpu_name=name,
+                                              peer_wait_secs=1, model_dir="x"))
+        assert time.monotonic() - start < 5 and calls == [name]
+        assert "(TimeoutError: no answer in 1 s): check the address" in str(info.value)
+        assert capsys.readouterr().out.startswith(
+            f"Waiting for the TPU {name!r} to connect and start (up to 1 s, "
+            "--peer_wait_secs; Ctrl-C stops).")
+        threading.Timer(0.5, _thread.interrupt_main).start()  # Ctrl-C
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            experiment.create_strategy(config(use_tpu=True, tpu_name=name,
+                                              peer_wait_secs=600, model_dir="x"))
+        assert time.monotonic() - start < 5
 
 
 # ---------------------------------------------------------- --cpu_replicas

@@ -87,6 +87,28 @@ def disk_full(error, path=None, kept="Files written before it are intact."):
     return full
 
 
+# A path on a file system only TensorFlow reads ('gs://bucket/run', 's3://...').
+_REMOTE_PATH = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\",;)]*")
+
+
+def remote_path_error(error):
+    """The one line for a TensorFlow file-system error on a remote path (gs://: a
+    bucket name missing, no credentials, no network), or None for any other error.
+    TensorFlow's message names the path; its first line is kept."""
+    if not type(error).__module__.startswith("tensorflow"):
+        return None
+    message = str(error).strip()
+    path = _REMOTE_PATH.search(message)
+    if path is None:
+        return None
+    first = message.splitlines()[0][:300]
+    return (f"{path.group(0)} cannot be read or written ({type(error).__name__}: {first}). "
+            "Check the path (is its bucket named? `gs://$BUCKET/...` with BUCKET unset "
+            "gives gs:///...), that this machine reaches the storage and has "
+            "credentials for it (on GCP: `gcloud auth application-default login`, or a "
+            "VM's service account), or use a local path.")
+
+
 @contextlib.contextmanager
 def full_disk_reported(path, kept):
     """Turns a full disk while writing `path` inside the block into its

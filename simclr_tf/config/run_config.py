@@ -21,6 +21,12 @@ from simclr_tf.config.errors import ConfigError  # noqa: F401
 from simclr_tf.config.fields import AUTHORS_FLAGS  # noqa: F401
 from simclr_tf.config.record_types import RecordError  # noqa: F401
 
+# --tpu_name, --tpu_zone, --gcp_project and --master name the TPU of a TPU run; without
+# one the run is on this machine (fault 2 of 2026-12-06: they trained on the CPU).
+ON_A_TPU = bounds.applies(("use_tpu", "strategy"),
+                          lambda use_tpu, strategy: use_tpu or strategy == "tpu",
+                          "to a TPU run (--use_tpu or --strategy=tpu)", "add --use_tpu")
+
 # A field is declared by its --help topic's function (`fields.HELP_GROUPS`, in
 # order): a new flag is one field, its help group included.
 _run = functools.partial(fields.field, fields.HELP_GROUPS[0])  # Run
@@ -109,7 +115,8 @@ class Config(fields.FlagTable):
         "and the moving averages keep updating (their Keras 2 freezing does not reach "
         "the batch norm inside a block; docs/fidelity.md). Weights never train either way.",
         rules.FROZEN_BATCH_NORMS, applies=train_modes.FROZEN_BLOCKS)
-    master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.")
+    master: Optional[str] = _hw(None, "Address/name of the TensorFlow master to use.",
+                                applies=ON_A_TPU)
     model_dir: Optional[str] = _run(None, "The run's directory: checkpoints, "
                                     "summaries, exports and its records.")
     break_lock: bool = _run(
@@ -122,7 +129,8 @@ class Config(fields.FlagTable):
         "other settings of the optimisation or the data (--train_mode, "
         "--learning_rate, --train_batch_size, --dataset, ...; without this flag that "
         "is an error naming each). The changes are recorded in model_dir's "
-        "flags_history.json; flags.json then holds the new settings.")
+        "flags_history.json; flags.json then holds the new settings.",
+        applies=modes.TRAINING)
     reevaluate: bool = _run(
         False, "Measure again what a finished run recorded. Without it, a training "
         "command run again on a finished run (its newest checkpoint is the last step "
@@ -138,13 +146,14 @@ class Config(fields.FlagTable):
                         "ours is False so GPU and CPU users need no flag).")
     tpu_name: Optional[str] = _hw(
         None, "The Cloud TPU to use for training: its name, its grpc://address, or "
-        "'local' (the TPU of a Cloud TPU VM, which --use_tpu alone finds; docs/tpu.md).")
+        "'local' (the TPU of a Cloud TPU VM, which --use_tpu alone finds; docs/tpu.md).",
+        applies=ON_A_TPU)
     tpu_zone: Optional[str] = _hw(
         None, "GCE zone where the Cloud TPU is located (with a --tpu_name that is a name; "
-        "unset: asked of the GCE metadata server).")
+        "unset: asked of the GCE metadata server).", applies=ON_A_TPU)
     gcp_project: Optional[str] = _hw(
         None, "Project name for the Cloud TPU (with a --tpu_name that is a name; unset: "
-        "asked of the GCE metadata server).")
+        "asked of the GCE metadata server).", applies=ON_A_TPU)
     optimizer: str = _optim(
         "lars", "Optimizer to use. adamw (ours, for ViT recipes): Adam with decoupled "
         "weight decay of all but norms, biases and the encoder's declared variables "
@@ -228,21 +237,27 @@ class Config(fields.FlagTable):
         "of TF_CONFIG to answer on their ports (progress every 30 s; a SIGTERM stops "
         "the wait) before TensorFlow connects them; then the run stops naming each "
         "missing task (exit 1). 0 = no wait of ours: TensorFlow's rendezvous, which "
-        "waits without bound.",
-        checks=(bounds.at_least(0),))
+        "waits without bound. A TPU run waits as long for its TPU to connect and "
+        "start (0: without bound), then stops with one line (exit 2).",
+        checks=(bounds.at_least(0),),
+        applies=bounds.applies(("strategy", "use_tpu"),
+                               lambda strategy, use_tpu: use_tpu or strategy in (
+                                   "multiworker", "tpu"),
+                               "to a run that waits for peers (--strategy=multiworker, "
+                               "or a TPU: --use_tpu)", "pass --strategy=multiworker"))
     cpu_replicas: int = _hw(
         0, "With --strategy=mirrored and no GPU: split the host CPU into this many "
         "logical devices before TensorFlow starts, one replica each, to rehearse a "
         "multi-replica run on one machine (8: a TPU v3-8's replicas; docs/tpu.md). "
         "Same batch, loss and update as one device, slower. 0 = TensorFlow's one CPU "
         "device.",
-        checks=(bounds.at_least(0),))
+        checks=(bounds.rule(rules.check_cpu_replicas),))
     mixed_precision: str = _hw(
         "none", "Compute dtype policy; losses and BN statistics stay float32.",
         ("none", "bfloat16", "float16"))
     jit_compile: bool = _hw(
         False, "Compile the train step with XLA. Off by default: on CPU it is slower "
-        "and it fails under MirroredStrategy on CPU.")
+        "and it fails under MirroredStrategy on CPU.", applies=modes.TRAINING)
     augmentations: str = _aug(
         "", "Comma-separated transformations of a training view: crop (random resized "
         "crop; else the whole image resized), flip, color (jitter and grayscale at "
@@ -270,7 +285,7 @@ class Config(fields.FlagTable):
         "per chunk, ~1.33x compute. Must divide the per-replica batch.",
         checks=(bounds.rule(rules.check_grad_cache_chunk),
                 bounds.rule(train_modes.check_grad_cache_mode, "grad_cache_chunk",
-                            "train_mode")))
+                            "train_mode")), applies=modes.TRAINING)
     log_every_steps: Optional[int] = _run(
         None, "Steps between TensorBoard scalars (the authors' train/* names, as means "
         "over the interval), metrics.jsonl lines and progress lines; one is also "

@@ -123,6 +123,30 @@ def nothing_to_load(config, mode):
                        + "".join(f", {text}" for text in alternatives) + "." + meant)
 
 
+def missing_weights(config):
+    """For run.py before TensorFlow is imported: the error of a local --checkpoint
+    (or a distillation's --teacher) that names nothing (no such path, nor a
+    checkpoint prefix), with a sibling of a close name that holds checkpoints (a
+    typo, as for --model_dir); None otherwise. A --checkpoint that a resumed run does
+    not read (model_dir holds checkpoints) is left alone."""
+    teacher = modes.get(config.mode).trains and config.train_mode == "distill"
+    for flag in ("checkpoint",) + (("teacher",) if teacher else ()):
+        path = getattr(config, flag)
+        if (not path or is_remote(path) or os.path.exists(os.path.expanduser(path))
+                or glob.glob(glob.escape(os.path.expanduser(path)) + ".*")):
+            continue
+        if flag == "checkpoint" and config.model_dir and not is_remote(config.model_dir) \
+                and holds_checkpoints(config.model_dir):
+            continue
+        close = _close_run_directory(path)
+        meant = f" Did you mean --{flag}={close}? It holds checkpoints." if close else ""
+        return ConfigError(flag, f"{path!r} is neither a directory of checkpoints nor a "
+                           "checkpoint prefix (no such path); pass a run directory, a "
+                           "prefix such as '/run/ckpt-1000', or a SavedModel directory."
+                           + meant)
+    return None
+
+
 def _close_run_directory(model_dir):
     """A local directory beside a missing `model_dir` whose name is close to its name
     (a typo) and that holds checkpoints; None when there is none."""

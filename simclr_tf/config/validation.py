@@ -202,7 +202,14 @@ def _check_encoder(config):
 
 
 def _check_training(config, objective):
-    """What only a training run uses: the contrastive batch, the scaled rate."""
+    """What only a training run uses: the contrastive batch, the scaled rate, a batch
+    that --cpu_replicas divides (known from the flags: said before TensorFlow splits
+    the CPU, which took 22 s; preflight checks the strategy's own replicas)."""
+    if config.cpu_replicas and config.train_batch_size % config.cpu_replicas:
+        raise ConfigError("train_batch_size", f"{config.train_batch_size} is not "
+                          f"divisible by the {config.cpu_replicas} replicas "
+                          f"(--cpu_replicas={config.cpu_replicas}); use a multiple of "
+                          f"{config.cpu_replicas}.")
     if objective.contrastive_batch:
         try:
             rules.check_contrastive_batch_size(config.train_batch_size)

@@ -103,9 +103,10 @@ def not_prepared_message(name: str, data_dir: str | None, builder_data_dir: str,
     manual = (" (ImageNet also needs its manual download in DIR/downloads/manual)"
               if name.startswith("imagenet") else "")
     build = f"`tfds build {table_name(name)} --data_dir=DIR`{manual}"
+    # TFDS cannot download ImageNet (its manual download): no --tfds_download advice.
     fix = (f"Download it here with {download_flag} (the default), or prepare it on a "
            f"machine with internet access: {build}, copy DIR here and pass --data_dir=DIR."
-           if download_flag else
+           if download_flag and not manual else
            f"Prepare it with {build} (on a machine with internet access; copy DIR here "
            "if that is another one) and pass --data_dir=DIR.")
     return f"TFDS dataset {name!r} is not prepared in {where}: nothing in " \

@@ -18,9 +18,11 @@ from absl import logging
 COPY_CHECK_MAX_BYTES = 1 << 30
 
 
-def shared_examples(source, train_split, eval_split):
+def shared_examples(source, train_split, eval_split, train_source=None):
     """(examples of `eval_split` that are also in `train_split`, examples of
-    `eval_split`, their unit) counted once each.
+    `eval_split`, their unit) counted once each. `train_split` is of `train_source`
+    when given (another image folder: the same files under two folder names, such as
+    a folder and its train/ subfolder), else of `source`.
 
     What "the same example" is: for an image folder (a source whose rows are file
     paths), the same file, reached by any path, link or hard link, or a byte-identical
@@ -32,10 +34,13 @@ def shared_examples(source, train_split, eval_split):
     Raises:
         ValueError: a split does not resolve.
     """
-    paths = _split_paths(source, train_split), _split_paths(source, eval_split)
+    paths = (_split_paths(train_source or source, train_split),
+             _split_paths(source, eval_split))
     if paths[0] is not None and paths[1] is not None:
         shared, total = _shared_files(*paths)
         return shared, total, "image files"
+    if train_source is not None:
+        return 0, 0, "examples"  # two datasets without files share no example
     train = _merged(source.split_ranges(train_split))
     test = _merged(source.split_ranges(eval_split))
     shared = sum(max(0, min(stop, other_stop) - max(start, other_start))

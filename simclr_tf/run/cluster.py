@@ -238,10 +238,18 @@ def _unavailable_message(cluster, missing, timeout_secs):
 def _connect(task, me, timeout):
     """None when `task`'s port accepts a TCP connection (then says who `me` is), else
     why not."""
+    return unreachable(task.host, task.port, timeout,
+                       hello=HELLO + f"{me.job} {me.index}\n".encode())
+
+
+def unreachable(host, port, timeout, hello=b""):
+    """None when `host`:`port` accepts a TCP connection within `timeout` seconds (then
+    sends `hello`, if any), else why not, in a few words."""
     try:
-        with socket.create_connection((task.host, task.port), timeout=timeout) as peer:
+        with socket.create_connection((host, port), timeout=timeout) as peer:
             try:
-                peer.sendall(HELLO + f"{me.job} {me.index}\n".encode())
+                if hello:
+                    peer.sendall(hello)
             except OSError:
                 pass  # it answered; a TensorFlow server may close on what it reads
             return None
@@ -339,6 +347,49 @@ def sigterm_deferred(while_doing):
         # SIGTERM at once.
         with _raise_on_sigterm(while_doing, restore=previous):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+# ------------------------------------------------------- a bounded TensorFlow call
+
+
+def bounded_call(function, timeout_secs, waiting_for, *, report_every_secs=REPORT_EVERY_SECS,
+                 out=print):
+    """`function()`'s result (or its exception), run in a thread of its own while this
+    one waits at most `timeout_secs` (None: without bound), saying what it waits for
+    at once and every `report_every_secs`. For TensorFlow calls that wait on a network
+    peer without a deadline (TPU connection and start-up): they release the GIL, so
+    Ctrl-C (KeyboardInterrupt) and SIGTERM reach this thread meanwhile.
+
+    Raises:
+        TimeoutError: `timeout_secs` passed first (the call is left in its daemon
+            thread; the process can exit).
+    """
+    done, outcome = threading.Event(), {}
+
+    def call():
+        try:
+            outcome["value"] = function()
+        except BaseException as error:  # pylint: disable=broad-except
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="bounded_call", daemon=True).start()
+    start = time.monotonic()
+    bound = "without bound" if timeout_secs is None else f"up to {timeout_secs} s"
+    out(f"Waiting for {waiting_for} ({bound}, --peer_wait_secs; Ctrl-C stops).",
+        flush=True)
+    last_report = start
+    while not done.wait(timeout=0.5):
+        now = time.monotonic()
+        if timeout_secs is not None and now - start >= timeout_secs:
+            raise TimeoutError(f"no answer in {timeout_secs} s")
+        if now - last_report >= report_every_secs:
+            out(f"Still waiting for {waiting_for} ({now - start:.0f} s).", flush=True)
+            last_report = now
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 # ------------------------------------------------------------------ a peer lost mid-run

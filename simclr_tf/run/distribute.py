@@ -38,6 +38,9 @@ TPU_PCI_DEVICE_IDS = ("0x0027", "0x0056", "0x005e", "0x0062", "0x0063", "0x006f"
 # What TensorFlow 2.21's TPU client reads when tpu=None (tensorflow/python/tpu/client/
 # client.py: `_get_tpu_name`, `_get_tpu_node_config`).
 TPU_ENVIRONMENT = ("TPU_NAME", "KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS", "TPU_CONFIG")
+# Seconds a grpc:// TPU address has to accept a TCP connection before TensorFlow's
+# connection (which waits without bound) is tried.
+GRPC_PROBE_SECS = 10
 # What the errors say to give, in the flags' words.
 _NAME_A_TPU = ("name the Cloud TPU (--tpu_name=<its name> with --tpu_zone and "
                "--gcp_project, or --tpu_name=grpc://<address>:8470), or run on the "
@@ -62,7 +65,8 @@ def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
             ones); None uses all GPUs, or all logical CPUs without a GPU.
         peer_wait_secs: for 'multiworker', how long to wait for the other tasks of
             TF_CONFIG to answer before TensorFlow's rendezvous (which itself waits
-            without bound); 0: no wait of ours.
+            without bound); 0: no wait of ours. For 'tpu', how long TensorFlow's
+            connection to the TPU and its start may take (0: without bound).
 
     Returns:
         The strategy. Build models and optimizers under `strategy.scope()`.
@@ -88,7 +92,8 @@ def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
         return tf.distribute.MirroredStrategy(devices=_local_devices(num_devices))
     if name == "multiworker":
         return _create_multiworker_strategy(peer_wait_secs)
-    return _create_tpu_strategy(tpu_to_resolve(tpu_name or master), tpu_zone, gcp_project)
+    return _create_tpu_strategy(tpu_to_resolve(tpu_name or master), tpu_zone, gcp_project,
+                                peer_wait_secs)
 
 
 def _create_multiworker_strategy(peer_wait_secs):
@@ -212,18 +217,49 @@ def tpu_to_resolve(tpu_name, *, root="/", environ=None):
                       f"on a TPU, {_NAME_A_TPU}; to train here, drop --use_tpu.")
 
 
-def _create_tpu_strategy(tpu, zone, project):
+def _create_tpu_strategy(tpu, zone, project, wait_secs=0):
     """TPUStrategy over `tpu` (`tpu_to_resolve`'s). TensorFlow's errors (a name the
     Cloud TPU API does not know, a metadata server that does not answer, a TPU that
-    does not initialise) become one ConfigError naming the flags."""
-    try:
+    does not initialise) become one ConfigError naming the flags.
+
+    TensorFlow's connection and the TPU's start wait on the TPU without a deadline and
+    without a line, deaf to Ctrl-C (a grpc:// address nothing answered: 5+ minutes,
+    fault 1 of 2026-12-06). So a grpc:// address is tried first (one TCP connection,
+    `GRPC_PROBE_SECS`), and the calls run in `cluster.bounded_call`: said, bounded by
+    `wait_secs` (--peer_wait_secs; 0: without bound) and stopped by Ctrl-C."""
+    address = _grpc_address(tpu)
+    if address is not None:
+        reason = cluster.unreachable(*address, timeout=GRPC_PROBE_SECS)
+        if reason is not None:
+            raise ConfigError("tpu_name", _tpu_failure(tpu, zone, project,
+                                                       ConnectionError(reason)))
+
+    def connect():
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
             tpu=tpu, zone=zone, project=project)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
+        return resolver
+
+    shown = f"the TPU {tpu!r}" if tpu else f"the TPU of {' / '.join(TPU_ENVIRONMENT)}"
+    try:
+        resolver = cluster.bounded_call(connect, wait_secs or None,
+                                        f"{shown} to connect and start")
     except (ValueError, RuntimeError, OSError, tf.errors.OpError) as error:
+        # TimeoutError is an OSError: the bound passed.
         raise ConfigError("tpu_name", _tpu_failure(tpu, zone, project, error)) from None
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _grpc_address(tpu):
+    """(host, port) of a --tpu_name 'grpc://host:port', else None."""
+    if not (tpu and tpu.startswith("grpc://")):
+        return None
+    host, _, port = tpu[len("grpc://"):].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("tpu_name", f"is {tpu!r}: a grpc address is "
+                          "grpc://<host>:<port>, e.g. grpc://10.0.0.2:8470.")
+    return host.strip("[]"), int(port)
 
 
 def _tpu_failure(tpu, zone, project, error):

@@ -72,7 +72,9 @@ def _run(config, mode, strategy):
             # training mode writes them then: `train.train`): flags.json describes
             # the checkpoints there, whether or not this run saves one.
             latest = checkpoints.latest(config.model_dir) if mode.trains else None
-            record = records.start_run_record(config, continues=latest is not None)
+            record = records.start_run_record(
+                config, continues=latest is not None,
+                from_step=checkpoints.step_of(latest, 0) if latest is not None else 0)
         context = context.replace(flags_record=record)
         results = {}
         for part in mode_functions(mode):

@@ -82,6 +82,19 @@ def converters_quiet():
             PRE_INIT_LINE.match(line) and line.rstrip().endswith(CONVERTER_NOTICES))])
 
 
+# tf.data's notice when a MirroredStrategy of several replicas distributes an input
+# made from a generator (Fashion-MNIST's, a folder's): its graph is not rewritten for
+# the replicas, and the input runs as it is. Nothing to act on; said once per run.
+GENERATOR_NOT_OPTIMIZED = "Input of GeneratorDatasetOp::Dataset will not be optimized"
+
+
+def dataset_notices_dropped():
+    """tf.data's `GENERATOR_NOT_OPTIMIZED` line dropped from stderr; every other line
+    kept (wrap the making of a distributed dataset's iterator)."""
+    return stderr_filtered(lambda lines: [
+        line for line in lines if GENERATOR_NOT_OPTIMIZED not in line])
+
+
 def _list_devices():
     """Lists the physical devices once TensorFlow is imported, so that what it logs
     when it first looks for them (cuInit's failure) is filtered with its start-up

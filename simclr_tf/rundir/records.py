@@ -28,9 +28,11 @@ only:
   outside `EXTENSION_FLAGS` when model_dir holds checkpoints, unless
   --allow_changed_flags. `start_run_record` appends each run's changes to
   `flags_history.json` (a JSON list, oldest first, of {"time", "mode", "changed":
-  {flag: {"recorded", "given"}}, "allow_changed_flags"}; "given" is the value the
-  run applied) before flags.json takes the new values: flags.json says what wrote
-  the newest checkpoints, the history what wrote the earlier ones. So a run that
+  {flag: {"recorded", "given"}}, "allow_changed_flags", "from_step"}; "given" is the
+  value the run applied, "from_step" the step it started from: its checkpoints are
+  the later ones) before flags.json takes the new values: flags.json says what wrote
+  the newest checkpoints, the history what wrote the earlier ones
+  (`flags_of_step`). So a run that
   continues model_dir's checkpoints writes both with its first checkpoint
   (`FlagsRecord`): one that fails or stops before it (a NaN at step 6 of an
   extension with --learning_rate=1e30) leaves them as they were, and the next
@@ -282,7 +284,7 @@ def read_config(path):
     return Config.from_dict({k: v for k, v in values.items() if k in known})
 
 
-def start_run_record(config, *, continues=False):
+def start_run_record(config, *, continues=False, from_step=0):
     """The run's flags in model_dir, once preflight has passed and the lock is held.
     The mode's previous result stays (`write_result` merges into it). A training
     run's flags.json that records other flags is named in a warning (the checkpoints
@@ -293,6 +295,8 @@ def start_run_record(config, *, continues=False):
         continues: a training run continues checkpoints in model_dir: its flags
             (flags.json, and its changes in flags_history.json) are not written now
             but with its first checkpoint, by the `FlagsRecord` returned.
+        from_step: the step the run starts from (its checkpoints are the later
+            ones), recorded with its changes.
 
     Returns:
         None (written now), or with `continues` the `FlagsRecord` to write.
@@ -309,7 +313,7 @@ def start_run_record(config, *, continues=False):
     record = FlagsRecord(config, changes,
                          _read_history(config.model_dir) if changes else None,
                          started_from=_started_from(config) if continues
-                         else config.checkpoint)
+                         else config.checkpoint, from_step=from_step)
     if changes:
         logging.warning(
             "model_dir's flags.json records other flags; continuing with the new ones "
@@ -342,12 +346,13 @@ def _started_from(config):
 class FlagsRecord:
     """A training run's flags, to write into model_dir (`start_run_record`): its
     changes appended to flags_history.json, then flags.json, whose `checkpoint` is
-    `started_from` (the weights the run's first step started from). `write()` writes
-    them once; later calls do nothing (`written` says whether it has)."""
+    `started_from` (the weights the run's first step started from); the changes'
+    entry records `from_step`, the step the run started from. `write()` writes them
+    once; later calls do nothing (`written` says whether it has)."""
 
-    def __init__(self, config, changes, history, *, started_from):
+    def __init__(self, config, changes, history, *, started_from, from_step=0):
         self.config, self.changes, self.history = config, changes, history
-        self.started_from = started_from
+        self.started_from, self.from_step = started_from, int(from_step)
         self.written = False
 
     def write(self):
@@ -358,6 +363,7 @@ class FlagsRecord:
                 time=datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
                 mode=self.config.mode, allow_changed_flags=self.config.allow_changed_flags,
+                from_step=self.from_step,
                 changed={flag: dict(recorded=old, given=new)
                          for flag, old, new in self.changes})])
         write_json(record_path(self.config.model_dir, FLAGS, self.config.mode),
@@ -439,6 +445,35 @@ def flag_changes(model_dir, config):
 _CHANGE_ORDER = ("Data", "Model", "Run", "Contrastive objective and augmentation",
                  "Fine-tuning", "Distillation", "Optimisation and schedule",
                  "Checkpoints and export", "Evaluation", "Hardware and distribution")
+
+
+def flags_of_step(flags, history, step):
+    """The flags that wrote the checkpoint of `step`, from the newest ones (flags.json)
+    and flags_history.json: each change recorded from a step at or after `step` is
+    undone, newest first. Returns (those flags, the flags changed at a step the
+    history does not name: entries written before it recorded "from_step", whose
+    value at `step` is not known)."""
+    flags, unknown = dict(flags), []
+    for entry in reversed(history or []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("changed"), dict):
+            continue
+        start = entry.get("from_step")
+        if not isinstance(start, int):
+            unknown += [flag for flag in entry["changed"] if flag not in unknown]
+        elif start >= step:
+            for flag, change in entry["changed"].items():
+                if isinstance(change, dict) and "recorded" in change:
+                    flags[flag] = change["recorded"]
+    return flags, unknown
+
+
+def read_history(model_dir):
+    """model_dir's flags_history.json as a list ([] without one, or one that cannot
+    be read: for readers that can do without it)."""
+    try:
+        return _read_history(model_dir)
+    except ConfigError:
+        return []
 
 
 def history_path(model_dir):

@@ -13,7 +13,9 @@ import os
 import tensorflow as tf
 
 from simclr_tf import augment
+from simclr_tf.config import Config
 from simclr_tf.config.tables import encoders, train_modes
+from simclr_tf.rundir import records
 from simclr_tf.weights import portable
 from simclr_tf.weights.serving import SERVING_DEFAULT, SERVING_IMAGES
 from simclr_tf.weights.serving_input import (IMAGE_BYTES_INPUT, IMAGE_VALUE_TOLERANCE,
@@ -37,10 +39,14 @@ WHAT = {
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
-    """What a card says of the run that trained the weights: its recorded flags
-    (flags.json) and training result (result.json), each {} when there is none."""
+    """What a card says of the run that trained the weights: its recorded flags at the
+    export's step (flags.json, or for an older step `records.flags_of_step`) and
+    training result (result.json), each {} when there is none; `unknown_changes`, the
+    flags that flags_history.json changed at a step it does not name (their value at
+    this step is not known)."""
     flags: dict = dataclasses.field(default_factory=dict)
     result: dict = dataclasses.field(default_factory=dict)
+    unknown_changes: tuple = ()
 
 
 def output_widths(model, image_size):
@@ -51,21 +57,36 @@ def output_widths(model, image_size):
 
 
 def recipe_flags(flags):
-    """The flags of a run's record that made its model, in a card's order: only the
-    flags its --encoder reads (no --resnet_depth for the tiny encoder), the one that
-    set its step plan (--train_steps when > 0, else --train_epochs) and, for a
-    contrastive train mode, its temperature and augmentations. Unset ones left out."""
+    """The flags of a run's record that made its model, in a card's order: first the
+    ones every card shows (only the flags its --encoder reads: no --resnet_depth for
+    the tiny encoder; the one that set its step plan, --train_steps when > 0, else
+    --train_epochs; for a contrastive train mode its temperature and augmentations;
+    the weights it started from, --checkpoint), then every other flag that changes the
+    optimisation or the data (all but `records.FREE_FLAGS`) set to other than its
+    default (--label_fraction, --warmup_epochs, --head_learning_rate,
+    --fine_tune_after_block, --mixed_precision, ...). Unset ones left out."""
     spec = encoders.encoder_spec(str(flags.get("encoder", "")))
     row = train_modes.TRAIN_MODES.get(flags.get("train_mode"))
     contrastive = row is not None and row.views == 2
-    keys = ("dataset", "train_split", "train_mode", "teacher", "encoder",
+    keys = ("dataset", "train_split", "train_mode", "checkpoint", "teacher", "encoder",
             *(dict.fromkeys((*spec.flags, *spec.exclusive_flags)) if spec else ()),
             "train_batch_size", "train_steps" if flags.get("train_steps") else
             "train_epochs", "learning_rate", "learning_rate_scaling", "optimizer",
             "weight_decay", *(("temperature", "augmentations", "color_jitter_strength",
                                "use_blur") if contrastive else ()),
             "proj_head_mode", "num_proj_layers", "seed")
-    return {key: flags[key] for key in keys if flags.get(key) not in (None, "")}
+    shown = {key: flags[key] for key in keys if flags.get(key) not in (None, "")}
+    defaults = Config().to_dict()
+    other_encoders = {flag for other in (*encoders.ENCODERS.values(), encoders.HUB)
+                      for flag in (*other.flags, *other.exclusive_flags)}
+    for field in Config.flag_fields():
+        name = field.name
+        if (name not in shown and name in flags and name not in records.FREE_FLAGS
+                and name not in other_encoders
+                and name not in records.EXTENSION_FLAGS
+                and flags[name] not in (None, "") and flags[name] != defaults[name]):
+            shown[name] = flags[name]
+    return shown
 
 
 def preprocessing(image_size, crop=None):
@@ -93,6 +114,7 @@ def export_card(fmt, *, step, image_size, widths, crop=None, max_pixels=0,
         run: the run's record (`RunRecord`).
     """
     size, flags = image_size, run.flags
+    cropped = augment.eval_center_crop_enabled(size) if crop is None else bool(crop)
     prepared = preprocessing(size, crop)
     images = (f"| `{IMAGES_INPUT}` | [N, {size}, {size}, 3], any N | float32 | RGB in "
               "[0, 1], preprocessed as below |")
@@ -124,8 +146,9 @@ on preprocessed float32 images returns their feature dict (`final_avg_pool`,
         inputs = f"| input | shape | dtype | values |\n|---|---|---|---|\n{images}"
         preprocess = (
             f"The caller's: the file holds the model alone. Decode to RGB, scale to "
-            f"[0, 1], then apply {prepared}, as `augment.preprocess_for_eval` and the "
-            f"SavedModel's signatures do. Without TensorFlow: docs/serving.md, "
+            f"[0, 1], then apply {prepared}, as the SavedModel's signatures do "
+            f"(`augment.preprocess_for_eval` with crop={cropped}). Without "
+            f"TensorFlow: docs/serving.md, "
             f"\"Preprocessing without TensorFlow\" (NumPy and Pillow), which matches "
             f"`{SERVING_DEFAULT}` on PNG files; PIL's own resize does not (it "
             f"antialiases when it shrinks, and rounds uint8 images).")
@@ -163,7 +186,7 @@ from the checkpoint of step {step}.{HOW_TO_LOAD[fmt]}
 
 ## Recipe
 
-{_recipe_table(flags)}
+{_recipe_table(flags)}{_unknown_changes(run.unknown_changes, step)}
 
 ## Results recorded by the run
 
@@ -208,6 +231,15 @@ def _recipe_table(flags):
         return "Not recorded (no flags.json)."
     return "| flag | value |\n|---|---|\n" + "\n".join(
         f"| `--{key}` | `{value}` |" for key, value in rows.items())
+
+
+def _unknown_changes(flags, step):
+    if not flags:
+        return ""
+    named = ", ".join(f"`--{flag}`" for flag in flags)
+    return (f"\n\nflags_history.json records changes of {named} at steps it does not "
+            f"name: at step {step} they may have had their earlier values (the history "
+            "lists them).")
 
 
 def _results(result, step):

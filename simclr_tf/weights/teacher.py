@@ -24,6 +24,7 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 
+from simclr_tf.config.tables import train_modes
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints, official
 from simclr_tf.models import SimCLRModel
@@ -64,6 +65,9 @@ class TeacherInfo:
         pinned: model_dir's `PIN_FILE` records these weights in full (this
             --teacher, with their digest; `pin_of`), so a training run has nothing
             to write; set by `resolve`.
+        head_labels: the labels its supervised head trained on, from its run's
+            flags.json (`head_labels`): (fraction of the split, the split, dataset,
+            how), or None when not recorded (a released model).
     """
     path: str
     weights: checkpoints.Weights
@@ -73,6 +77,34 @@ class TeacherInfo:
     description: str
     digest: Optional[str] = None
     pinned: bool = False
+    head_labels: Optional[tuple] = None
+
+
+# How the head of a teacher's run trained, by its train mode's row.
+ONLINE_HEAD = "a pretraining run whose online head"
+FINE_TUNED = "a fine-tune whose head"
+
+
+def share_of_labels(fraction):
+    """'every label', '0.1 of the labels'."""
+    return "every label" if fraction >= 1 else f"{fraction:.3g} of the labels"
+
+
+def head_labels(recorded):
+    """(fraction, train split, dataset, how) of the labels the supervised head of the
+    run recorded as `recorded` (its Config) trained on: a pretraining run's online
+    head reads every label of its split (`ONLINE_HEAD`), a fine-tune those of
+    --label_fraction (`FINE_TUNED`); None for another train mode (a distilled
+    student's labels are its teacher's)."""
+    row = train_modes.TRAIN_MODES.get(recorded.train_mode)
+    if row is None:
+        return None
+    if row.online_head:
+        return 1.0, recorded.train_split, recorded.dataset, ONLINE_HEAD
+    if row.labels == "required":
+        return (recorded.label_fraction, recorded.train_split, recorded.dataset,
+                FINE_TUNED)
+    return None
 
 
 def weights_digest(weights):
@@ -136,7 +168,8 @@ def inspect_teacher(path):
                            f"{recorded.train_mode}); pass the run that wrote it.")
     kind = "export" if weights.kind == checkpoints.EXPORT else "checkpoint"
     return TeacherInfo(path, weights, kwargs, num_classes, recorded.image_size,
-                       f"{kind} {weights.prefix}", weights_digest(weights))
+                       f"{kind} {weights.prefix}", weights_digest(weights),
+                       head_labels=head_labels(recorded))
 
 
 def _released(path, weights):

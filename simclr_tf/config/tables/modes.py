@@ -11,7 +11,7 @@ mode runs. A new mode is one `Mode` row (`register`) plus its function
 import dataclasses
 import importlib
 
-from simclr_tf.config import tables
+from simclr_tf.config import bounds, tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +95,17 @@ def register(mode):
 def get(name):
     """The `Mode` called `name`; ValueError naming the modes otherwise."""
     return tables.get_row(MODES, name, "mode")
+
+
+def _training_modes():
+    return bounds.either(name for name, mode in MODES.items() if mode.trains)
+
+
+# Where a training-only field applies (`fields.field(..., applies=...)`): a mode that
+# trains (--jit_compile compiles the train step; --mode=eval has none).
+TRAINING = bounds.applies("mode", lambda name: get(name).trains,
+                          lambda: f"to training (--mode={_training_modes()})",
+                          "train (--mode=train)")
 
 
 def help_text():

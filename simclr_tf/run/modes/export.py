@@ -38,7 +38,7 @@ def export_model(model, config, step, *, write_guard=None):
     formats = rules.export_formats(config.export_format)
     if formats and model is not None:  # once for every format (export_for_step's rule)
         model = float32_twin(model, config.image_size)
-    run = _run_record(config)
+    run = _run_record(config, step)
     for fmt in formats:
         try:
             with quiet.converters_quiet():
@@ -68,9 +68,12 @@ def export_model(model, config, step, *, write_guard=None):
     return written
 
 
-def _run_record(config):
-    """The run's recorded flags and training result, for the exports' cards (a
-    record that cannot be read leaves its part out: the export is what matters)."""
+def _run_record(config, step):
+    """The run's recorded flags at `step` and its training result, for the exports'
+    cards (a record that cannot be read leaves its part out: the export is what
+    matters). flags.json holds the flags of the newest checkpoints; an older step's
+    are those flags_history.json gives (`records.flags_of_step`: an export of ckpt-2
+    showed a later run's --train_steps)."""
     flags, result = {}, {}
     for kind, into in ((records.FLAGS, flags), (records.RESULT, result)):
         path = records.record_path(config.model_dir, kind, "train")
@@ -79,7 +82,14 @@ def _run_record(config):
                 into.update(records.read_json(path))
             except (ValueError, OSError):
                 pass
-    return cards.RunRecord(flags=flags or config.to_dict(), result=result)
+    flags, unknown = records.flags_of_step(
+        flags or config.to_dict(), records.read_history(config.model_dir), step)
+    # A change at a step the history does not name matters below the newest
+    # checkpoint (damaged or not: an export falls back past a damaged one).
+    prefixes, _ = checkpoints.candidates(config.model_dir)
+    newest = max((checkpoints.step_of(p, -1) for p in prefixes), default=-1)
+    return cards.RunRecord(flags=flags, result=result,
+                           unknown_changes=tuple(unknown) if step < newest else ())
 
 
 def _exports_without_checkpoint(config, fmt):

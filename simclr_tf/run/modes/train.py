@@ -11,7 +11,7 @@ from tensorboard.plugins.hparams import api as hparams_api
 
 from simclr_tf.config import rules
 from simclr_tf.method import schedules
-from simclr_tf.run import distribute, loop, machine, preflight
+from simclr_tf.run import distribute, loop, machine, preflight, quiet
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints
 from simclr_tf.weights import teacher as teacher_module
@@ -120,7 +120,9 @@ def train(config, strategy, context):
     # Continuing model_dir's checkpoints, flags.json takes this run's flags with its
     # first checkpoint (`records.FlagsRecord`).
     saving = _RecordsFlagsWhenSaving(state, context.flags_record)
-    results = loop.train(trainer=trainer, iterator=iter(dataset), checkpoints=saving,
+    with quiet.dataset_notices_dropped():
+        iterator = iter(dataset)
+    results = loop.train(trainer=trainer, iterator=iterator, checkpoints=saving,
                          total_steps=plan.total_steps, checkpoint_steps=plan.checkpoint_steps,
                          hooks=hooks, progress=progress)
     if results["interrupted"]:
@@ -302,7 +304,10 @@ def describe_teacher(config, info):
     """The line naming the teacher a distillation run learns from."""
     size = "" if info.image_size in (None, config.image_size) else (
         f"; trained at {info.image_size} px, it sees the student's {config.image_size} px")
-    return (f"Teacher: {info.description} ({info.num_classes} classes, inference "
+    labels = "" if info.head_labels is None else (
+        f", its head trained on {teacher_module.share_of_labels(info.head_labels[0])} of "
+        f"{info.head_labels[1]!r}")
+    return (f"Teacher: {info.description} ({info.num_classes} classes{labels}, inference "
             f"mode{size}); distillation temperature {config.distill_temperature:g}, "
             f"alpha {config.distill_alpha:g}.")
 

@@ -10,6 +10,7 @@ import contextlib
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from simclr_tf.config import architecture, rules, run_dirs
 from simclr_tf.rundir import records
@@ -157,20 +158,27 @@ def _check_encoder(config):
 
 def _check_export_formats(config, mode):
     """The packages each format of --export_format needs import (an optional extra),
-    before a training run spends its time and fails at its end; `--mode=export` has
-    a format to write."""
+    before a training run spends its time and fails at its end, every missing one in
+    one error (one round trip, not one per extra); `--mode=export` has a format to
+    write."""
     formats = rules.export_formats(config.export_format)
     if not formats and mode.exports:
         raise ConfigError("export_format", f"--mode={config.mode} writes the exports of "
                           "--export_format, and 'none' names no format; name the ones to "
                           "write, e.g. --export_format=saved_model or saved_model,onnx.")
+    missing = []
     if "keras_hub" in formats:
-        _require_keras_hub("export_format", "keras_hub")
+        try:
+            _require_keras_hub("export_format", "keras_hub")
+        except ConfigError as error:
+            missing.append(str(error).split(": ", 1)[1])
     if "onnx" in formats:
         try:
             portable.require("onnx")
         except ImportError as error:
-            raise ConfigError("export_format", str(error)) from None
+            missing.append(str(error))
+    if missing:
+        raise ConfigError("export_format", "; ".join(missing))
 
 
 def _require_keras_hub(flag, subject):
@@ -292,7 +300,32 @@ def _check_teacher(config, source):
                           "student learns the teacher's classes from this dataset's "
                           "images, so both must be the same; pass a teacher fine-tuned "
                           "on this dataset.")
+    _check_teacher_labels(config, info)
     return info
+
+
+def _check_teacher_labels(config, info):
+    """A teacher whose head trained on more labels than this run has: refused when
+    --label_fraction says the experiment has fewer (the labels would reach the student
+    through the teacher), else said (a pretraining run's online head saw every label:
+    a fully supervised teacher, not the semi-supervised one of a 1%/10% experiment)."""
+    if info.head_labels is None:
+        return
+    fraction, split, dataset, how = info.head_labels
+    seen = (f"{config.teacher!r} is {how} trained on "
+            f"{teacher.share_of_labels(fraction)} of {split!r} of {dataset}")
+    if fraction > config.label_fraction:
+        raise ConfigError("teacher", f"{seen}, and this run's --label_fraction is "
+                          f"{config.label_fraction:.3g}: the student would learn those "
+                          "labels through the teacher. Distil from a teacher fine-tuned "
+                          f"on {config.label_fraction:.3g} of the labels (--train_mode="
+                          f"finetune --label_fraction={config.label_fraction:.3g}), or "
+                          "drop --label_fraction.")
+    if how == teacher.ONLINE_HEAD:
+        logging.warning("--teacher: %s: the student learns from all the "
+                        "labels. For a semi-supervised result (the paper's 1%%/10%%), "
+                        "distil from the fine-tune on those labels "
+                        "(docs/distillation.md).", seen)
 
 
 def _check_evaluating(config, source):

@@ -22,6 +22,7 @@ from absl import logging
 from simclr_tf.config import Config, ConfigError, run_dirs
 from simclr_tf.weights import checkpoints, teacher
 from simclr_tf.data import folders, registry
+from simclr_tf.data.sources import FOLDER_PREFIX
 from simclr_tf.evaluation import overlap
 from simclr_tf.config.tables import evaluators as evaluator_table
 from simclr_tf.config.tables import train_modes
@@ -237,8 +238,24 @@ def check_eval_overlap(config, source, mode):
     evaluated = dict.fromkeys((eval_flag, eval_split)
                               for _, _, eval_flag, eval_split, _ in pairs)
     taught = []  # the pairs of a teacher's chain: warned
+    found, teacher_found = [], []
     for link in chain:
-        if link.config is None or registry.dataset_identity(link.config.dataset) != identity:
+        if link.config is None:
+            continue
+        if registry.dataset_identity(link.config.dataset) != identity:
+            # A folder inside the other (the training folder's train/ subfolder):
+            # the same files under two dataset names, compared file by file.
+            if _nested_folders(link.config.dataset, config.dataset):
+                try:
+                    other = registry.get_dataset(
+                        link.config.dataset,
+                        skip_corrupt_images=config.skip_corrupt_images)
+                except (ValueError, OSError):
+                    continue  # that folder is gone: nothing to compare
+                across = [("train_split", link.config.train_split, eval_flag, eval_split,
+                           link.trained()) for eval_flag, eval_split in evaluated]
+                (teacher_found if link.teacher else found).extend(
+                    _overlaps(source, across, train_source=other))
             continue
         for eval_flag, eval_split in evaluated:
             if (link.config.train_split, eval_flag) in compared:
@@ -247,7 +264,8 @@ def check_eval_overlap(config, source, mode):
             (taught if link.teacher else pairs).append(
                 ("train_split", link.config.train_split, eval_flag, eval_split,
                  link.trained()))
-    found, teacher_found = _overlaps(source, pairs), _overlaps(source, taught)
+    found = _overlaps(source, pairs) + found
+    teacher_found = _overlaps(source, taught) + teacher_found
     if found and not config.allow_eval_overlap:
         first = found[0]
         described = [_describe_overlap(each) for each in found]
@@ -272,12 +290,24 @@ def check_eval_overlap(config, source, mode):
                         trained_by=[link.record(identity) for link in chain])
 
 
-def _overlaps(source, pairs):
-    """The pairs of splits that share examples, as result entries."""
+def _nested_folders(name, other):
+    """Whether the datasets `name` and `other` are image folders, one inside the
+    other (by their real paths)."""
+    if not (name.startswith(FOLDER_PREFIX) and other.startswith(FOLDER_PREFIX)):
+        return False
+    paths = [registry.dataset_identity(each)[len(FOLDER_PREFIX):] for each in (name, other)]
+    return any(inner.startswith(outer.rstrip(os.sep) + os.sep)
+               for inner, outer in (paths, paths[::-1]))
+
+
+def _overlaps(source, pairs, train_source=None):
+    """The pairs of splits that share examples, as result entries (the training
+    splits of `train_source` when given, else of `source`)."""
     found = []
     for train_flag, train_split, eval_flag, eval_split, what in pairs:
         try:
-            shared, total, unit = overlap.shared_examples(source, train_split, eval_split)
+            shared, total, unit = overlap.shared_examples(source, train_split, eval_split,
+                                                          train_source)
         except ValueError:
             continue  # a split this run does not read (a record's): nothing to compare
         if shared:
