@@ -88,6 +88,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
+import script_io  # noqa: E402  (scripts/: TF-free)
 from simclr_tf.run import machine, quiet  # noqa: E402
 
 tf = quiet.import_tensorflow()
@@ -152,14 +153,6 @@ PRESETS = {
                                    mixed_precision="bfloat16"),
                         warmup=3, windows=5, steps=10, matmul_size=8192),
 }
-
-
-def _bool(text):
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def load_average():
@@ -501,7 +494,6 @@ def bench_memory(overrides, batch_sizes, teacher_overrides=None):
     if chunk:
         runs.insert(0, dict(overrides, train_batch_size=chunk, grad_cache_chunk=0))
     import tempfile
-    import script_io
     rows = []
     # Each child stops with this script (SIGTERM, SIGINT, SIGHUP): script_io.Stopped.
     with script_io.Children() as children:
@@ -709,13 +701,12 @@ def parse_args(argv):
                              "--train_mode); prints each one's step time over the "
                              "first's")
     for name, kind in TRAIN_FLAGS.items():
-        parser.add_argument(f"--{name}", type=_bool if kind is None else kind)
+        parser.add_argument(f"--{name}", type=script_io.parse_bool if kind is None else kind)
     for name, kind in TEACHER_FLAGS.items():
         parser.add_argument(f"--{name}", type=kind,
                             help="distill: the teacher's, where it differs from the "
                                  "student's")
     args = parser.parse_args(argv)
-    import script_io
     given = script_io.given_options(parser, argv) - {"part"}
     refuse_unread(parser, args.part, given)
     train_overrides = {}
@@ -859,7 +850,6 @@ def measure(argv):
               flush=True)
         return None
     if args.part == "versus":  # each arm in fresh processes, interleaved
-        import script_io
         import side_by_side
         try:
             with script_io.Children() as children:
@@ -977,7 +967,6 @@ def measure(argv):
             ("logits MB", "logits_mb"), ("memory", "peak_memory_kind"),
             ("load", "load_average")])
     if args.part == "memory":  # not in "all": whole steps in child processes
-        import script_io
         try:
             rows = bench_memory(overrides, sorted(settings["batch_sizes"]),
                                 settings["teacher"])

@@ -33,6 +33,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import script_io  # noqa: E402  (scripts/, TF-free: parse_bool)
+
 # Collective op types of TensorFlow 2.21 -> the kind of collective.
 COLLECTIVE_KINDS = {
     "CollectiveReduceV2": "all-reduce", "CollectiveReduceV3": "all-reduce",
@@ -237,14 +239,6 @@ DEFAULTS = dict(encoder="tiny", image_size=16, train_batch_size=8, use_blur=Fals
 NUM_CLASSES = 10
 
 
-def _bool(text):
-    if text.lower() in ("1", "true", "yes"):
-        return True
-    if text.lower() in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def our_step(overrides, replicas, train_mode, num_classes=NUM_CLASSES):
     """The collectives of replica 0 in one training step of `train_mode`, built as
     run.py builds it (`parts.build_model`, `parts.build_trainer`) under a
@@ -332,7 +326,7 @@ def parse_args(argv):
         "SIMCLR_TF_AUTHORS_PYTHON"), help="the Python of the authors' environment "
                                           "(with tf_keras; dev/authors_baseline.py)")
     for name, kind in STEP_FLAGS.items():
-        parser.add_argument(f"--{name}", type=_bool if kind is None else kind)
+        parser.add_argument(f"--{name}", type=script_io.parse_bool if kind is None else kind)
     args = parser.parse_args(argv)
     if args.num_classes < 2:
         parser.error(f"--num_classes={args.num_classes}: at least 2")

@@ -58,7 +58,7 @@ def z_bytes(replicas):
 def tpu_rows():
     rows = []
     for cores in (8, 32, 128, 512):
-        chips, hosts = cores // CORES_PER_CHIP, max(cores // CORES_PER_HOST, 1)
+        hosts = max(cores // CORES_PER_HOST, 1)
         for width in (1, 2, 4):
             grad = GRADIENT_BYTES[width]
             # Each chip reduces what its two cores hold; the sum runs over the chips.

@@ -9,12 +9,14 @@
   and SIGHUP (a closed terminal or SSH session, which never reaches a child in its own
   session) as SIGTERM, unless the script ignores SIGHUP (`nohup`); the script waits
   for them, then stops with `Stopped`: a restart resumes the point.
+- `parse_bool`: argparse's type for a true/false option; `free_ports`: loopback ports.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import threading
 import uuid
@@ -166,3 +168,23 @@ class Children:
         script's own process between children (a stop arriving then is only noted)."""
         if self.stopped_by:
             raise Stopped(self.stopped_by)
+
+
+def parse_bool(text):
+    """argparse's type for an option of true or false (also 1/0, yes/no)."""
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def free_ports(count):
+    """`count` free TCP ports on the loopback interface (workers never leave it)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports

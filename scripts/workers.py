@@ -21,26 +21,17 @@ import os
 import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+import script_io  # scripts/: TF-free
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The run each worker makes, unless --run_flag overrides a flag: the tiny encoder.
 RUN_FLAGS = ("--encoder=tiny", "--image_size=16", "--train_mode=pretrain", "--mode=train",
              "--export_format=none", "--deterministic", "--seed=0")
-
-
-def free_ports(count):
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def make_folder(path, images, size=32, classes=3, seed=0):
@@ -91,7 +82,7 @@ def _log_facts(text):
 def run_workers(count, folder, work, repo, batch, epochs, extra, strace=True,
                 timeout=1800):
     """One run of `count` workers; a dict per worker."""
-    ports = free_ports(count)
+    ports = script_io.free_ports(count)
     cluster = [f"127.0.0.1:{port}" for port in ports]
     # A new folder each run: nothing in --work is ever removed or trained on again.
     model_dir = tempfile.mkdtemp(prefix=f"run_w{count}_", dir=work)

@@ -1,18 +1,12 @@
 """Helpers for tests that start worker processes on 127.0.0.1."""
-import socket
+import os
 import subprocess
+import sys
 import time
 
-
-def free_ports(count):
-    """`count` free TCP ports on the loopback interface (the workers never leave it)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "scripts"))
+from script_io import free_ports  # noqa: E402,F401  pylint: disable=unused-import  (the scripts' own; tests import it from here)
 
 
 def wait_all(processes, timeout):
