@@ -121,7 +121,7 @@ def run_workers(count, folder, work, repo, batch, epochs, extra, strace=True,
                              f"{process.returncode}:\n{text[-3000:]}")
         facts = _log_facts(text) or {}
         row = dict(workers=count, worker=index, wall_seconds=time.monotonic() - start,
-                   **facts)
+                   model_dir=model_dir, **facts)
         with open(os.path.join(work, f"w{count}_{index}.rss")) as f:
             row["peak_rss_mb"] = int(f.read()) / 1024
         if strace:
@@ -157,6 +157,12 @@ def parse_args(argv):
                              "one, to measure before a change)")
     parser.add_argument("--no_strace", action="store_true",
                         help="count no file opens (no strace on this machine)")
+    parser.add_argument("--one_process", action="store_true",
+                        help="also train one process on the same global batches (the W "
+                             "pipelines' batches concatenated) and compare its losses "
+                             "and final weights with each run of W > 1 workers; adds "
+                             "--use_blur=false to the runs (blur draws its seeds per "
+                             "replica, so one replica would blur other views)")
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     try:
@@ -176,12 +182,97 @@ def parse_args(argv):
     if not args.no_strace and shutil.which("strace") is None:
         parser.error("strace is not installed (apt-get install strace): install it, or "
                      "pass --no_strace to measure without counting reads")
+    if args.one_process and os.path.realpath(args.repo) != os.path.realpath(REPO):
+        parser.error("--one_process trains with this checkout's code: give no --repo")
     if args.images < 1 or args.train_epochs < 1:
         parser.error("--images and --train_epochs must be >= 1")
     for flag in args.run_flag:
         if not flag.startswith("--"):
             parser.error(f"--run_flag={flag!r}: a run.py flag, e.g. --image_size=32")
     return args
+
+
+def one_process(model_dir, workers, out):
+    """One process (one replica) on the global batches W workers trained on: the W
+    input pipelines' batches of `model_dir`'s run, concatenated in worker order (the
+    replica order of the global batch), through the model, schedule and step run.py
+    builds from the run's flags (`parts.build_model`, `parts.build_trainer`), seeded
+    as run.py seeds. Saves each step's loss, and the largest difference of the
+    model's weights from the run's last checkpoint (restored into a second model)."""
+    sys.path.insert(0, REPO)
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import quiet  # pylint: disable=import-outside-toplevel
+    tf = quiet.import_tensorflow()
+    import keras  # pylint: disable=import-outside-toplevel
+    from simclr_tf.data import pipeline  # pylint: disable=import-outside-toplevel
+    from simclr_tf.rundir import records  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run import preflight  # pylint: disable=import-outside-toplevel
+    from simclr_tf.run.modes import parts, train  # pylint: disable=import-outside-toplevel
+    from simclr_tf.weights import checkpoints  # pylint: disable=import-outside-toplevel
+    config = records.read_config(records.record_path(model_dir, "flags", "train"))
+    keras.utils.set_random_seed(config.seed)  # as run.py (run/experiment.py)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    strategy = tf.distribute.get_strategy()
+    source = preflight.load_source(config)
+    plan = train.step_plan(config, source.num_examples(config.train_split))
+    model = parts.build_model(config, strategy, source.num_classes)
+    trainer = parts.build_trainer(config, strategy, model, plan=plan)
+    input_fn = pipeline.build_input_fn(
+        source, config.train_split, global_batch_size=config.train_batch_size,
+        start_step=0, **train.input_options(config))
+    shares = tuple(input_fn(tf.distribute.InputContext(workers, index, workers))
+                   for index in range(workers))
+    batches = tf.data.Dataset.zip(shares).map(
+        lambda *parts_: tf.nest.map_structure(lambda *x: tf.concat(x, 0), *parts_))
+    iterator = iter(strategy.experimental_distribute_dataset(batches))
+    losses = [float(trainer.train_steps(iterator, 1)["loss"])
+              for _ in range(plan.total_steps)]
+    recorded = parts.build_model(config, strategy, source.num_classes)
+    checkpoints.load_latest(recorded, model_dir)
+    difference = max(float(np.max(np.abs(a.numpy() - b.numpy())))
+                     for a, b in zip(model.weights, recorded.weights))
+    moved = max(float(np.max(np.abs(a.numpy()))) for a in model.weights)
+    np.savez(out, losses=np.asarray(losses), max_weight_difference=difference,
+             largest_weight=moved)
+
+
+def _recorded_losses(model_dir):
+    """{step: loss} of the run's metrics log (the steps it logged)."""
+    losses = {}
+    path = os.path.join(model_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if "train/total_loss" in row and "step" in row:
+                    losses[int(row["step"])] = float(row["train/total_loss"])
+    return losses
+
+
+def compare_one_process(model_dir, workers, work):
+    """{max_loss_difference, max_weight_difference, largest_weight, steps}: the run
+    of `workers` workers in `model_dir` against one process on its global batches
+    (`one_process`, in a child: it imports TensorFlow)."""
+    out = os.path.join(work, f"one_process_w{workers}.npz")
+    code = subprocess.call([sys.executable, os.path.abspath(__file__), "--_one_process",
+                            model_dir, str(workers), out],
+                           env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    if code:
+        raise SystemExit(f"workers.py: the one-process run of {workers} workers' batches "
+                         f"exited {code}")
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    with np.load(out) as result:
+        losses = result["losses"]
+        recorded = _recorded_losses(model_dir)
+        if not recorded:
+            raise SystemExit(f"workers.py: {model_dir} has no losses in metrics.jsonl")
+        differences = [abs(losses[step - 1] - loss) for step, loss in recorded.items()
+                       if step <= len(losses)]
+        return dict(workers=workers, steps=len(losses), compared_steps=len(differences),
+                    max_loss_difference=max(differences),
+                    max_weight_difference=float(result["max_weight_difference"]),
+                    largest_weight=float(result["largest_weight"]))
 
 
 def _peak_memory_main(argv):
@@ -198,15 +289,21 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--_peak_memory"]:
         raise SystemExit(_peak_memory_main(argv[1:]))
+    if argv[:1] == ["--_one_process"]:
+        return one_process(argv[1], int(argv[2]), argv[3])
     args = parse_args(argv)
     work = args.work or tempfile.mkdtemp(prefix="simclr_workers_")
     os.makedirs(work, exist_ok=True)
     folder = args.folder or make_folder(os.path.join(work, "images"), args.images)
-    rows = []
+    rows, comparisons = [], []
+    extra = args.run_flag + (["--use_blur=false"] if args.one_process else [])
     for count in args.workers:
         rows += run_workers(count, folder, work, os.path.abspath(args.repo),
-                            args.train_batch_size, args.train_epochs, args.run_flag,
+                            args.train_batch_size, args.train_epochs, extra,
                             strace=not args.no_strace)
+        if args.one_process and count > 1:
+            comparisons.append(compare_one_process(rows[-count]["model_dir"], count, work))
+            print(json.dumps(comparisons[-1]), flush=True)
         for row in rows[-count:]:
             print(json.dumps(row), flush=True)
     print("\nworkers | worker | epochs | image reads | reads/epoch/image | scan opens | "
@@ -217,10 +314,16 @@ def main(argv=None):
               f"{row.get('reads_per_epoch_per_image', float('nan')):.3f} | "
               f"{row.get('scan_opens', '-')} | {row.get('seconds_per_step', '?')} | "
               f"{row['peak_rss_mb']:.0f}")
+    for c in comparisons:
+        print(f"{c['workers']} workers against one process on the same global batches: "
+              f"loss within {c['max_loss_difference']:.3g} over {c['compared_steps']} "
+              f"steps, final weights within {c['max_weight_difference']:.3g} (largest "
+              f"weight {c['largest_weight']:.3g})")
     print(f"\n(runs, logs and traces in {work})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+            json.dump(dict(rows=rows, one_process=comparisons) if args.one_process
+                      else rows, f, indent=2)
     return rows
 
 

@@ -64,3 +64,38 @@ def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
         workers.parse_args(argv + ["--no_strace"])
     assert message in capsys.readouterr().err
+
+
+def test_one_process_is_compared_for_every_run_of_several_workers(monkeypatch, tmp_path,
+                                                                  capsys):
+    """--one_process: blur off in every run (its seeds are per replica), one process
+    trained on each W > 1 run's global batches and compared (a recorder here; the real
+    comparison: docs/scaling.md, 2 and 4 workers)."""
+    runs, compared = [], []
+    monkeypatch.setattr(workers, "run_workers", lambda count, folder, work, repo, batch,
+                        epochs, extra, strace=True: runs.append(extra) or [
+                            dict(workers=count, worker=i, peak_rss_mb=1.0,
+                                 model_dir=f"run{count}") for i in range(count)])
+    monkeypatch.setattr(workers, "compare_one_process", lambda model_dir, count, work: (
+        compared.append((model_dir, count)) or dict(
+            workers=count, compared_steps=3, max_loss_difference=0.0,
+            max_weight_difference=0.0, largest_weight=1.0)))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    workers.main([f"--folder={folder}", "--workers=1,2,4", "--train_batch_size=8",
+                  f"--work={tmp_path}", "--no_strace", "--one_process"])
+    assert runs == [["--use_blur=false"]] * 3
+    assert compared == [("run2", 2), ("run4", 4)]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.py").write_text("")
+    with pytest.raises(SystemExit):
+        workers.parse_args(["--one_process", f"--repo={other}", "--no_strace"])
+    assert "give no --repo" in capsys.readouterr().err
+
+
+def test_recorded_losses_are_the_runs_total_losses(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "train/total_loss": 2.5}\n{"step": 2, "knn/top_1_accuracy": 0.1}\n'
+        '{"step": 3, "train/total_loss": 1.5}\n')
+    assert workers._recorded_losses(str(tmp_path)) == {1: 2.5, 3: 1.5}  # pylint: disable=protected-access
