@@ -29,14 +29,13 @@ only:
   --allow_changed_flags. `start_run_record` appends each run's changes to
   `flags_history.json` (a JSON list, oldest first, of {"time", "mode", "changed":
   {flag: {"recorded", "given"}}, "allow_changed_flags", "from_step"}; "given" is the
-  value the run applied, "from_step" the step it started from: its checkpoints are
-  the later ones) before flags.json takes the new values: flags.json says what wrote
-  the newest checkpoints, the history what wrote the earlier ones
-  (`flags_of_step`). So a run that
-  continues model_dir's checkpoints writes both with its first checkpoint
-  (`FlagsRecord`): one that fails or stops before it (a NaN at step 6 of an
-  extension with --learning_rate=1e30) leaves them as they were, and the next
-  command is compared with, and reads, the flags of the checkpoints there.
+  value the run applied, "from_step" the step it started from) before flags.json takes
+  the new values: flags.json says what wrote the newest checkpoints, the history what
+  wrote the earlier ones (`flags_of_step`). So a run that continues model_dir's
+  checkpoints writes both with its first checkpoint (`FlagsRecord`): one that fails
+  or stops before it (a NaN at step 6 of an extension with --learning_rate=1e30)
+  leaves them as they were, and the next command is compared with, and reads, the
+  flags of the checkpoints there.
   flags.json's `checkpoint` stays the weights the first step started from: a run
   that continues checkpoints does not read --checkpoint, and
   `preflight.overlap.weights_chain` follows it to what trained them.
@@ -346,9 +345,8 @@ def _started_from(config):
 class FlagsRecord:
     """A training run's flags, to write into model_dir (`start_run_record`): its
     changes appended to flags_history.json, then flags.json, whose `checkpoint` is
-    `started_from` (the weights the run's first step started from); the changes'
-    entry records `from_step`, the step the run started from. `write()` writes them
-    once; later calls do nothing (`written` says whether it has)."""
+    `started_from` (the weights its first step started from; the changes record
+    `from_step`, that step). `write()` writes them once; later calls do nothing."""
 
     def __init__(self, config, changes, history, *, started_from, from_step=0):
         self.config, self.changes, self.history = config, changes, history
