@@ -149,20 +149,27 @@ def test_every_entry_point_imports_tensorflow_through_one_quiet_helper(tmp_path)
         assert "quiet.import_tensorflow()" in text and "import tensorflow" not in text, name
 
 
-def test_a_missing_run_directory_is_named_before_tensorflow_is_imported(tmp_path):
-    """A reader mode on a --model_dir that is not there (a typo): one line, exit 2, in
-    well under a second, without importing TensorFlow (it took 8-15 s before); a
-    sibling of a close name that holds checkpoints is suggested."""
-    (tmp_path / "my_run").mkdir()
-    (tmp_path / "my_run" / "ckpt-4.index").write_text("")
+def _refused_before_tensorflow(argv):
+    """run.py with `argv` in a fresh process: its exit status must be 2, with
+    TensorFlow never imported; returns the finished process (stderr: the message)."""
     code = ("import runpy, sys\n"
-            f"sys.argv = ['run.py', '--mode=export', '--model_dir={tmp_path}/my_rnu']\n"
+            f"sys.argv = ['run.py'] + {argv!r}\n"
             "try:\n    runpy.run_path('run.py', run_name='__main__')\n"
             "except SystemExit as exit:\n    print('exit', exit.code)\n"
             "print('tensorflow imported:', 'tensorflow' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert "exit 2" in done.stdout and "tensorflow imported: False" in done.stdout, done
+    return done
+
+
+def test_a_missing_run_directory_is_named_before_tensorflow_is_imported(tmp_path):
+    """A reader mode on a --model_dir that is not there (a typo): one line, exit 2, in
+    well under a second, without importing TensorFlow (it took 8-15 s before); a
+    sibling of a close name that holds checkpoints is suggested."""
+    (tmp_path / "my_run").mkdir()
+    (tmp_path / "my_run" / "ckpt-4.index").write_text("")
+    done = _refused_before_tensorflow(["--mode=export", f"--model_dir={tmp_path}/my_rnu"])
     assert done.stderr.strip().splitlines() == [
         f"run.py: error: --model_dir: has no checkpoint to export in '{tmp_path}/my_rnu' "
         f"(no such directory); train first. Did you mean --model_dir={tmp_path}/my_run? "
@@ -175,15 +182,9 @@ def test_a_missing_checkpoint_is_named_before_tensorflow_is_imported(tmp_path):
     mean' (--model_dir's came in 0.4 s). The same check, the same suggestion."""
     (tmp_path / "simclr_quickstart").mkdir()
     (tmp_path / "simclr_quickstart" / "ckpt-281.index").write_text("")
-    code = ("import runpy, sys\n"
-            "sys.argv = ['run.py', '--flagfile=flags/quickstart_finetune.flags', "
-            f"'--checkpoint={tmp_path}/simclr_quickstrat', '--model_dir={tmp_path}/ft']\n"
-            "try:\n    runpy.run_path('run.py', run_name='__main__')\n"
-            "except SystemExit as exit:\n    print('exit', exit.code)\n"
-            "print('tensorflow imported:', 'tensorflow' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
-    assert "exit 2" in done.stdout and "tensorflow imported: False" in done.stdout, done
+    done = _refused_before_tensorflow([
+        "--flagfile=flags/quickstart_finetune.flags",
+        f"--checkpoint={tmp_path}/simclr_quickstrat", f"--model_dir={tmp_path}/ft"])
     assert done.stderr.strip().splitlines() == [
         f"run.py: error: --checkpoint: '{tmp_path}/simclr_quickstrat' is neither a "
         "directory of checkpoints nor a checkpoint prefix (no such path); pass a run "
