@@ -131,12 +131,21 @@ class Children:
         checkpoint on SIGTERM and SIGINT)."""
         return signal.SIGTERM if signum == signal.SIGHUP else signum
 
+    @staticmethod
+    def _signal(child, signum):
+        """`signum` to the child's process group (each child leads its own): what it
+        started (strace's tracee, a wrapper's command) stops with it."""
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:  # exited meanwhile
+            pass
+
     def _forward(self, signum, frame):  # pylint: disable=unused-argument
         with self._lock:
             self.stopped_by = self.stopped_by or signum
             for child in self._running:
                 if child.poll() is None:
-                    child.send_signal(self._for_child(signum))
+                    self._signal(child, self._for_child(signum))
 
     def run(self, command, timeout=None, **kwargs):
         """subprocess.run(command, timeout=timeout, **kwargs)'s return code; Stopped
@@ -150,7 +159,7 @@ class Children:
             child = subprocess.Popen(command, start_new_session=True, **kwargs)
             self._running.add(child)
             if self.stopped_by:  # the signal came while it started (the main thread's)
-                child.send_signal(self._for_child(self.stopped_by))
+                self._signal(child, self._for_child(self.stopped_by))
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -135,3 +135,41 @@ def test_no_script_removes_a_folder_or_file_it_was_given():
     assert found == {"script_io.py": ["os.remove(scratch)"]}, found
     assert _removals("    shutil.rmtree(logdir, ignore_errors=True)\n") == [
         "shutil.rmtree(logdir, ignore_errors=True)"]
+
+
+def test_a_stop_reaches_what_the_child_started(tmp_path):
+    """A child that wraps the command it runs (workers.py: strace, then a memory
+    wrapper, then run.py) is stopped with everything it started: the signal goes to
+    its process group. Signalled alone, the wrapper would leave its command running."""
+    pid_file = tmp_path / "grandchild"
+    wrapper = ("import subprocess, sys\n"
+               "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+               f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+               "p.wait()\n")
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
+        import script_io
+        try:
+            with script_io.Children() as children:
+                children.run([sys.executable, "-c", {wrapper!r}])
+        except script_io.Stopped as stop:
+            sys.exit(128 + stop.signum)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(grandchild, signal.SIGKILL)
+        raise AssertionError("the wrapped command ran on after the stop")
