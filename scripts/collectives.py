@@ -377,8 +377,7 @@ def main(argv=None):
             f"({results['authors']['trainable_variables']} trainable variables)",
             results["authors"]["rows"]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2, default=str)
+        script_io.write_text(args.json, json.dumps(results, indent=2, default=str))
         print(f"\nwrote {args.json}")
     failed = [r["train_mode"] for r in results["ours"] if not r["verdict"]["ok"]]
     if failed:

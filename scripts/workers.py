@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import script_io  # scripts/: TF-free
@@ -80,8 +81,9 @@ def _log_facts(text):
 
 
 def run_workers(count, folder, work, repo, batch, epochs, extra, strace=True,
-                timeout=1800):
-    """One run of `count` workers; a dict per worker."""
+                timeout=1800, *, children):
+    """One run of `count` workers, each a child of `children` (a `script_io.Children`);
+    a dict per worker."""
     ports = script_io.free_ports(count)
     cluster = [f"127.0.0.1:{port}" for port in ports]
     # A new folder each run: nothing in --work is ever removed or trained on again.
@@ -90,35 +92,46 @@ def run_workers(count, folder, work, repo, batch, epochs, extra, strace=True,
                f"--dataset=folder:{folder}", f"--model_dir={model_dir}",
                f"--train_batch_size={batch}", f"--train_epochs={epochs}", *RUN_FLAGS,
                *extra]
-    processes = []
+    codes, logs, threads = [None] * count, [], []
+
+    def run(index, command):
+        try:
+            codes[index] = children.run(command, timeout=timeout, env=envs[index],
+                                        stdout=logs[index], stderr=subprocess.STDOUT,
+                                        cwd=repo)
+        except (script_io.Stopped, subprocess.TimeoutExpired) as error:
+            codes[index] = error
+
+    envs = []
     for index in range(count):
-        env = dict(os.environ, PYTHONPATH=repo, CUDA_VISIBLE_DEVICES="",
-                   TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
-                                         "task": {"type": "worker", "index": index}}))
+        envs.append(dict(os.environ, PYTHONPATH=repo, CUDA_VISIBLE_DEVICES="",
+                         TF_CONFIG=json.dumps({"cluster": {"worker": cluster},
+                                               "task": {"type": "worker", "index": index}})))
         prefix = [sys.executable, os.path.abspath(__file__), "--_peak_memory",
                   os.path.join(work, f"w{count}_{index}.rss"), "--"]
         if strace:
             prefix = ["strace", "-f", "-qq", "-e", "trace=openat", "-o",
                       os.path.join(work, f"w{count}_{index}.trace")] + prefix
-        log = open(os.path.join(work, f"w{count}_{index}.log"), "w")
-        processes.append((subprocess.Popen(prefix + command, env=env, stdout=log,
-                                           stderr=subprocess.STDOUT, cwd=repo), log))
+        logs.append(open(os.path.join(work, f"w{count}_{index}.log"), "w"))
+        # Each worker in a thread of this process: `Children` stops them all (with what
+        # they started: strace's tracee, run.py) when this script is stopped.
+        threads.append(threading.Thread(target=run, args=(index, prefix + command)))
     start = time.monotonic()
     try:
-        for process, _ in processes:
-            process.wait(timeout=max(timeout - (time.monotonic() - start), 1))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     finally:
-        for process, log in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        for log in logs:
             log.close()
+    children.check()
     rows = []
-    for index, (process, _) in enumerate(processes):
+    for index, code in enumerate(codes):
         text = open(os.path.join(work, f"w{count}_{index}.log"), errors="replace").read()
-        if process.returncode:
+        if code:
             raise SystemExit(f"workers.py: worker {index} of {count} exited "
-                             f"{process.returncode}:\n{text[-3000:]}")
+                             f"{code}:\n{text[-3000:]}")
         facts = _log_facts(text) or {}
         row = dict(workers=count, worker=index, wall_seconds=time.monotonic() - start,
                    model_dir=model_dir, **facts)
@@ -250,14 +263,14 @@ def _recorded_losses(model_dir):
     return losses
 
 
-def compare_one_process(model_dir, workers, work):
+def compare_one_process(model_dir, workers, work, *, children):
     """{max_loss_difference, max_weight_difference, largest_weight, steps}: the run
     of `workers` workers in `model_dir` against one process on its global batches
     (`one_process`, in a child: it imports TensorFlow)."""
     out = os.path.join(work, f"one_process_w{workers}.npz")
-    code = subprocess.call([sys.executable, os.path.abspath(__file__), "--_one_process",
-                            model_dir, str(workers), out],
-                           env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    code = children.run([sys.executable, os.path.abspath(__file__), "--_one_process",
+                         model_dir, str(workers), out],
+                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     if code:
         raise SystemExit(f"workers.py: the one-process run of {workers} workers' batches "
                          f"exited {code}")
@@ -280,8 +293,7 @@ def _peak_memory_main(argv):
     (KiB, the largest of it and its children) to FILE, exits with its code."""
     out, command = argv[0], argv[2:]
     code = subprocess.call(command)
-    with open(out, "w") as f:
-        f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+    script_io.write_text(out, str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
     return code
 
 
@@ -297,15 +309,22 @@ def main(argv=None):
     folder = args.folder or make_folder(os.path.join(work, "images"), args.images)
     rows, comparisons = [], []
     extra = args.run_flag + (["--use_blur=false"] if args.one_process else [])
-    for count in args.workers:
-        rows += run_workers(count, folder, work, os.path.abspath(args.repo),
-                            args.train_batch_size, args.train_epochs, extra,
-                            strace=not args.no_strace)
-        if args.one_process and count > 1:
-            comparisons.append(compare_one_process(rows[-count]["model_dir"], count, work))
-            print(json.dumps(comparisons[-1]), flush=True)
-        for row in rows[-count:]:
-            print(json.dumps(row), flush=True)
+    try:
+        with script_io.Children() as children:
+            for count in args.workers:
+                rows += run_workers(count, folder, work, os.path.abspath(args.repo),
+                                    args.train_batch_size, args.train_epochs, extra,
+                                    strace=not args.no_strace, children=children)
+                if args.one_process and count > 1:
+                    comparisons.append(compare_one_process(
+                        rows[-count]["model_dir"], count, work, children=children))
+                    print(json.dumps(comparisons[-1]), flush=True)
+                for row in rows[-count:]:
+                    print(json.dumps(row), flush=True)
+    except script_io.Stopped as stop:  # every worker was stopped and waited for
+        print(f"workers.py: {stop}: the running workers were stopped; no table",
+              file=sys.stderr)
+        raise SystemExit(128 + stop.signum) from None
     print("\nworkers | worker | epochs | image reads | reads/epoch/image | scan opens | "
           "s/step | peak RSS MB")
     for row in rows:
@@ -321,9 +340,9 @@ def main(argv=None):
               f"weight {c['largest_weight']:.3g})")
     print(f"\n(runs, logs and traces in {work})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, one_process=comparisons) if args.one_process
-                      else rows, f, indent=2)
+        script_io.write_text(args.json, json.dumps(
+            dict(rows=rows, one_process=comparisons) if args.one_process else rows,
+            indent=2))
     return rows
 
 

@@ -38,7 +38,7 @@ def test_log_facts():
 def test_every_flag_reaches_the_runs(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(workers, "run_workers", lambda count, folder, work, repo, batch,
-                        epochs, extra, strace=True: seen.append(
+                        epochs, extra, strace=True, children=None: seen.append(
                             (count, folder, work, repo, batch, epochs, extra, strace)) or [
                                 dict(workers=count, worker=0, peak_rss_mb=1.0)])
     folder = tmp_path / "images"
@@ -73,10 +73,11 @@ def test_one_process_is_compared_for_every_run_of_several_workers(monkeypatch, t
     comparison: docs/scaling.md, 2 and 4 workers)."""
     runs, compared = [], []
     monkeypatch.setattr(workers, "run_workers", lambda count, folder, work, repo, batch,
-                        epochs, extra, strace=True: runs.append(extra) or [
+                        epochs, extra, strace=True, children=None: runs.append(extra) or [
                             dict(workers=count, worker=i, peak_rss_mb=1.0,
                                  model_dir=f"run{count}") for i in range(count)])
-    monkeypatch.setattr(workers, "compare_one_process", lambda model_dir, count, work: (
+    monkeypatch.setattr(workers, "compare_one_process", lambda model_dir, count, work,
+                        children=None: (
         compared.append((model_dir, count)) or dict(
             workers=count, compared_steps=3, max_loss_difference=0.0,
             max_weight_difference=0.0, largest_weight=1.0)))
@@ -99,3 +100,41 @@ def test_recorded_losses_are_the_runs_total_losses(tmp_path):
         '{"step": 1, "train/total_loss": 2.5}\n{"step": 2, "knn/top_1_accuracy": 0.1}\n'
         '{"step": 3, "train/total_loss": 1.5}\n')
     assert workers._recorded_losses(str(tmp_path)) == {1: 2.5, 3: 1.5}  # pylint: disable=protected-access
+
+
+def test_a_stop_stops_every_worker_and_what_it_runs(tmp_path):
+    """SIGTERM to workers.py reaches each worker's run.py through the memory wrapper
+    (`script_io.Children`, by process group) and workers.py exits 128 + 15 with no
+    table. A stand-in run.py records its pid and waits."""
+    import signal  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    repo, folder, pids = tmp_path / "repo", tmp_path / "images", tmp_path / "pids"
+    repo.mkdir(), folder.mkdir(), pids.mkdir()
+    (repo / "run.py").write_text(
+        "import os, time\n"
+        f"open(os.path.join({str(pids)!r}, str(os.getpid())), 'w').close()\n"
+        "time.sleep(60)\n")
+    script = os.path.join(os.path.dirname(workers.__file__), "workers.py")
+    parent = subprocess.Popen([sys.executable, script, f"--repo={repo}", "--workers=2",
+                               f"--folder={folder}", "--train_batch_size=8", "--no_strace",
+                               f"--work={tmp_path / 'work'}"], stderr=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 30
+    while len(os.listdir(pids)) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(os.listdir(pids)) == 2
+    parent.send_signal(signal.SIGTERM)
+    _, err = parent.communicate(timeout=30)
+    assert parent.returncode == 128 + signal.SIGTERM and "no table" in err, err
+    for pid in map(int, os.listdir(pids)):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"run.py {pid} ran on after workers.py stopped")
