@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -299,12 +300,18 @@ def authors_step(args):
             value = DEFAULTS[name]
         if value is not None:
             command.append(f"--{name}={str(value).lower() if isinstance(value, bool) else value}")
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [l for l in completed.stdout.splitlines() if l.startswith("COLLECTIVES ")]
-    if completed.returncode or not lines:
+    with tempfile.TemporaryFile("w+") as output:
+        try:
+            with script_io.Children() as children:  # stopped with this script
+                code = children.run(command, stdout=output, stderr=subprocess.STDOUT)
+        except script_io.Stopped as stop:
+            raise SystemExit(128 + stop.signum) from None
+        output.seek(0)
+        text = output.read()
+    lines = [l for l in text.splitlines() if l.startswith("COLLECTIVES ")]
+    if code or not lines:
         raise SystemExit("benchmark.py collectives: the authors' step failed "
-                         f"(exit {completed.returncode}): {' '.join(command)}\n"
-                         + (completed.stderr or completed.stdout)[-3000:])
+                         f"(exit {code}): {' '.join(command)}\n" + text[-3000:])
     return json.loads(lines[-1][len("COLLECTIVES "):])
 
 
@@ -345,10 +352,24 @@ def parse_args(argv):
         parser.error("--train_modes: give at least one")
     if bool(args.authors_dir) != bool(args.authors_python):
         parser.error("--authors_dir and --authors_python go together")
+    # Their step is their run.py's pretraining step: LARS, their stem rule, views made
+    # on the host, float32, no gradient caching. Ours with another of these would
+    # stand beside theirs as if both measured one step.
+    theirs = dict(optimizer="lars", stem="auto", augment_on="host", grad_cache_chunk=0,
+                  mixed_precision="none")
+    other = [f"--{name}={getattr(args, name)}" for name, value in theirs.items()
+             if getattr(args, name) is not None and getattr(args, name) != value]
+    if args.authors_dir and other:
+        parser.error(f"--authors_dir: the authors' step has no {', '.join(other)} "
+                     "(theirs: LARS, their stem rule, host views, float32, no gradient "
+                     "caching); leave these at their defaults to compare")
     if args.authors_dir and (args.encoder or DEFAULTS["encoder"]) != "resnet":
         parser.error(f"--authors_dir: the authors' step is their ResNet; pass "
                      f"--encoder=resnet (not {args.encoder or DEFAULTS['encoder']}) so "
                      "that ours is one too")
+    if args.authors_dir and set(args.train_modes) != {"pretrain"}:
+        parser.error("--authors_dir: the authors' step is their pretraining step: pass "
+                     "--train_modes=pretrain")
     return args
 
 

@@ -97,6 +97,11 @@ def test_part_of_reads_the_scopes_and_the_inputs():
     (["--authors_dir=/x"], "go together"),
     # The authors' step is a ResNet: ours must be one too to stand beside it.
     (["--authors_dir=/x", "--authors_python=/y"], "pass --encoder=resnet"),
+    (["--authors_dir=/x", "--authors_python=/y", "--encoder=resnet"],
+     "pass --train_modes=pretrain"),
+    (["--authors_dir=/x", "--authors_python=/y", "--encoder=resnet",
+      "--train_modes=pretrain", "--optimizer=momentum", "--mixed_precision=bfloat16"],
+     "has no --optimizer=momentum, --mixed_precision=bfloat16"),
 ])
 def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit):
