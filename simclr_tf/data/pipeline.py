@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from simclr_tf.config import rules
-from simclr_tf import augment
+from simclr_tf.augment.recipe import preprocess_for_train, two_views
 from simclr_tf.augment import device as device_augment
 from simclr_tf.data import sources
 from simclr_tf.data.sources import DatasetSource
@@ -140,12 +140,12 @@ def build_input_fn(
         seed = int(np.random.default_rng().integers(2**31 - 1))
 
     def preprocess_pretrain(image, label, image_seed):
-        return augment.two_views(image, image_size, seed=image_seed, **switches,
+        return two_views(image, image_size, seed=image_seed, **switches,
                                  color_jitter_strength=color_jitter_strength,
                                  impl=impl), label
 
     def preprocess_finetune(image, label, image_seed):
-        return augment.preprocess_for_train(
+        return preprocess_for_train(
             image, image_size, image_size, **switches,
             color_jitter_strength=color_jitter_strength, impl=impl,
             seed=image_seed), label

@@ -96,6 +96,8 @@ class LARS(RateMultipliers, keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
+        # The schedule's rate; times --head_learning_rate / --learning_rate for the
+        # online head's variables (`RateMultipliers`; 1 for every other variable).
         lr = tf.cast(self._rate(variable, learning_rate), dtype)
         grad = tf.cast(gradient, dtype)
         if isinstance(grad, tf.IndexedSlices):

@@ -6,7 +6,7 @@ blur, views, gradient caching, seed, distillation, a registered objective's opti
 import dataclasses
 from typing import Callable, Optional
 
-from simclr_tf import augment
+from simclr_tf.augment.recipe import StepViews
 from simclr_tf.config import rules
 from simclr_tf.config.tables import train_modes
 
@@ -62,7 +62,7 @@ class StepOptions:
     objective_options: tuple = ()
     # How the step's batch becomes its views (`augment.StepViews`, from view_fn,
     # blur_fn and seed): made here, once.
-    views: augment.StepViews = dataclasses.field(init=False, repr=False, compare=False)
+    views: StepViews = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         row = train_modes.get(self.train_mode)
@@ -88,8 +88,7 @@ class StepOptions:
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "distill_temperature", float(self.distill_temperature))
         object.__setattr__(self, "distill_alpha", float(self.distill_alpha))
-        object.__setattr__(self, "views", augment.StepViews(self.view_fn, self.blur_fn,
-                                                            self.seed))
+        object.__setattr__(self, "views", StepViews(self.view_fn, self.blur_fn, self.seed))
 
 
 def given_options(owner, options, keywords):

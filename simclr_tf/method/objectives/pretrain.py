@@ -5,6 +5,8 @@ import tensorflow as tf
 
 from simclr_tf.method import collectives, grad_cache, losses
 from simclr_tf.method.objectives import base
+# The model's output keys: z ("proj_head_output") and the online head's logits
+# ("logits_sup"), the authors' names.
 from simclr_tf.models.outputs import LOGITS, Z
 
 
@@ -52,7 +54,8 @@ class Pretrain(base.Objective):
 
     def views(self, images, chunk=None):
         """(view1, view2) of the batch's images (or of chunk `chunk`'s part of them):
-        drawn if the step draws them, then blurred (`augment.StepViews`)."""
+        drawn if the step draws them, then blurred (`augment.recipe.StepViews`). Host
+        views without blur (the quick start's): the batch's pair as it came."""
         return self.options.views(images, step=self.trainer.optimizer.iterations,
                                   replica=collectives.replica_id(), chunk=chunk)
 

@@ -12,10 +12,10 @@ from simclr_tf.method import optimizers, schedules
 from simclr_tf.run import preflight
 from simclr_tf.weights import checkpoints, teacher
 from simclr_tf.config import ConfigError, rules, validation
-from simclr_tf import augment
+from simclr_tf.augment.blur import batch_random_blur
 from simclr_tf.data import pipeline
 from simclr_tf.augment import device as device_augment
-from simclr_tf.models import SimCLRModel, freeze_for_finetuning
+from simclr_tf.models.simclr import SimCLRModel, freeze_for_finetuning
 from simclr_tf.config.tables import train_modes
 from simclr_tf.method.step_options import StepOptions
 from simclr_tf.method.train import Trainer
@@ -92,7 +92,7 @@ def blur_fn(config):
     """The train step's batched blur (None when off); the Trainer seeds it."""
     if not train_modes.get(config.train_mode).blur or not config.use_blur:
         return None
-    return functools.partial(augment.batch_random_blur, height=config.image_size,
+    return functools.partial(batch_random_blur, height=config.image_size,
                              width=config.image_size)
 
 
