@@ -1,0 +1,117 @@
+"""docs/reading.md, the method in reading order (issue 71), is kept true: every stop
+links the line that defines it, each span it says to read lies inside that
+definition, each row's *calls* text is in those lines and names the next row's
+function (the call an editor follows), and the page's totals are what its tables
+add up to. Read statically (ast), nothing imported."""
+import ast
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE = os.path.join(REPO, "docs", "reading.md")
+ROW = re.compile(r"^\| \[([^\]]+)\]\(\.\./([^)#]+)#L(\d+)\) \|([^|]+)\|([^|]*)\|")
+SPAN = re.compile(r"L(\d+)(?:-L(\d+))?")
+TOTALS = re.compile(r"<!-- reading:totals -->(.*?)<!-- /reading:totals -->")
+
+
+def definitions(path):
+    """{(line, name): end line} of every function and class of `path`."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return {(node.lineno, node.name): node.end_lineno for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+def tables(text):
+    """The page's tables: lists of rows (label, path, line, spans, calls)."""
+    found, rows = [], None
+    for line in text.splitlines():
+        match = ROW.match(line)
+        if match is None:
+            if rows:
+                found.append(rows)
+            rows = None
+            continue
+        label, path, number, spans, calls = match.groups()
+        rows = rows if rows is not None else []
+        rows.append((label, path, int(number), [(int(a), int(b or a)) for a, b in
+                                                SPAN.findall(spans)],
+                     calls.strip().strip("`")))
+    if rows:
+        found.append(rows)
+    return found
+
+
+def check(text, root):
+    """[problem] of the page `text` against the sources under `root`; (files, lines,
+    calls between files) it adds up to."""
+    problems, lines, hops = [], {}, 0
+    for rows in tables(text):
+        for i, (label, path, number, spans, calls) in enumerate(rows):
+            full = os.path.join(root, path)
+            name = re.split(r"[.: ]", label)[-1]
+            end = definitions(full).get((number, name)) if os.path.isfile(full) else None
+            if end is None:
+                problems.append(f"{label}: {path}:{number} does not define {name}")
+                continue
+            if not spans:
+                problems.append(f"{label}: no lines to read")
+            with open(full, encoding="utf-8") as f:
+                source = f.read().splitlines()
+            read = ""
+            for first, last in spans:
+                if not number <= first <= last <= end:
+                    problems.append(f"{label}: L{first}-L{last} is not inside its "
+                                    f"definition, L{number}-L{end}")
+                lines.setdefault(path, set()).update(range(first, last + 1))
+                read += "\n".join(source[first - 1:last]) + "\n"
+            if not calls:
+                continue
+            if calls not in read:
+                problems.append(f"{label}: its lines do not hold {calls!r}")
+            if i + 1 == len(rows):
+                problems.append(f"{label}: calls {calls!r}, but no row follows")
+                continue
+            callee = re.split(r"[.: ]", rows[i + 1][0])[-1]
+            # A Keras layer's `call` and an object's `__call__` run as `x(...)`.
+            if callee not in calls and not (callee in ("call", "__call__")
+                                            and calls.endswith("(")):
+                problems.append(f"{label}: {calls!r} does not call {rows[i + 1][0]}")
+            hops += rows[i + 1][1] != path
+    return problems, (len(lines), sum(len(v) for v in lines.values()), hops)
+
+
+def test_the_reading_order_is_true():
+    with open(PAGE, encoding="utf-8") as f:
+        text = f.read()
+    problems, (files, lines, hops) = check(text, REPO)
+    assert problems == []
+    stated = TOTALS.search(text)
+    assert stated is not None, "the page's totals marker is missing"
+    assert stated.group(1) == (f"{files} files, {lines} lines, {hops} calls between "
+                               "files"), "recount: " + str((files, lines, hops))
+    assert len(tables(text)) == 4  # the page's four sections
+
+
+@pytest.mark.parametrize("fault", ["renamed", "moved", "no call", "wrong callee"])
+def test_the_check_fails_on_a_planted_fault(tmp_path, fault):
+    (tmp_path / "a.py").write_text(
+        "def first():\n    x = 1\n    return second(x)\n\n\n"
+        "def second(x):\n    return x\n")
+    (tmp_path / "b.py").write_text("def third():\n    return 3\n")
+    rows = ["| [a.first](../a.py#L1) | L2-L3 | `second(` | |",
+            "| [a.second](../a.py#L6) | L6-L7 | | |"]
+    good, counts = check("\n".join(rows), str(tmp_path))
+    assert good == [] and counts == (1, 4, 0)  # the unplanted page passes
+    if fault == "renamed":
+        rows[1] = rows[1].replace("a.second", "a.later")
+    elif fault == "moved":
+        rows[0] = rows[0].replace("L2-L3", "L2-L6")
+    elif fault == "no call":
+        rows[0] = rows[0].replace("`second(`", "`third(`")
+    else:
+        rows[1] = "| [b.third](../b.py#L1) | L1-L2 | | |"
+    problems, _ = check("\n".join(rows), str(tmp_path))
+    assert len(problems) >= 1, fault
