@@ -119,6 +119,8 @@ def build_input_fn(
     rules.check_color_jitter_strength(color_jitter_strength)
     source.split_ranges(split)  # Fails early, naming the dataset and its splits.
     pretraining = objective.views == 2
+    # --augmentations empty (the default): crop, flip and colour for two views, crop
+    # and flip for one.
     transforms = rules.augmentations(augmentations, objective.views)
     switches = dict(crop="crop" in transforms, flip="flip" in transforms,
                     color_distort="color" in transforms)
@@ -200,7 +202,8 @@ def _training_stream(source, split, subset, input_context, global_batch_size, ca
         pipelines = input_context.num_input_pipelines
         pipeline_id = input_context.input_pipeline_id
     if pipelines == 1 and subset is None:
-        # The whole split in its canonical order.
+        # The whole split in its canonical order. `source` is the --dataset's
+        # (`registry.get_dataset`): digits is an `ArraySource` (`ArraySource.load`).
         share = None
         base = source.load(split)
         shard_size = source.num_examples(split)

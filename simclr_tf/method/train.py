@@ -183,6 +183,8 @@ class Trainer:
             # loss would otherwise only show up as a NaN loss one step later.
             with tf.name_scope("grad_norm"):  # names only (scripts/step_profile.py)
                 metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(summed), tf.float32)
+            # Keras' apply_gradients, which calls the optimizer's update per variable
+            # (`LARS.update_step`, simclr_tf/method/lars.py).
             apply_summed_gradients(self.optimizer,
                                    list(zip(summed, [v for _, v in pairs])))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
