@@ -17,14 +17,16 @@ saturation 0.8s, hue 0.2s, in a fresh random order, each clipped to [0, 1]) and,
 independently, grayscale with p 0.2; (4) Gaussian blur with p 0.5 (sigma in [0.1, 2],
 kernel 10% of the side). Steps 1-3 run per image in the input pipeline on the host
 (`two_views`: `preprocess_for_train` twice per image, with independent seeds), or
-batched on the device (`device.make_view_fn`); step 4 runs in the train step on whole batches either way (`StepViews`), as in the reference: cheap on an
-accelerator, expensive on the input host.
+batched on the device (`device.make_view_fn`); step 4 runs in the train step on whole
+batches either way (`StepViews`), as in the reference: cheap on an accelerator,
+expensive on the input host.
 
-Every function takes and returns float32 RGB images with values in [0, 1] (uint8 input
-is converted by `to_float_image`), but the crops (`random_crop_with_resize`,
-`center_crop`), whose bicubic overshoot is clipped, as the authors', by the colour
-ops after themselves and at the end of a view; nothing is ever mean/std normalised, so exported
-models expect the same [0, 1] pixels. The functions work eagerly, inside `tf.function`
+Every function takes float32 RGB images with values in [0, 1] (uint8 input is
+converted by `to_float_image`) and returns them in [0, 1], but the crops
+(`random_crop_with_resize`, `center_crop`): their bicubic resize overshoots [0, 1] and,
+as in the authors' code, is not clipped there; the colour ops clip after themselves and
+a view (or an evaluation image) is clipped once at its end. Nothing is ever mean/std
+normalised, so exported models expect the same [0, 1] pixels. The functions work eagerly, inside `tf.function`
 and inside `tf.data` maps.
 
 Randomness: every random function takes `seed`, a stateless seed (int [2] tensor); the
