@@ -58,9 +58,12 @@ def test_a_stop_signal_reaches_the_child_which_saves_before_the_parent_exits(
     SIGHUP (a closed terminal; 2026-12-06's fault 9: the child, in its own session,
     trained on to the end) reaches the child as SIGTERM."""
     started, saved = tmp_path / "started", tmp_path / "saved"
+    # A script started from a terminal: SIGHUP at its default, also when the suite
+    # itself runs under nohup (which the script would respect: the test below).
     parent = subprocess.Popen([sys.executable, "-c", PARENT.format(
         scripts=os.path.join(ROOT, "scripts"), started=str(started), saved=str(saved))],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     deadline = time.time() + 30
     while not started.exists() and time.time() < deadline:
         time.sleep(0.05)

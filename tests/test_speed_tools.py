@@ -527,10 +527,16 @@ def test_a_stop_reaches_the_memory_part_s_running_step(signum, monkeypatch, tmp_
         f"signal.signal(signal.SIGTERM, lambda s, f: (open({str(got)!r}, 'w').write("
         "str(s)), sys.exit(143)))\n"
         "time.sleep(60)"])
+    # SIGHUP at its default, also when the suite runs under nohup (which script_io
+    # respects: test_script_io's test_a_hangup_under_nohup_changes_nothing).
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     threading.Timer(1.0, os.kill, (os.getpid(), signum)).start()
     start = time.monotonic()
-    with pytest.raises(script_io.Stopped) as info:
-        bench.bench_memory(dict(train_batch_size=4), [4])
+    try:
+        with pytest.raises(script_io.Stopped) as info:
+            bench.bench_memory(dict(train_batch_size=4), [4])
+    finally:
+        signal.signal(signal.SIGHUP, hangup)
     assert info.value.signum == signum and time.monotonic() - start < 30
     assert got.read_text() == str(int(signal.SIGTERM))
 
