@@ -10,8 +10,10 @@ The files, in the order a reader of the paper wants them:
 | `device.py` | the same recipe batched inside the train step (`--augment_on=device`): `make_view_fn` |
 | `common.py` | the constants (crop area 0.08-1, aspect 3/4-4/3, probabilities), seeds, `random_apply` |
 
-The recipe of one pretraining view, in order: (1) a random crop covering 8%-100% of
-the area with aspect ratio in [3/4, 4/3], resized bicubically; (2) a horizontal flip
+The recipe of one pretraining view, in order: (1) a random crop covering 10%-100% of
+the area (the area range asked is 8%-100%, but the sampler's min_object_covered of 0.1
+over the whole image sets a floor of 10%, in the authors' code as here) with aspect
+ratio in [3/4, 4/3], resized bicubically; (2) a horizontal flip
 with p 0.5; (3) colour jitter with p 0.8 (strength s: brightness 0.8s, contrast 0.8s,
 saturation 0.8s, hue 0.2s, in a fresh random order, each clipped to [0, 1]) and,
 independently, grayscale with p 0.2; (4) Gaussian blur with p 0.5 (sigma in [0.1, 2],

@@ -73,7 +73,9 @@ def distorted_bounding_box_crop(
 
 def random_crop_with_resize(image: tf.Tensor, height: int, width: int,
                             p: float = 1.0, *, seed=None) -> tf.Tensor:
-    """SimCLR's random resized crop: area 8%-100%, aspect 3/4-4/3, bicubic resize.
+    """SimCLR's random resized crop: area 10%-100% (8%-100% asked; min_object_covered
+    0.1 over the whole image is the floor, as in the authors' code), aspect 3/4-4/3,
+    bicubic resize.
 
     The aspect-ratio range is relative to the output's width / height, so a non-square
     output gets crops of (roughly) its own shape.
