@@ -28,8 +28,8 @@ converted by `to_float_image`) and returns them in [0, 1], but the crops
 (`random_crop_with_resize`, `center_crop`): their bicubic resize overshoots [0, 1] and,
 as in the authors' code, is not clipped there; the colour ops clip after themselves and
 a view (or an evaluation image) is clipped once at its end. Nothing is ever mean/std
-normalised, so exported models expect the same [0, 1] pixels. The functions work eagerly, inside `tf.function`
-and inside `tf.data` maps.
+normalised, so exported models expect the same [0, 1] pixels. The functions work
+eagerly, inside `tf.function` and inside `tf.data` maps.
 
 Randomness: every random function takes `seed`, a stateless seed (int [2] tensor); the
 same seed gives the same augmentation. With `seed=None` one seed is drawn by a stateful

@@ -143,8 +143,7 @@ def build_input_fn(
 
     def preprocess_pretrain(image, label, image_seed):
         return two_views(image, image_size, seed=image_seed, **switches,
-                                 color_jitter_strength=color_jitter_strength,
-                                 impl=impl), label
+                         color_jitter_strength=color_jitter_strength, impl=impl), label
 
     def preprocess_finetune(image, label, image_seed):
         return preprocess_for_train(

@@ -56,7 +56,8 @@ class Pretrain(base.Objective):
         """(view1, view2) of the batch's images (or of chunk `chunk`'s part of them):
         drawn if the step draws them, then blurred (`augment.recipe.StepViews`). Host
         views without blur (the quick start's): the batch's pair as it came."""
-        # `options` is the Trainer's `StepOptions`; its `views`, an `augment.recipe.StepViews`.
+        # `options` is the Trainer's `StepOptions`; its `views` an
+        # `augment.recipe.StepViews`.
         return self.options.views(images, step=self.trainer.optimizer.iterations,
                                   replica=collectives.replica_id(), chunk=chunk)
 
