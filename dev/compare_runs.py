@@ -1,11 +1,12 @@
 """Bit-exactness check for refactorings: the same tiny runs from two checkouts.
 
-`run` trains four tiny deterministic runs on the offline 'digits' dataset with the
+`run` trains six tiny deterministic runs on the offline 'digits' dataset with the
 checkout this script lives in (pretraining with blur and online eval; device views
-with gradient caching; momentum; fine-tuning the first on a 50% label subset, then
-eval; distilling that fine-tune into a narrower student, where the checkout has
---train_mode=distill) and saves every tensor of their last checkpoints (model and optimizer slots)
-and their results. `compare` says whether two such outputs are identical, bit for
+with gradient caching; momentum; LARS with the online head at its own rate;
+fine-tuning the first on a 50% label subset, then eval; distilling that fine-tune into
+a narrower student, where the checkout has --train_mode=distill) and saves every
+tensor of their last checkpoints (model and optimizer slots) and their results.
+`compare` says whether two such outputs are identical, bit for
 bit. A change that only moves code must give identical outputs.
 
     git worktree add /tmp/before <commit before the change>
@@ -33,6 +34,9 @@ RUNS = {
     "device_grad_cache": dict(use_blur=True, augment_on="device", grad_cache_chunk=8,
                               mode="train"),
     "momentum": dict(use_blur=True, optimizer="momentum", mode="train"),
+    # LARS with the online head at its own rate (the quick start's
+    # --head_learning_rate): the rate multipliers' path.
+    "head_rate": dict(head_learning_rate=0.1, mode="train"),
 }
 # Result entries that measure time, not numbers.
 _TIMINGS = ("seconds", "examples_per_sec", "saved_model")
