@@ -236,12 +236,13 @@ def _heavy_ball(w, grads, lr, momentum=0.9):
 
 
 def test_rate_multiplier_in_closed_form_and_others_unchanged():
-    """LARS: the multiplied variable (excluded from trust scaling) is heavy-ball SGD
-    at factor x lr; every other variable ends bit-exact as without multipliers."""
+    """LARS with rates: the multiplied variable (excluded from trust scaling) is
+    heavy-ball SGD at factor x lr; every other variable ends bit-exact as plain LARS."""
     weights, grads = _problem(seed=4)
     plain = _run_eager(lars.LARS(0.3, weight_decay=1e-2), weights, grads)
     variables = [keras.Variable(w) for w in weights]
-    optimizer = lars.LARS(0.3, weight_decay=1e-2, excluded_variables=[variables[1]])
+    optimizer = rate_multipliers.LARSWithRates(0.3, weight_decay=1e-2,
+                                               excluded_variables=[variables[1]])
     optimizer.set_rate_multiplier([variables[1]], 0.05)
     for step in grads:
         optimizer.apply_gradients(zip([tf.constant(g) for g in step], variables))
@@ -255,7 +256,7 @@ def test_rate_multiplier_in_closed_form_and_others_unchanged():
     with pytest.raises(ValueError, match="before build"):
         optimizer.set_rate_multiplier([variables[0]], 2.0)
     with pytest.raises(ValueError, match="factor=0.0"):
-        lars.LARS(0.1).set_rate_multiplier([variables[0]], 0.0)
+        rate_multipliers.LARSWithRates(0.1).set_rate_multiplier([variables[0]], 0.0)
 
 
 @pytest.mark.parametrize("name", ["momentum", "adam"])

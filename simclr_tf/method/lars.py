@@ -10,11 +10,10 @@ import keras
 import tensorflow as tf
 
 from simclr_tf.config import rules
-from simclr_tf.method.rate_multipliers import RateMultipliers
 
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
-class LARS(RateMultipliers, keras.optimizers.Optimizer):
+class LARS(keras.optimizers.Optimizer):
     """Layer-wise Adaptive Rate Scaling with classic (heavy-ball) momentum.
 
     For each variable w with gradient g, unless w is excluded:
@@ -96,9 +95,9 @@ class LARS(RateMultipliers, keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        # The schedule's rate; times --head_learning_rate / --learning_rate for the
-        # online head's variables (`RateMultipliers`; 1 for every other variable).
-        lr = tf.cast(self._rate(variable, learning_rate), dtype)
+        # The schedule's rate (the online head's own, --head_learning_rate, when the
+        # factory made an `optimizers.LARSWithRates`: it multiplies the rate first).
+        lr = tf.cast(learning_rate, dtype)
         grad = tf.cast(gradient, dtype)
         if isinstance(grad, tf.IndexedSlices):
             grad = tf.convert_to_tensor(grad)

@@ -6,7 +6,8 @@ import keras
 
 from simclr_tf.config import rules
 from simclr_tf.method.lars import LARS, lars_excluded_variables
-from simclr_tf.method.rate_multipliers import AdamWithRates, AdamWWithRates, NesterovSGD
+from simclr_tf.method.rate_multipliers import (AdamWithRates, AdamWWithRates, LARSWithRates,
+                                               NesterovSGD)
 from simclr_tf.method.loss_decay import weight_decay_loss
 
 
@@ -83,8 +84,9 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
         if model is None:
             raise ValueError("build_optimizer('lars', ...) needs the model for its "
                              "exclusions. Received: model=None")
-        optimizer = LARS(learning_rate, momentum=momentum, weight_decay=weight_decay,
-                         excluded_variables=lars_excluded_variables(model))
+        lars_class = LARSWithRates if head_variables else LARS
+        optimizer = lars_class(learning_rate, momentum=momentum, weight_decay=weight_decay,
+                               excluded_variables=lars_excluded_variables(model))
     elif name == "momentum":
         # Nesterov, as the authors' code (TF2 model.py and TF1 model_util.py).
         if not head_variables:

@@ -1,7 +1,9 @@
 """Per-variable learning-rate multipliers for Keras optimizers (`RateMultipliers`), for
 the online linear head's own rate (`--head_learning_rate`, not the paper's), and the
-Keras optimizers that carry them."""
+optimizers that carry them (LARS and Keras' own)."""
 import keras
+
+from simclr_tf.method.lars import LARS
 
 
 class RateMultipliers:
@@ -11,8 +13,8 @@ class RateMultipliers:
     those variables then uses `factor * learning_rate` (the schedule's value at that
     step). Every other variable's update is computed exactly as without the mixin.
     Used for the online linear head's own learning rate (`--head_learning_rate`).
-    Put it first in the bases; an optimizer that writes its own `update_step` (LARS)
-    calls `self._rate(variable, learning_rate)` there.
+    Put it first in the bases: its `update_step` hands the optimizer's own
+    `update_step` the multiplied rate.
     """
 
     def set_rate_multiplier(self, variables, factor):
@@ -42,6 +44,12 @@ class RateMultipliers:
 
     def update_step(self, gradient, variable, learning_rate):
         super().update_step(gradient, variable, self._rate(variable, learning_rate))
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class LARSWithRates(RateMultipliers, LARS):
+    """`LARS` with `RateMultipliers` (the online head, excluded from trust scaling,
+    then steps at its own rate)."""
 
 
 @keras.saving.register_keras_serializable(package="simclr_tf")
