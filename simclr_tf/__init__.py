@@ -6,7 +6,7 @@ The library never reads command-line flags: `run.py` turns them into a frozen
 `simclr_tf.load_official(path)` imports one of the authors' released SavedModels as a
 `simclr_tf.models.SimCLRModel` (see `simclr_tf.weights.official`); `simclr_tf.SimCLR(network,
 options)` pretrains a network with `model.fit` (see `simclr_tf.method.keras_fit`; `options`
-a `simclr_tf.method.step_options.StepOptions`). `simclr_tf.from_preset(folder)` loads a
+a `simclr_tf.method.train.StepOptions`). `simclr_tf.from_preset(folder)` loads a
 keras-hub preset of an encoder (`--export_format=keras_hub`; `simclr_tf.weights.hub_preset`),
 as keras-hub's own `Backbone.from_preset(folder)` does once simclr_tf is imported.
 """

@@ -20,7 +20,7 @@ NUM_STEPS = 3
 
 def pretrain(strategy):
     """Runs NUM_STEPS LARS pretraining steps; returns (initial, final weights, losses)."""
-    from simclr_tf.method import lars, loss_decay, schedules, train
+    from simclr_tf.method import lars, optimizers, schedules, train
     from helpers.standin_model import distributed_pretrain_iterator, make_model, random_batch
 
     with strategy.scope():
@@ -32,7 +32,7 @@ def pretrain(strategy):
                                     excluded_variables=lars.lars_excluded_variables(model))
     initial = [w.numpy() for w in model.weights]
     trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.2),
-                            weight_decay_loss=loss_decay.weight_decay_loss(model, "lars", 1e-3))
+                            weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3))
     steps = [random_batch(GLOBAL_BATCH, IMAGE_SIZE, seed=60 + s) for s in range(NUM_STEPS)]
     iterator = distributed_pretrain_iterator(strategy, steps)
     losses = [float(trainer.train_steps(iterator)["loss"]) for _ in steps]

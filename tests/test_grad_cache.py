@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf.method import grad_cache, loss_decay, losses, optimizers, train
+from simclr_tf.method import grad_cache, losses, optimizers, train
 from helpers.standin_model import make_model, random_batch
 
 IMAGE_SIZE = 8
@@ -77,7 +77,7 @@ def _trainer(chunk, optimizer_name="momentum"):
     optimizer_name = "momentum" if optimizer_name == "classic" else optimizer_name
     trainer = train.Trainer(tf.distribute.get_strategy(), model, optimizer,
                             train.StepOptions(temperature=0.5, grad_cache_chunk=chunk),
-                            weight_decay_loss=loss_decay.weight_decay_loss(
+                            weight_decay_loss=optimizers.weight_decay_loss(
                                 model, optimizer_name, 1e-3))
     return trainer, model
 
@@ -121,7 +121,7 @@ def _one_tape_reference(chunk_views, labels, model_a, logs, weight_rtol=1e-5):
         loss = losses.nt_xent(tf.concat(z1, 0), tf.concat(z2, 0), temperature=0.5).loss
         loss += losses.supervised_loss(np.concatenate([labels, labels]),
                                        tf.concat(logits1 + logits2, 0))
-        loss += loss_decay.weight_decay_loss(model_b, "momentum", 1e-3)()
+        loss += optimizers.weight_decay_loss(model_b, "momentum", 1e-3)()
     grads = tape.gradient(loss, model_b.trainable_variables)
     optimizer.apply_gradients(zip(grads, model_b.trainable_variables))
 
@@ -178,7 +178,7 @@ def test_two_replicas_one_chunk_each_equal_one_replica():
         optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-3, model=model)
     trainer = train.Trainer(strategy, model, optimizer,
                             train.StepOptions(temperature=0.5, grad_cache_chunk=BATCH // 2),
-                            weight_decay_loss=loss_decay.weight_decay_loss(model, "lars", 1e-3))
+                            weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3))
     steps = [random_batch(BATCH, IMAGE_SIZE, seed=10 + s) for s in range(2)]
     logs = trainer.train_steps(distributed_pretrain_iterator(strategy, steps), 2)
     single, model_1 = _trainer(0, "lars")
@@ -218,7 +218,7 @@ def test_device_views_are_drawn_per_chunk_and_alike_in_both_passes():
     cached = train.Trainer(tf.distribute.get_strategy(), model_a, optimizer_a,
                            train.StepOptions(temperature=0.5, view_fn=view_fn, blur_fn=blur_fn,
                                              grad_cache_chunk=CHUNK),
-                           weight_decay_loss=loss_decay.weight_decay_loss(model_a, "momentum", 1e-3))
+                           weight_decay_loss=optimizers.weight_decay_loss(model_a, "momentum", 1e-3))
     dataset = tf.data.Dataset.from_tensor_slices((sources, labels)).batch(
         BATCH, drop_remainder=True)
     logs = cached.train_steps(iter(dataset), 1)

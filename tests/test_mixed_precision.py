@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf.method import loss_decay, optimizers, train
+from simclr_tf.method import optimizers, train
 from simclr_tf.config import Config
 from simclr_tf.run.modes.parts import POLICIES, build_model
 from helpers.standin_model import random_batch
@@ -38,7 +38,7 @@ def _step(precision, weights=None):
         # which dynamic loss scaling then skips (correctly, but nothing to compare).
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**8)
     trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.5),
-                            weight_decay_loss=loss_decay.weight_decay_loss(model, "lars", 1e-4))
+                            weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-4))
     v1, v2, labels = random_batch(BATCH, IMAGE_SIZE, seed=3)
     data = tf.data.Dataset.from_tensors(((v1, v2), labels)).repeat()
     logs = trainer.train_steps(iter(data), 1)

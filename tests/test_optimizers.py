@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from simclr_tf.method import lars, loss_decay, optimizers, rate_multipliers, schedules
+from simclr_tf.method import lars, optimizers, schedules
 from helpers.standin_model import make_model
 
 
@@ -170,25 +170,25 @@ def test_weight_decay_loss_rules():
     model = make_model()
     sq = lambda v: 0.5 * float(np.sum(np.float64(v.numpy()) ** 2))  # noqa: E731
     # LARS decays everything else itself: only the supervised head kernel is in the loss.
-    under_lars = loss_decay.weight_decay_loss(model, "lars", 1e-3)().numpy()
+    under_lars = optimizers.weight_decay_loss(model, "lars", 1e-3)().numpy()
     np.testing.assert_allclose(under_lars, 1e-3 * sq(model.supervised_head.kernel), rtol=1e-6)
     # Momentum / Adam: every trainable non-BN weight, biases included.
     non_bn = [model.conv1.kernel, model.conv1.bias, model.conv2.kernel, model.proj.kernel,
               model.supervised_head.kernel, model.supervised_head.bias]
     expected = 1e-3 * sum(sq(v) for v in non_bn)
     for name in ("momentum", "adam"):
-        got = loss_decay.weight_decay_loss(model, name, 1e-3)().numpy()
+        got = optimizers.weight_decay_loss(model, name, 1e-3)().numpy()
         np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert loss_decay.weight_decay_loss(make_model(with_head=False), "lars", 1e-3)().numpy() == 0
-    assert loss_decay.weight_decay_loss(model, "momentum", 0.0)().numpy() == 0
+    assert optimizers.weight_decay_loss(make_model(with_head=False), "lars", 1e-3)().numpy() == 0
+    assert optimizers.weight_decay_loss(model, "momentum", 0.0)().numpy() == 0
     with pytest.raises(ValueError, match="optimizer_name='sgd'"):
-        loss_decay.weight_decay_loss(model, "sgd", 1e-3)
+        optimizers.weight_decay_loss(model, "sgd", 1e-3)
 
 
 def test_weight_decay_loss_skips_frozen_weights():
     model = make_model()
     model.conv1.trainable = False
-    names = {id(v) for v in loss_decay.weight_decay_loss_variables(model, "momentum")}
+    names = {id(v) for v in optimizers.weight_decay_loss_variables(model, "momentum")}
     assert id(model.conv1.kernel) not in names and id(model.conv2.kernel) in names
 
 
@@ -241,7 +241,7 @@ def test_rate_multiplier_in_closed_form_and_others_unchanged():
     weights, grads = _problem(seed=4)
     plain = _run_eager(lars.LARS(0.3, weight_decay=1e-2), weights, grads)
     variables = [keras.Variable(w) for w in weights]
-    optimizer = rate_multipliers.LARSWithRates(0.3, weight_decay=1e-2,
+    optimizer = optimizers.LARSWithRates(0.3, weight_decay=1e-2,
                                                excluded_variables=[variables[1]])
     optimizer.set_rate_multiplier([variables[1]], 0.05)
     for step in grads:
@@ -256,7 +256,7 @@ def test_rate_multiplier_in_closed_form_and_others_unchanged():
     with pytest.raises(ValueError, match="before build"):
         optimizer.set_rate_multiplier([variables[0]], 2.0)
     with pytest.raises(ValueError, match="factor=0.0"):
-        rate_multipliers.LARSWithRates(0.1).set_rate_multiplier([variables[0]], 0.0)
+        optimizers.LARSWithRates(0.1).set_rate_multiplier([variables[0]], 0.0)
 
 
 @pytest.mark.parametrize("name", ["momentum", "adam"])
@@ -281,7 +281,7 @@ def test_head_rate_multiplier_scales_the_heads_step(name):
     plain_optimizer, plain = step(1.0)
     scaled_optimizer, scaled = step(0.25)
     assert type(plain_optimizer) in (keras.optimizers.SGD, keras.optimizers.Adam)
-    assert isinstance(scaled_optimizer, rate_multipliers.RateMultipliers)
+    assert isinstance(scaled_optimizer, optimizers.RateMultipliers)
     head = {id(v) for v in model.supervised_head.trainable_weights}
     for v, a, b in zip(model.trainable_variables, plain, scaled):
         if id(v) in head:
@@ -334,7 +334,7 @@ def test_structural_exclusions_are_the_references_for_every_resnet(depth):
 def test_adamw_decays_decoupled_all_but_the_no_decay_variables():
     model = make_model()
     adamw = optimizers.build_optimizer("adamw", 0.1, weight_decay=0.5, model=model)
-    assert loss_decay.weight_decay_loss_variables(model, "adamw") == []
+    assert optimizers.weight_decay_loss_variables(model, "adamw") == []
     variables = model.trainable_variables
     start = [v.numpy() for v in variables]
     adamw.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))

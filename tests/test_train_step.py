@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf import models
-from simclr_tf.method import lars, loss_decay, losses, optimizers, schedules, train
+from simclr_tf.method import lars, losses, optimizers, schedules, train
 from simclr_tf.method import collectives
 from simclr_tf.run import distribute, loop
 from simclr_tf.evaluation import supervised
@@ -118,7 +118,7 @@ def _pretrain(num_replicas, weights, steps, *, model_fn=make_model, eeta=0.1):
         optimizer = lars.LARS(schedule, eeta=eeta, weight_decay=1e-3,
                                     excluded_variables=lars.lars_excluded_variables(model))
     trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(temperature=0.2),
-                            weight_decay_loss=loss_decay.weight_decay_loss(model, "lars", 1e-3))
+                            weight_decay_loss=optimizers.weight_decay_loss(model, "lars", 1e-3))
     iterator = distributed_pretrain_iterator(strategy, steps)
     logs = [trainer.train_steps(iterator) for _ in steps]
     return logs, [w.numpy() for w in model.weights]
@@ -182,7 +182,7 @@ def _finetune(num_replicas, weights, steps, eval_set):
         model.set_weights(weights)
         optimizer = optimizers.build_optimizer("momentum", 0.5, momentum=0.9)
     trainer = train.Trainer(strategy, model, optimizer, train.StepOptions(train_mode="finetune"),
-                            weight_decay_loss=loss_decay.weight_decay_loss(
+                            weight_decay_loss=optimizers.weight_decay_loss(
                                 model, "momentum", 1e-2))
     images = np.concatenate([s[0] for s in steps])
     labels = np.concatenate([s[2] for s in steps])

@@ -17,7 +17,7 @@ Example:
 """
 import tensorflow as tf
 
-from simclr_tf.method import loss_decay, losses
+from simclr_tf.method import losses, optimizers
 from simclr_tf.evaluation import base, features
 from simclr_tf.models.outputs import LOGITS
 
@@ -111,7 +111,7 @@ class SupervisedEval(base.Evaluator):
         split: the labelled split evaluated.
         steps: evaluate at most this many batches (None: all).
         optimizer, weight_decay: the run's; they decide which weights decay
-            (`loss_decay.weight_decay_loss`).
+            (`optimizers.weight_decay_loss`).
 
     `run` returns the authors' names ('eval/label_top_1_accuracy', ...,
     'eval/regularization_loss'), ours beside them ('eval/supervised_loss',
@@ -131,7 +131,7 @@ class SupervisedEval(base.Evaluator):
         if model is not self._model:
             # Once per model: the compiled step and the decayed variables.
             self._counts = SupervisedEvaluator(self.strategy, model)
-            self._regularization = loss_decay.weight_decay_loss(model, self.optimizer,
+            self._regularization = optimizers.weight_decay_loss(model, self.optimizer,
                                                                 self.weight_decay)
             self._model = model
         metrics = self._counts(self.dataset, steps=self.steps)

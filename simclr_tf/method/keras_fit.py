@@ -26,7 +26,7 @@ saving the whole model as .keras (save weights; the network saves on its own).
 import keras
 import tensorflow as tf
 
-from simclr_tf.method import finite, step_options, train
+from simclr_tf.method import finite, train
 from simclr_tf.config.tables import train_modes
 
 
@@ -44,7 +44,7 @@ class SimCLR(keras.Model):
         network: a built Keras model following the Trainer's contract (a dict with
             'proj_head_output', 'logits_sup' when it has a supervised head;
             `network.supervised_head`), e.g. `simclr_tf.models.SimCLRModel`.
-        options: the step's `simclr_tf.method.step_options.StepOptions` (train_mode, temperature,
+        options: the step's `simclr_tf.method.train.StepOptions` (train_mode, temperature,
             ...); None: `StepOptions()`, pretraining's defaults.
         weight_decay_loss: as for `simclr_tf.method.train.Trainer`.
         **kwargs: `keras.Model` arguments (name, ...). A `StepOptions` field among
@@ -64,7 +64,7 @@ class SimCLR(keras.Model):
     """
 
     def __init__(self, network, options=None, *, weight_decay_loss=None, **kwargs):
-        self.options = step_options.given_options("SimCLR", options, kwargs)
+        self.options = train.given_options("SimCLR", options, kwargs)
         if train_modes.get(self.options.train_mode).needs_teacher:
             raise ValueError("train_mode='distill' runs in the custom loop only (run.py "
                              "--train_mode=distill, or simclr_tf.method.train.Trainer with a "

@@ -153,7 +153,7 @@ def lars_excluded_variables(model):
     - the encoder's own `no_decay_variables()` (e.g. a ViT's class token and
       position embedding);
     - every weight of `model.supervised_head` when the model has one (not None):
-      its kernel decays in the loss instead (`loss_decay`).
+      its kernel decays in the loss instead (`optimizers.LossWeightDecay`).
 
     For ResNet this is exactly the reference's set: batch-norm weights, biases and
     the supervised head. AdamW (`optimizers.build_optimizer`) spares the same but the

@@ -1,14 +1,17 @@
-"""The optimizer factory of `--optimizer`: the optimizer (LARS, `simclr_tf.method.lars`;
-momentum, Adam, AdamW) and the loss's weight decay (`simclr_tf.method.loss_decay`),
-resolved once from the model's structure.
+"""How `--optimizer` becomes the run's optimizer, resolved once from the model's
+structure: the factory (`build_optimization`: LARS, `simclr_tf.method.lars`; momentum,
+Adam, AdamW); the weight decay that enters the loss, as the reference adds it (which
+variables each optimizer decays there, `weight_decay_loss_variables`, and the term,
+`LossWeightDecay`; LARS decays the rest inside its update); and per-variable
+learning-rate multipliers (`RateMultipliers`), for the online linear head's own rate
+(`--head_learning_rate`, not the paper's), with the optimizers that carry them.
 """
 import keras
+import tensorflow as tf
 
 from simclr_tf.config import rules
 from simclr_tf.method.lars import LARS, lars_excluded_variables
-from simclr_tf.method.rate_multipliers import (AdamWithRates, AdamWWithRates, LARSWithRates,
-                                               NesterovSGD)
-from simclr_tf.method.loss_decay import weight_decay_loss
+from simclr_tf.method.lars import _encoder_no_decay, _unique  # pylint: disable=protected-access
 
 
 def build_optimization(name, learning_rate, *, model, momentum=0.9, weight_decay=0.0,
@@ -112,3 +115,150 @@ def build_optimizer(name, learning_rate, *, momentum=0.9, weight_decay=0.0, mode
     if head_variables:
         optimizer.set_rate_multiplier(head_variables, head_rate_multiplier)
     return optimizer
+
+
+# The layers whose weights the loss's weight decay leaves alone under momentum and
+# Adam (the reference: batch norm; a ViT's LayerNorm is their counterpart).
+NORMALIZATION_LAYERS = (keras.layers.BatchNormalization, keras.layers.LayerNormalization,
+                        keras.layers.GroupNormalization)
+
+
+def _all_layers(model):
+    """The model and every layer nested in it, depth first."""
+    # `_flatten_layers` is Keras' own recursive walk (it also sees layers held in
+    # attributes of custom layers, which `model.layers` does not list).
+    return list(model._flatten_layers(include_self=True, recursive=True))
+
+
+def _bias_variables(layers):
+    return [layer.bias for layer in layers
+            if isinstance(getattr(layer, "bias", None), keras.Variable)]
+
+
+def normalization_variables(model):
+    """All weights (trainable or not) of the model's normalization layers (batch
+    norm; layer and group norm in other encoders)."""
+    return _unique(w for layer in _all_layers(model)
+                   if isinstance(layer, NORMALIZATION_LAYERS)
+                   for w in layer.weights)
+
+
+def weight_decay_loss_variables(model, optimizer_name):
+    """The variables whose 0.5 * ||w||^2 enters the loss, per the reference.
+
+    Args:
+        model: a built Keras model.
+        optimizer_name: 'lars' (only the supervised head's non-bias weights: LARS
+            decays everything else itself), 'momentum' / 'adam' (every trainable
+            variable that is not a normalization layer's weight nor one the encoder
+            declares, biases included: the reference's rule) or 'adamw' (none: its
+            decay is decoupled, in the update).
+    """
+    if optimizer_name not in rules.OPTIMIZERS:
+        raise ValueError(
+            f"optimizer_name must be one of {rules.OPTIMIZERS}. Received: "
+            f"optimizer_name={optimizer_name!r}")
+    if optimizer_name == "adamw":
+        return []
+    if optimizer_name == "lars":
+        head = getattr(model, "supervised_head", None)
+        if head is None:
+            return []
+        head_biases = {id(b) for b in _bias_variables(_all_layers(head))}
+        return [w for w in head.trainable_weights if id(w) not in head_biases]
+    skip = {id(w) for w in normalization_variables(model) + _encoder_no_decay(model)}
+    return [w for w in _unique(model.trainable_variables) if id(w) not in skip]
+
+
+class LossWeightDecay:
+    """The weight-decay term the reference adds to the loss, its variables resolved once.
+
+    `loss_weight_decay()` returns weight_decay * sum(0.5 * ||w||^2) over them (a
+    float32 scalar; a constant 0 when there are none or the coefficient is 0).
+
+    Args:
+        variables: the variables to decay (see `weight_decay_loss_variables`).
+        weight_decay: the decay coefficient (>= 0).
+    """
+
+    def __init__(self, variables, weight_decay):
+        rules.check_weight_decay(weight_decay)
+        self.variables = list(variables)
+        self.weight_decay = float(weight_decay)
+
+    def __call__(self):
+        if not self.variables or not self.weight_decay:
+            return tf.constant(0.0, tf.float32)
+        return self.weight_decay * tf.add_n(
+            [tf.nn.l2_loss(tf.cast(w, tf.float32)) for w in self.variables])
+
+
+def weight_decay_loss(model, optimizer_name, weight_decay):
+    """The reference's loss weight decay of `model` under `optimizer_name` (see
+    `weight_decay_loss_variables` for which weights each optimizer decays there)."""
+    return LossWeightDecay(weight_decay_loss_variables(model, optimizer_name), weight_decay)
+
+
+class RateMultipliers:
+    """Mixin for Keras optimizers: chosen variables train at a multiple of the rate.
+
+    `set_rate_multiplier(variables, factor)` before `build()`; each update of one of
+    those variables then uses `factor * learning_rate` (the schedule's value at that
+    step). Every other variable's update is computed exactly as without the mixin.
+    Used for the online linear head's own learning rate (`--head_learning_rate`).
+    Put it first in the bases: its `update_step` hands the optimizer's own
+    `update_step` the multiplied rate.
+    """
+
+    def set_rate_multiplier(self, variables, factor):
+        if self.built:
+            raise ValueError("set_rate_multiplier() must be called before build().")
+        factor = float(factor)
+        if not factor > 0 or factor == float("inf"):
+            raise ValueError(f"factor must be a finite number > 0. Received: factor={factor!r}")
+        keys = dict(getattr(self, "_rate_keys", {}))
+        keys.update((self._var_key(v), factor) for v in variables)
+        self._rate_keys = keys
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        keys = getattr(self, "_rate_keys", {})
+        self._rate_factors = tuple(keys.get(self._var_key(v), 1.0) for v in variables)
+
+    def rate_multiplier(self, variable):
+        """The factor of a built variable's learning rate (1.0 unless set)."""
+        return self._rate_factors[self._get_variable_index(variable)]
+
+    def _rate(self, variable, learning_rate):
+        factor = self.rate_multiplier(variable)
+        return learning_rate if factor == 1.0 else learning_rate * factor
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._rate(variable, learning_rate))
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class LARSWithRates(RateMultipliers, LARS):
+    """`LARS` with `RateMultipliers` (the online head, excluded from trust scaling,
+    then steps at its own rate)."""
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class NesterovSGD(RateMultipliers, keras.optimizers.SGD):
+    """Keras SGD (Nesterov by default) with `RateMultipliers`."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, **kwargs):
+        super().__init__(learning_rate, momentum=momentum, nesterov=nesterov, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class AdamWithRates(RateMultipliers, keras.optimizers.Adam):
+    """Keras Adam with `RateMultipliers` (Adam's step is proportional to the rate)."""
+
+
+@keras.saving.register_keras_serializable(package="simclr_tf")
+class AdamWWithRates(RateMultipliers, keras.optimizers.AdamW):
+    """Keras AdamW with `RateMultipliers` (the multiplied rate drives the Adam step;
+    the decoupled decay keeps the schedule's rate)."""

@@ -17,8 +17,7 @@ from simclr_tf.data import pipeline
 from simclr_tf.augment import device as device_augment
 from simclr_tf.models.simclr import SimCLRModel, freeze_for_finetuning
 from simclr_tf.config.tables import train_modes
-from simclr_tf.method.step_options import StepOptions
-from simclr_tf.method.train import Trainer
+from simclr_tf.method.train import StepOptions, Trainer
 
 POLICIES = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
