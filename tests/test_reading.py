@@ -2,7 +2,9 @@
 links the line that defines it, each span it says to read lies inside that
 definition, each row's *calls* text is in those lines and names the next row's
 function (the call an editor follows), and the page's totals are what its tables
-add up to. Read statically (ast), nothing imported."""
+add up to. The *what happens* column may name lines of another definition of the row's
+file, as (`name`, L1-L2): they lie inside it and count. Read statically (ast), nothing
+imported."""
 import ast
 import os
 import re
@@ -11,8 +13,12 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(REPO, "docs", "reading.md")
-ROW = re.compile(r"^\| \[([^\]]+)\]\(\.\./([^)#]+)#L(\d+)\) \|([^|]+)\|([^|]*)\|")
+ROW = re.compile(r"^\| \[([^\]]+)\]\(\.\./([^)#]+)#L(\d+)\) \|([^|]+)\|([^|]*)\|(.*)\|\s*$")
 SPAN = re.compile(r"L(\d+)(?:-L(\d+))?")
+# In *what happens*: lines of the definition `name` of the row's file, and any line
+# number at all (each must be one of those).
+MENTION = re.compile(r"`([\w.]+)`, L(\d+)(?:-L(\d+))?")
+LINE_NUMBER = re.compile(r"(?<![\w#])L\d+(?:-L\d+)?(?=[),;:. ]|$)")
 TOTALS = re.compile(r"<!-- reading:totals -->(.*?)<!-- /reading:totals -->")
 
 
@@ -25,7 +31,7 @@ def definitions(path):
 
 
 def tables(text):
-    """The page's tables: lists of rows (label, path, line, spans, calls)."""
+    """The page's tables: lists of rows (label, path, line, spans, calls, what)."""
     found, rows = [], None
     for line in text.splitlines():
         match = ROW.match(line)
@@ -34,11 +40,11 @@ def tables(text):
                 found.append(rows)
             rows = None
             continue
-        label, path, number, spans, calls = match.groups()
+        label, path, number, spans, calls, what = match.groups()
         rows = rows if rows is not None else []
         rows.append((label, path, int(number), [(int(a), int(b or a)) for a, b in
                                                 SPAN.findall(spans)],
-                     calls.strip().strip("`")))
+                     calls.strip().strip("`"), what))
     if rows:
         found.append(rows)
     return found
@@ -49,13 +55,27 @@ def check(text, root):
     calls between files) it adds up to."""
     problems, lines, hops = [], {}, 0
     for rows in tables(text):
-        for i, (label, path, number, spans, calls) in enumerate(rows):
+        for i, (label, path, number, spans, calls, what) in enumerate(rows):
             full = os.path.join(root, path)
             name = re.split(r"[.: ]", label)[-1]
-            end = definitions(full).get((number, name)) if os.path.isfile(full) else None
+            found = definitions(full) if os.path.isfile(full) else {}
+            end = found.get((number, name))
             if end is None:
                 problems.append(f"{label}: {path}:{number} does not define {name}")
                 continue
+            mentioned = MENTION.findall(what)
+            if len(mentioned) != len(LINE_NUMBER.findall(what)):
+                problems.append(f"{label}: a line number in 'what happens' without the "
+                                "definition it lies in, as (`name`, L1-L2)")
+            for other, a, b in mentioned:
+                first, last = int(a), int(b or a)
+                inside = [start for (start, def_name), def_end in found.items()
+                          if def_name == other.split(".")[-1]
+                          and start <= first <= last <= def_end]
+                if not inside:
+                    problems.append(f"{label}: L{first}-L{last} is not inside a "
+                                    f"definition of {other} in {path}")
+                lines.setdefault(path, set()).update(range(first, last + 1))
             if not spans:
                 problems.append(f"{label}: no lines to read")
             with open(full, encoding="utf-8") as f:
@@ -95,23 +115,28 @@ def test_the_reading_order_is_true():
     assert len(tables(text)) == 4  # the page's four sections
 
 
-@pytest.mark.parametrize("fault", ["renamed", "moved", "no call", "wrong callee"])
+@pytest.mark.parametrize("fault", ["renamed", "moved", "no call", "wrong callee",
+                                   "mention outside", "bare line number"])
 def test_the_check_fails_on_a_planted_fault(tmp_path, fault):
     (tmp_path / "a.py").write_text(
         "def first():\n    x = 1\n    return second(x)\n\n\n"
         "def second(x):\n    return x\n")
     (tmp_path / "b.py").write_text("def third():\n    return 3\n")
     rows = ["| [a.first](../a.py#L1) | L2-L3 | `second(` | |",
-            "| [a.second](../a.py#L6) | L6-L7 | | |"]
+            "| [a.second](../a.py#L6) | L6-L7 | | returns (`first`, L1) |"]
     good, counts = check("\n".join(rows), str(tmp_path))
-    assert good == [] and counts == (1, 4, 0)  # the unplanted page passes
+    assert good == [] and counts == (1, 5, 0)  # the unplanted page passes
     if fault == "renamed":
         rows[1] = rows[1].replace("a.second", "a.later")
     elif fault == "moved":
         rows[0] = rows[0].replace("L2-L3", "L2-L6")
     elif fault == "no call":
         rows[0] = rows[0].replace("`second(`", "`third(`")
-    else:
+    elif fault == "wrong callee":
         rows[1] = "| [b.third](../b.py#L1) | L1-L2 | | |"
+    elif fault == "mention outside":
+        rows[1] = rows[1].replace("(`first`, L1)", "(`first`, L1-L6)")
+    else:
+        rows[1] = rows[1].replace("(`first`, L1)", "(L1)")
     problems, _ = check("\n".join(rows), str(tmp_path))
     assert len(problems) >= 1, fault

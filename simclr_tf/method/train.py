@@ -289,7 +289,7 @@ class Trainer:
             with tf.name_scope("grad_norm"):  # names only (scripts/step_profile.py)
                 metrics["grad_norm"] = tf.cast(tf.linalg.global_norm(summed), tf.float32)
             # Keras' apply_gradients, which calls the optimizer's update per variable
-            # (`LARS.update_step`, simclr_tf/method/lars.py).
+            # (`LARS.update_step`; first `RateMultipliers.update_step` with head rates).
             apply_summed_gradients(self.optimizer,
                                    list(zip(summed, [v for _, v in pairs])))
         metrics.update(loss=loss, weight_decay=decay, learning_rate=learning_rate)
