@@ -242,7 +242,7 @@ def test_rate_multiplier_in_closed_form_and_others_unchanged():
     plain = _run_eager(lars.LARS(0.3, weight_decay=1e-2), weights, grads)
     variables = [keras.Variable(w) for w in weights]
     optimizer = optimizers.LARSWithRates(0.3, weight_decay=1e-2,
-                                               excluded_variables=[variables[1]])
+                                         excluded_variables=[variables[1]])
     optimizer.set_rate_multiplier([variables[1]], 0.05)
     for step in grads:
         optimizer.apply_gradients(zip([tf.constant(g) for g in step], variables))

@@ -173,8 +173,8 @@ def weight_decay_loss_variables(model, optimizer_name):
 class LossWeightDecay:
     """The weight-decay term the reference adds to the loss, its variables resolved once.
 
-    `loss_weight_decay()` returns weight_decay * sum(0.5 * ||w||^2) over them (a
-    float32 scalar; a constant 0 when there are none or the coefficient is 0).
+    Called, it returns weight_decay * sum(0.5 * ||w||^2) over them (a float32
+    scalar; a constant 0 when there are none or the coefficient is 0).
 
     Args:
         variables: the variables to decay (see `weight_decay_loss_variables`).
