@@ -198,7 +198,7 @@ class StepViews:
     the authors' way), or the source images the views are drawn from on the device
     (`device.make_view_fn`'s input, --augment_on=device). Either way the step calls
     `views(images, step=..., replica=...[, chunk=...])` and gets `(view1, view2)`,
-    drawn if need be and blurred (step 4 of the recipe above).
+    drawn if need be and blurred (step 4 of the recipe in `augment/__init__.py`).
 
     Attributes:
       draw: None (the images are the views) or `draw(images) -> (view1, view2)`.
