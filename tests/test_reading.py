@@ -20,6 +20,7 @@ SPAN = re.compile(r"L(\d+)(?:-L(\d+))?")
 MENTION = re.compile(r"`([\w.]+)`, L(\d+)(?:-L(\d+))?")
 LINE_NUMBER = re.compile(r"(?<![\w#])L\d+(?:-L\d+)?(?=[),;:. ]|$)")
 TOTALS = re.compile(r"<!-- reading:totals -->(.*?)<!-- /reading:totals -->")
+SECTIONS = re.compile(r"<!-- reading:sections -->(.*?)<!-- /reading:sections -->")
 
 
 def definitions(path):
@@ -30,22 +31,28 @@ def definitions(path):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
 
 
+def table_lines(text):
+    """The page's tables: lists of their rows' lines."""
+    found, rows = [], []
+    for line in text.splitlines() + [""]:
+        if ROW.match(line):
+            rows.append(line)
+        elif rows:
+            found.append(rows)
+            rows = []
+    return found
+
+
 def tables(text):
     """The page's tables: lists of rows (label, path, line, spans, calls, what)."""
-    found, rows = [], None
-    for line in text.splitlines():
-        match = ROW.match(line)
-        if match is None:
-            if rows:
-                found.append(rows)
-            rows = None
-            continue
-        label, path, number, spans, calls, what = match.groups()
-        rows = rows if rows is not None else []
-        rows.append((label, path, int(number), [(int(a), int(b or a)) for a, b in
-                                                SPAN.findall(spans)],
-                     calls.strip().strip("`"), what))
-    if rows:
+    found = []
+    for lines in table_lines(text):
+        rows = []
+        for line in lines:
+            label, path, number, spans, calls, what = ROW.match(line).groups()
+            rows.append((label, path, int(number), [(int(a), int(b or a)) for a, b in
+                                                    SPAN.findall(spans)],
+                         calls.strip().strip("`"), what))
         found.append(rows)
     return found
 
@@ -113,6 +120,14 @@ def test_the_reading_order_is_true():
     assert stated.group(1) == (f"{files} files, {lines} lines, {hops} calls between "
                                "files"), "recount: " + str((files, lines, hops))
     assert len(tables(text)) == 4  # the page's four sections
+    # Each section counted alone: its table as a page of its own.
+    counts = []
+    for number, section in enumerate(table_lines(text), 1):
+        _, (files, lines, hops) = check("\n".join(section), REPO)
+        counts.append(f"{number}. {files} files, {lines} lines, {hops} calls")
+    stated = SECTIONS.search(text)
+    assert stated is not None, "the page's per-section marker is missing"
+    assert stated.group(1) == "; ".join(counts), "recount: " + "; ".join(counts)
 
 
 @pytest.mark.parametrize("fault", ["renamed", "moved", "no call", "wrong callee",
