@@ -105,9 +105,17 @@ def compare(a, b):
     return 0 if not (differ or only or results_differ) else 1
 
 
-def _relative(results, out):
-    return {run: {k: v.replace(os.path.abspath(out), "<out>") if isinstance(v, str) else v
-                  for k, v in values.items()} for run, values in results.items()}
+def _relative(value, out):
+    """`value` (a results.json, or any part of it) with the output folder's path in
+    its strings, at any depth (a distillation's `eval_trained_by` lists the runs its
+    weights came from), as `<out>`."""
+    if isinstance(value, str):
+        return value.replace(os.path.abspath(out), "<out>")
+    if isinstance(value, dict):
+        return {k: _relative(v, out) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, out) for v in value]
+    return value
 
 
 def main(argv=None):
