@@ -51,7 +51,7 @@ COLLECTIVE_KINDS = {
 # under its own name: `collectives_of(optimizer_name=...)`), NT-Xent gathers z
 # (`collectives.cross_replica_concat`, under `nt_xent`), synchronized batch norm
 # reduces its moments inside the BN layers, the supervised loss counts the labelled
-# examples of every replica (`labelled_count`: the loss's and the accuracy's), the
+# examples of every replica once (`labelled_count`: the loss's and the accuracy's), the
 # step's metrics are reduced under `metrics`. A
 # backward collective (the adjoint of a forward one: TensorFlow names it by no scope)
 # is known by what it reads: the first of these scopes found among its inputs, under

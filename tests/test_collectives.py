@@ -43,6 +43,10 @@ def test_pretraining_step_collectives():
     # The gather's adjoint: the gathered gradient summed over replicas, per view.
     backward = parts[("z gather", "backward", "all-reduce")]
     assert backward["ops"] == 2 and backward["bytes_in"] == 2 * 2 * z_bytes
+    # The labelled examples of every replica, counted once for the online head's loss
+    # and its accuracy: one float32.
+    count = parts[("labelled count", "forward", "all-reduce")]
+    assert (count["ops"], count["bytes_in"]) == (1, 4)
     assert "other" not in {row["part"] for row in result["rows"]}
 
 
@@ -64,6 +68,8 @@ def test_one_view_steps_sum_their_gradients_once(train_mode):
     ok, sentence = collectives.verdict(result)
     assert ok, sentence
     assert not [row for row in result["rows"] if row["part"] in ("z gather", "other")]
+    count = _parts(result)[("labelled count", "forward", "all-reduce")]
+    assert (count["ops"], count["bytes_in"]) == (1, 4)
 
 
 def test_unknown_sizes_and_missing_sums_fail():

@@ -127,7 +127,16 @@ def contrast_entropy(output):
     return tf.reduce_mean(-tf.reduce_sum(tf.exp(log_p) * log_p, axis=1))
 
 
-def supervised_loss(labels, logits):
+def labelled_count(labels):
+    """The number of labelled examples (label >= 0) of the global batch: this
+    replica's, summed over the replicas (one 4-byte all-reduce; the identity on one
+    device). `supervised_loss` and the online head's accuracy share it."""
+    with tf.name_scope("labelled_count"):  # names only (scripts/collectives.py)
+        return collectives.cross_replica_sum(
+            tf.reduce_sum(tf.cast(tf.cast(labels, tf.int32) >= 0, tf.float32)))
+
+
+def supervised_loss(labels, logits, count=None):
     """Softmax cross-entropy over the labelled examples of the global batch.
 
     Examples with label -1 (unlabelled) are ignored. The mean is over the labelled
@@ -139,6 +148,7 @@ def supervised_loss(labels, logits):
     Args:
         labels: int [b] class ids, -1 for unlabelled.
         logits: [b, num_classes] (computed in float32 whatever their dtype).
+        count: `labelled_count(labels)` when the caller has it already; None counts.
 
     Returns:
         A float32 scalar.
@@ -150,8 +160,8 @@ def supervised_loss(labels, logits):
         labels=tf.maximum(labels, 0), logits=logits)
     # tf.where rather than a multiply: a masked example must not leak NaN/Inf.
     local_sum = tf.reduce_sum(tf.where(labelled, per_example, 0.0))
-    with tf.name_scope("labelled_count"):  # names only (scripts/collectives.py)
-        count = collectives.cross_replica_sum(tf.reduce_sum(tf.cast(labelled, tf.float32)))
+    if count is None:
+        count = labelled_count(labels)
     replicas = float(collectives.num_replicas_in_sync())
     return local_sum * replicas / tf.maximum(count, 1.0)
 

@@ -64,13 +64,13 @@ def logits_of(outputs):
     return outputs[LOGITS]
 
 
-def label_accuracy(labels, logits):
+def label_accuracy(labels, logits, count=None):
     """supervised_acc over the labelled examples of the global batch (0 when there are
     none), scaled like `losses.supervised_loss` so that the mean over replicas is
-    exact when replicas hold different numbers of labelled examples."""
-    with tf.name_scope("labelled_count"):  # names only (scripts/collectives.py)
-        count = collectives.cross_replica_sum(
-            tf.reduce_sum(tf.cast(labels >= 0, tf.float32)))
+    exact when replicas hold different numbers of labelled examples. `count`:
+    `losses.labelled_count(labels)` when the caller has it (the loss's), else counted."""
+    if count is None:
+        count = losses.labelled_count(labels)
     correct = losses.top_k_correct(labels, logits, 1)
     replicas = float(collectives.num_replicas_in_sync())
     return dict(supervised_acc=correct * replicas / tf.maximum(count, 1.0))

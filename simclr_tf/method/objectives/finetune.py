@@ -20,8 +20,10 @@ class Finetune(base.Objective):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = base.logits_of(self.model(images, training=True))
-            sup_loss = losses.supervised_loss(labels, logits)
-            metrics = dict(supervised_loss=sup_loss, **base.label_accuracy(labels, logits))
+            count = losses.labelled_count(labels)  # every replica's, counted once
+            sup_loss = losses.supervised_loss(labels, logits, count)
+            metrics = dict(supervised_loss=sup_loss,
+                           **base.label_accuracy(labels, logits, count))
             # + the weight decay the optimizer leaves to the loss, and this replica's
             # share of the global loss.
             loss, decay, scaled_loss = self.trainer.total_loss(sup_loss)

@@ -78,11 +78,14 @@ class Pretrain(base.Objective):
                            contrast_entropy=losses.contrast_entropy(contrastive))
         loss = contrastive.loss
         if logits is not None:
+            # Every replica's labelled examples, counted once for the loss and its
+            # accuracy.
+            count = losses.labelled_count(labels)
             with tf.name_scope("supervised_loss"):
-                sup_loss = losses.supervised_loss(labels, logits)
+                sup_loss = losses.supervised_loss(labels, logits, count)
             with tf.name_scope("metrics"):
                 metrics.update(supervised_loss=sup_loss,
-                               **base.label_accuracy(labels, logits))
+                               **base.label_accuracy(labels, logits, count))
             loss = loss + sup_loss
         return loss, metrics
 
