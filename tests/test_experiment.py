@@ -160,6 +160,30 @@ def test_resumed_run_reaches_the_same_weights_as_an_uninterrupted_one(tmp_path,
     run_fixtures.assert_same_checkpoints(straight, resumed)
 
 
+@pytest.mark.large  # 14 s: two runs on two replicas
+def test_a_pretraining_then_a_fine_tune_under_mirrored_in_one_process(tmp_path, monkeypatch,
+                                                                     skip_final_export):
+    """A notebook's two stages under --strategy=mirrored: two strategies in one
+    process, whose steps make different collectives. The fine-tune's first step
+    failed ("Collective instance 169 expected type 2 and data_type 3 but got type 0
+    and data_type 1": its labelled count met the pretraining's int32 gather at one
+    key) until `distribute.create_strategy` numbered each strategy's collectives
+    apart. No key shift of the test's own between the two runs, as in a user's
+    process."""
+    from simclr_tf.run import distribute  # pylint: disable=import-outside-toplevel
+    create = distribute.create_strategy
+    monkeypatch.setattr(distribute, "create_strategy",  # two of conftest's eight CPUs
+                        lambda name, **kwargs: create(name, **dict(kwargs, num_devices=2)))
+    common = dict(mode="train", strategy="mirrored", train_steps=2, train_batch_size=32,
+                  train_split="train[:64]", checkpoint_steps=2)
+    pretrained = str(tmp_path / "pretrain")
+    experiment.run(config(model_dir=pretrained, **common))
+    result = experiment.run(config(model_dir=str(tmp_path / "finetune"),
+                                   train_mode="finetune", checkpoint=pretrained, **common))
+    assert tf.train.latest_checkpoint(str(tmp_path / "finetune")).endswith("ckpt-2")
+    assert result["global_step"] == 2 and np.isfinite(result["train/supervised_loss"])
+
+
 def _bytes(path):
     with open(path, "rb") as f:
         return f.read()

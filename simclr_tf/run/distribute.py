@@ -22,6 +22,9 @@ from simclr_tf.config import ConfigError
 from simclr_tf.run import cluster
 
 STRATEGIES = ("default", "mirrored", "multiworker", "tpu")
+# Group keys a MirroredStrategy's collectives may use before the next strategy's
+# (`_mirrored_strategy`): a strategy makes one group per set of devices, a few.
+MIRRORED_KEY_STRIDE = 100_000
 # What a collective raises when a peer is gone: UNAVAILABLE (a heartbeat that
 # stopped, a connection reset), DEADLINE_EXCEEDED (a collective timeout), ABORTED.
 PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
@@ -89,11 +92,23 @@ def create_strategy(name, *, tpu_name=None, tpu_zone=None, gcp_project=None,
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy(devices=_local_devices(num_devices))
+        return _mirrored_strategy(_local_devices(num_devices))
     if name == "multiworker":
         return _create_multiworker_strategy(peer_wait_secs)
     return _create_tpu_strategy(tpu_to_resolve(tpu_name or master), tpu_zone, gcp_project,
                                 peer_wait_secs)
+
+
+def _mirrored_strategy(devices):
+    """A MirroredStrategy whose collectives are numbered apart from every earlier one
+    of this process. Each numbers its collective ops from its class's key base, and
+    TensorFlow's collective executor, one per process, remembers each instance key's
+    op: a second strategy (a fine-tune after a pretraining, in one notebook) would
+    reuse the first one's keys and fail at its first step ("Collective instance 169
+    expected type 2 and data_type 3 but got type 0 and data_type 1")."""
+    # pylint: disable-next=protected-access
+    tf.distribute.MirroredStrategy._collective_key_base += MIRRORED_KEY_STRIDE
+    return tf.distribute.MirroredStrategy(devices=devices)
 
 
 def _create_multiworker_strategy(peer_wait_secs):
