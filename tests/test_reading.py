@@ -3,8 +3,9 @@ links the line that defines it, each span it says to read lies inside that
 definition, each row's *calls* text is in those lines and names the next row's
 function (the call an editor follows), and the page's totals are what its tables
 add up to. The *what happens* column may name lines of another definition of the row's
-file, as (`name`, L1-L2): they lie inside it and count. Read statically (ast), nothing
-imported."""
+file, as (`name`, L1-L2): they lie inside it and count; and a block of another file's
+module constants, as `[path](../path) (its lines a-b)`: they count too. Read statically
+(ast), nothing imported."""
 import ast
 import os
 import re
@@ -19,6 +20,10 @@ SPAN = re.compile(r"L(\d+)(?:-L(\d+))?")
 # number at all (each must be one of those).
 MENTION = re.compile(r"`([\w.]+)`, L(\d+)(?:-L(\d+))?")
 LINE_NUMBER = re.compile(r"(?<![\w#])L\d+(?:-L\d+)?(?=[),;:. ]|$)")
+# In *what happens*: a block of another file's module constants, unanchored (a #L
+# anchor lands on a def or class: tests/test_docs.py), as `[path](../path) (its lines
+# a-b)`: each line an assignment or a comment, at the top level; they count.
+CONSTANTS = re.compile(r"\]\(\.\./([^)#]+)\) \(its lines (\d+)-(\d+)\)")
 TOTALS = re.compile(r"<!-- reading:totals -->(.*?)<!-- /reading:totals -->")
 SECTIONS = re.compile(r"<!-- reading:sections -->(.*?)<!-- /reading:sections -->")
 
@@ -83,6 +88,9 @@ def check(text, root):
                     problems.append(f"{label}: L{first}-L{last} is not inside a "
                                     f"definition of {other} in {path}")
                 lines.setdefault(path, set()).update(range(first, last + 1))
+            for other, a, b in CONSTANTS.findall(what):
+                problems += _constants(root, other, int(a), int(b), label)
+                lines.setdefault(other, set()).update(range(int(a), int(b) + 1))
             if not spans:
                 problems.append(f"{label}: no lines to read")
             with open(full, encoding="utf-8") as f:
@@ -110,6 +118,21 @@ def check(text, root):
     return problems, (len(lines), sum(len(v) for v in lines.values()), hops)
 
 
+def _constants(root, path, first, last, label):
+    """[problem] of a row's `(its lines first-last)` of the file `path`: each line a
+    top-level assignment or a comment."""
+    full = os.path.join(root, path)
+    if not os.path.isfile(full):
+        return [f"{label}: {path} does not exist"]
+    with open(full, encoding="utf-8") as f:
+        source = f.read().splitlines()
+    if not 1 <= first <= last <= len(source):
+        return [f"{label}: {path} has no lines {first}-{last}"]
+    return [f"{label}: {path}:{number} is not a module constant or a comment"
+            for number in range(first, last + 1)
+            if not re.match(r"(#|[A-Z_][A-Z0-9_]* = )", source[number - 1])]
+
+
 def test_the_reading_order_is_true():
     with open(PAGE, encoding="utf-8") as f:
         text = f.read()
@@ -131,16 +154,19 @@ def test_the_reading_order_is_true():
 
 
 @pytest.mark.parametrize("fault", ["renamed", "moved", "no call", "wrong callee",
-                                   "mention outside", "bare line number"])
+                                   "mention outside", "bare line number",
+                                   "constants moved"])
 def test_the_check_fails_on_a_planted_fault(tmp_path, fault):
     (tmp_path / "a.py").write_text(
         "def first():\n    x = 1\n    return second(x)\n\n\n"
         "def second(x):\n    return x\n")
     (tmp_path / "b.py").write_text("def third():\n    return 3\n")
+    (tmp_path / "c.py").write_text("import os\n# Constants.\nA = 1\nB_2 = 2\n")
     rows = ["| [a.first](../a.py#L1) | L2-L3 | `second(` | |",
-            "| [a.second](../a.py#L6) | L6-L7 | | returns (`first`, L1) |"]
+            "| [a.second](../a.py#L6) | L6-L7 | | returns (`first`, L1), as [c](../c.py) "
+            "(its lines 2-4) |"]
     good, counts = check("\n".join(rows), str(tmp_path))
-    assert good == [] and counts == (1, 5, 0)  # the unplanted page passes
+    assert good == [] and counts == (2, 8, 0)  # the unplanted page passes
     if fault == "renamed":
         rows[1] = rows[1].replace("a.second", "a.later")
     elif fault == "moved":
@@ -151,6 +177,8 @@ def test_the_check_fails_on_a_planted_fault(tmp_path, fault):
         rows[1] = "| [b.third](../b.py#L1) | L1-L2 | | |"
     elif fault == "mention outside":
         rows[1] = rows[1].replace("(`first`, L1)", "(`first`, L1-L6)")
+    elif fault == "constants moved":  # a line inserted above them
+        rows[1] = rows[1].replace("(its lines 2-4)", "(its lines 1-3)")
     else:
         rows[1] = rows[1].replace("(`first`, L1)", "(L1)")
     problems, _ = check("\n".join(rows), str(tmp_path))

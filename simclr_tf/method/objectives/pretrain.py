@@ -12,8 +12,8 @@ from simclr_tf.models.outputs import LOGITS, Z
 
 class Pretrain(base.Objective):
     """NT-Xent on both views + supervised loss on labelled ones + weight decay; batch
-    `(images, labels)`, its images as the input pipeline delivers them, which the
-    step's `augment.StepViews` (`options.views`) turns into the two views."""
+    `(images, labels)` as the pipeline delivers them. `self.options` (`StepOptions`:
+    `views` makes the two views) and `self.model` are its Trainer's (`base.Objective`)."""
 
     def non_finite_causes(self):
         return (f"a temperature too low (--temperature={self.options.temperature:g})",)
