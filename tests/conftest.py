@@ -46,6 +46,19 @@ def _fresh_collective_keys():
     yield
 
 
+@pytest.fixture
+def python_sigint():
+    """SIGINT with Python's own handler for the test, as a program has it at its start
+    (restored after). `_thread.interrupt_main`, a test's Ctrl-C, does nothing while
+    SIGINT is ignored, which it is in a process a shell started in the background
+    without job control (`(pytest ... &)`: the full suite failed so) and in a
+    pytest-xdist worker that replaced a crashed one."""
+    import signal  # pylint: disable=import-outside-toplevel
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(autouse=True)
 def _no_downloads(monkeypatch):
     """Tests never send traffic: TFDS downloads fail at once (`--tfds_download` is on

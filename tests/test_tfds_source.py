@@ -1,7 +1,6 @@
 """Tests for simclr_tf.data.tfds_source: TFDS sources (mocked)."""
 import _thread
 import socket
-import signal
 import threading
 import time
 
@@ -182,7 +181,7 @@ def test_an_offline_machine_is_told_in_seconds_with_the_tfds_build_advice(monkey
     assert not _FakeBuilder.downloads
 
 
-def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
+def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch, python_sigint):
     """TFDS's retry loops catch KeyboardInterrupt; the download runs in a thread, so
     Ctrl-C in the main thread ends the wait at once."""
     release = threading.Event()
@@ -197,11 +196,7 @@ def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
 
     monkeypatch.setattr(_Stuck, "downloads", [])
     monkeypatch.setattr(tfds_source.tfds, "builder", _Stuck)
-    # interrupt_main does nothing unless Python's own handler has SIGINT, and a
-    # pytest-xdist worker may start with SIGINT ignored (seen in a worker that replaced
-    # a crashed one): the handler of a Python program at its start, for this test.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer = threading.Timer(0.5, _thread.interrupt_main)  # Ctrl-C (`python_sigint`)
     timer.start()
     # Were the interrupt lost, the download ends after 30 s and the test fails.
     deadline = threading.Timer(30, release.set)
@@ -215,7 +210,6 @@ def test_ctrl_c_stops_a_download_whose_retries_swallow_it(monkeypatch):
         release.set()
         timer.cancel()
         deadline.cancel()
-        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_message_for_imagenet_not_prepared_does_not_offer_a_download():

@@ -202,7 +202,7 @@ def test_a_grpc_tpu_address_that_nothing_answers_is_one_line_at_once(monkeypatch
 
 
 def test_a_tpu_that_answers_but_never_starts_is_bounded_said_and_interruptible(
-        monkeypatch, capsys):
+        monkeypatch, capsys, python_sigint):
     """A TPU address that accepts connections but whose TensorFlow never answers (a
     port of something else, a TPU stuck starting): a line says what the run waits for
     and for how long (--peer_wait_secs), the wait ends in one error, and Ctrl-C stops
