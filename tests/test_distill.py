@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from simclr_tf.method import optimizers, train
 from simclr_tf.method.objectives import distill as distill_objective
-from simclr_tf.run import experiment, preflight
+from simclr_tf.run import distribute, experiment, preflight
 from simclr_tf.rundir import records
 from simclr_tf.weights import checkpoints, teacher
 from simclr_tf.config import ConfigError
@@ -111,8 +111,8 @@ class _StandInTeacher:
 
 
 def _strategy(num_replicas):
-    tf.distribute.MirroredStrategy._collective_key_base += 100000
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(num_replicas)])
+    # Collectives numbered apart from every earlier strategy's (`create_strategy`).
+    return distribute.create_strategy("mirrored", num_devices=num_replicas)
 
 
 def _distil(num_replicas, student_weights, teacher_weights, batches, alpha):

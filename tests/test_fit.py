@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import simclr_tf
 from simclr_tf.method import optimizers, schedules, train
-from simclr_tf.run import loop
+from simclr_tf.run import distribute, loop
 from helpers.standin_model import make_model, random_batch
 
 GLOBAL_BATCH = 8
@@ -24,8 +24,8 @@ IMAGE_SIZE = 8
 def _strategy(num_replicas):
     if num_replicas == 1:
         return tf.distribute.get_strategy()
-    tf.distribute.MirroredStrategy._collective_key_base += 100000
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(num_replicas)])
+    # Collectives numbered apart from every earlier strategy's (`create_strategy`).
+    return distribute.create_strategy("mirrored", num_devices=num_replicas)
 
 
 def _parts(strategy, train_mode="pretrain", total_steps=4):

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from simclr_tf.method import grad_cache, losses, optimizers, train
+from simclr_tf.run import distribute
 from helpers.standin_model import make_model, random_batch
 
 IMAGE_SIZE = 8
@@ -171,8 +172,7 @@ def test_two_replicas_one_chunk_each_equal_one_replica():
     # Synchronised BN over 2 replicas x 1 chunk = the global batch's statistics, and the
     # BN state restore works on mirrored variables in a replica context.
     from helpers.standin_model import distributed_pretrain_iterator
-    tf.distribute.MirroredStrategy._collective_key_base += 100000
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = distribute.create_strategy("mirrored", num_devices=2)
     with strategy.scope():
         model = make_model(IMAGE_SIZE)
         optimizer = optimizers.build_optimizer("lars", 0.5, weight_decay=1e-3, model=model)

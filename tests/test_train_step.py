@@ -28,10 +28,8 @@ IMAGE_SIZE = 8
 
 
 def _strategy(num_replicas):
-    # Strategies created in one process share collective group keys; TF's own tests
-    # shift the key base per strategy so that groups of different sizes never meet.
-    tf.distribute.MirroredStrategy._collective_key_base += 100000
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(num_replicas)])
+    # Collectives numbered apart from every earlier strategy's (`create_strategy`).
+    return distribute.create_strategy("mirrored", num_devices=num_replicas)
 
 
 def _per_replica(strategy, *arrays):
@@ -312,7 +310,6 @@ def test_trainer_bad_arguments():
 
 def test_create_strategy():
     assert distribute.create_strategy("default") is tf.distribute.get_strategy()
-    tf.distribute.MirroredStrategy._collective_key_base += 100000
     mirrored = distribute.create_strategy("mirrored", num_devices=2)
     assert mirrored.num_replicas_in_sync == 2
     assert [d.upper() for d in mirrored.extended.worker_devices] == [
